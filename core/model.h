@@ -1,0 +1,108 @@
+/*
+ * core/model.h - opening a model however it arrives, and loading weights.
+ *
+ * Two layouts resolve to one set of internal names (diffusers' names, per
+ * component):
+ *   - a diffusers folder: model_index.json, unet/, vae/, text_encoder/,
+ *     text_encoder_2/, tokenizer/, tokenizer_2/, scheduler/, each with its
+ *     config and *.safetensors or *.fp16.safetensors weights;
+ *   - a single-file checkpoint with the original LDM key names (SD 1.x,
+ *     SD 2.x, SDXL base and refiner), whose keys are renamed through
+ *     core/ldm_names.c and whose configs are synthesised from the family and
+ *     the tensor shapes.
+ * Pickle checkpoints (.ckpt, .pt, .pth, .bin) are refused: unpickling runs
+ * arbitrary code.  The message says how to convert them.
+ *
+ * A tsr_model only indexes tensors (zero-copy into the mmapped files).
+ * tsr_weights_load() then materialises one component on a backend, in one
+ * arena, as f32 on the CPU backend, with 4-D conv weights permuted from
+ * PyTorch's OIHW to the OHWI layout the ops take.
+ */
+#ifndef TSR_CORE_MODEL_H
+#define TSR_CORE_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "backend/backend.h"
+#include "core/arena.h"
+#include "core/safetensors.h"
+
+struct cJSON;
+
+typedef enum tsr_family {
+    TSR_FAMILY_UNKNOWN,
+    TSR_FAMILY_SD1,
+    TSR_FAMILY_SD2,
+    TSR_FAMILY_SDXL,
+} tsr_family;
+
+typedef enum tsr_prediction {
+    TSR_PRED_EPSILON,
+    TSR_PRED_V,
+} tsr_prediction;
+
+typedef enum tsr_component {
+    TSR_COMP_UNET,
+    TSR_COMP_VAE,
+    TSR_COMP_TEXT_ENCODER,
+    TSR_COMP_TEXT_ENCODER_2,
+    TSR_COMP_COUNT
+} tsr_component;
+
+typedef enum tsr_model_layout {
+    TSR_LAYOUT_DIFFUSERS,
+    TSR_LAYOUT_SINGLE_FILE,
+} tsr_model_layout;
+
+typedef struct tsr_model tsr_model;
+
+/* Open a diffusers folder or a single .safetensors file.  Owned. */
+int tsr_model_open(const char *path, tsr_model **out);
+void tsr_model_close(tsr_model *m);
+
+const char *tsr_model_path(const tsr_model *m);
+tsr_model_layout tsr_model_layout_of(const tsr_model *m);
+tsr_family tsr_model_family(const tsr_model *m);
+tsr_prediction tsr_model_prediction(const tsr_model *m);
+bool tsr_model_is_inpainting(const tsr_model *m);
+bool tsr_model_is_refiner(const tsr_model *m);
+const char *tsr_family_name(tsr_family f);       /* "SD1.x" */
+const char *tsr_component_name(tsr_component c); /* "unet", "text_encoder_2" */
+
+/* Whether the model has this component (SD1 has no text_encoder_2). */
+bool tsr_model_has(const tsr_model *m, tsr_component c);
+/* The component's config (diffusers config.json, parsed or synthesised).
+ * Borrowed; NULL when absent. */
+const struct cJSON *tsr_model_config(const tsr_model *m, tsr_component c);
+/* model_index.json, scheduler/scheduler_config.json (NULL when absent). */
+const struct cJSON *tsr_model_index(const tsr_model *m);
+const struct cJSON *tsr_model_scheduler_config(const tsr_model *m);
+/* Folder of tokenizer files for encoder 0 or 1, or NULL (single files). */
+const char *tsr_model_tokenizer_dir(const tsr_model *m, int which);
+
+/* The component's tensors, by internal (diffusers) name, sorted. */
+size_t tsr_model_tensor_count(const tsr_model *m, tsr_component c);
+/* i-th tensor: its internal name, its entry and data in the source file. */
+int tsr_model_tensor_at(const tsr_model *m, tsr_component c, size_t i, const char **name,
+                        const tsr_safetensors **file, const tsr_st_entry **entry);
+int tsr_model_tensor_find(const tsr_model *m, tsr_component c, const char *name,
+                          const tsr_safetensors **file, const tsr_st_entry **entry);
+/* Single files: keys that mapped to no component (borrowed, sorted). */
+size_t tsr_model_unrecognised_count(const tsr_model *m);
+const char *tsr_model_unrecognised_at(const tsr_model *m, size_t i);
+
+/* Weights of one component, materialised on a backend. */
+typedef struct tsr_weights tsr_weights;
+
+int tsr_weights_load(const tsr_model *m, tsr_component c, tsr_backend *backend,
+                     tsr_weights **out);
+void tsr_weights_free(tsr_weights *w);
+/* Borrowed tensor; TSR_ERR_NOT_FOUND (naming it) when absent. */
+int tsr_weights_get(const tsr_weights *w, const char *name, const tsr_tensor **out);
+/* Same, with a printf-style name: tsr_weights_getf(w, &t, "down_blocks.%d.x", i). */
+int tsr_weights_getf(const tsr_weights *w, const tsr_tensor **out, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+size_t tsr_weights_bytes(const tsr_weights *w);
+
+#endif

@@ -1,0 +1,92 @@
+/*
+ * tests/test.c - the harness behind test.h.
+ */
+#include "test.h"
+
+#include <stdlib.h>
+
+#include "tessera.h"
+
+int tsr_test_main(int argc, char **argv, const tsr_test_entry *table, size_t n)
+{
+    int failed = 0, ran = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (argc >= 2) {
+            bool selected = false;
+            for (int a = 1; a < argc; a++)
+                if (strcmp(argv[a], table[i].name) == 0)
+                    selected = true;
+            if (!selected)
+                continue;
+        }
+        ran++;
+        int rc = table[i].fn();
+        printf("%s %s\n", rc ? "FAIL" : "ok  ", table[i].name);
+        fflush(stdout);
+        failed += rc != 0;
+    }
+    if (ran == 0) {
+        fprintf(stderr, "no test case matched\n");
+        return 2;
+    }
+    return failed ? 1 : 0;
+}
+
+const char *tsr_test_path(const char *rel, char *buf, size_t size)
+{
+    const char *root = getenv("TSR_TEST_DATA");
+    snprintf(buf, size, "%s/%s", root ? root : "tests/data", rel);
+    return buf;
+}
+
+void *tsr_test_read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    if (fseek(f, 0, SEEK_END) != 0) {
+        fclose(f);
+        return NULL;
+    }
+    long len = ftell(f);
+    rewind(f);
+    void *buf = malloc(len > 0 ? (size_t)len : 1);
+    if (buf && len > 0 && fread(buf, 1, (size_t)len, f) != (size_t)len) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf && size)
+        *size = (size_t)len;
+    return buf;
+}
+
+int tsr_test_check_close(const char *what, const float *got, const float *want, size_t n,
+                         double tol)
+{
+    double ref_max = 0;
+    for (size_t i = 0; i < n; i++)
+        if (fabs(want[i]) > ref_max)
+            ref_max = fabs(want[i]);
+    if (ref_max < 1e-30)
+        ref_max = 1e-30;
+    double worst = 0;
+    size_t worst_i = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) {
+            fprintf(stderr, "%s: non-finite value %g at %zu\n", what, got[i], i);
+            return 1;
+        }
+        double err = fabs((double)got[i] - (double)want[i]) / ref_max;
+        if (err > worst) {
+            worst = err;
+            worst_i = i;
+        }
+    }
+    if (worst > tol) {
+        fprintf(stderr, "%s: relative error %.3g > %.3g at %zu (got %.9g, want %.9g)\n", what,
+                worst, tol, worst_i, got[worst_i], want[worst_i]);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,135 @@
+/*
+ * tools/tessera/args.c - see args.h.
+ */
+#include "args.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tessera.h"
+
+void tsr_args_usage(FILE *out, const tsr_cli_command *cmd)
+{
+    fprintf(out, "usage: tessera %s\n\n%s\n", cmd->synopsis, cmd->summary);
+    if (cmd->description)
+        fprintf(out, "\n%s\n", cmd->description);
+    fprintf(out, "\noptions:\n");
+    for (int i = 0; i < cmd->n_specs; i++) {
+        const tsr_arg_spec *s = &cmd->specs[i];
+        char left[64];
+        if (s->type == TSR_ARG_FLAG)
+            snprintf(left, sizeof left, "--%s", s->name);
+        else
+            snprintf(left, sizeof left, "--%s %s", s->name, s->metavar ? s->metavar : "VALUE");
+        fprintf(out, "  %-26s %s\n", left, s->help);
+    }
+    fprintf(out, "  %-26s %s\n", "--help", "show this help");
+}
+
+static const tsr_arg_spec *find_spec(const tsr_cli_command *cmd, const char *name, size_t len)
+{
+    for (int i = 0; i < cmd->n_specs; i++)
+        if (strlen(cmd->specs[i].name) == len && strncmp(cmd->specs[i].name, name, len) == 0)
+            return &cmd->specs[i];
+    return NULL;
+}
+
+static int set_value(const tsr_cli_command *cmd, const tsr_arg_spec *s, const char *v)
+{
+    char *end = NULL;
+    errno = 0;
+    switch (s->type) {
+    case TSR_ARG_STRING: *(const char **)s->dest = v; return 0;
+    case TSR_ARG_INT: {
+        long long x = strtoll(v, &end, 10);
+        if (errno || !*v || *end) {
+            fprintf(stderr, "tessera %s: --%s expects an integer, got '%s'\n", cmd->name, s->name, v);
+            return TSR_ERR_INVALID;
+        }
+        if (x < s->min || x > s->max) {
+            fprintf(stderr, "tessera %s: --%s must be between %lld and %lld, got %lld\n", cmd->name,
+                    s->name, (long long)s->min, (long long)s->max, x);
+            return TSR_ERR_INVALID;
+        }
+        *(int64_t *)s->dest = x;
+        return 0;
+    }
+    case TSR_ARG_FLOAT: {
+        double x = strtod(v, &end);
+        if (errno || !*v || *end || !isfinite(x)) {
+            fprintf(stderr, "tessera %s: --%s expects a number, got '%s'\n", cmd->name, s->name, v);
+            return TSR_ERR_INVALID;
+        }
+        if (x < s->fmin || x > s->fmax) {
+            fprintf(stderr, "tessera %s: --%s must be between %g and %g, got %g\n", cmd->name,
+                    s->name, s->fmin, s->fmax, x);
+            return TSR_ERR_INVALID;
+        }
+        *(double *)s->dest = x;
+        return 0;
+    }
+    case TSR_ARG_FLAG: *(bool *)s->dest = true; return 0;
+    }
+    return TSR_ERR_INTERNAL;
+}
+
+int tsr_args_parse(const tsr_cli_command *cmd, int argc, char **argv, const char **positional,
+                   int max_pos, int *n_pos)
+{
+    int np = 0;
+    bool only_pos = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!only_pos && strcmp(a, "--") == 0) {
+            only_pos = true;
+            continue;
+        }
+        if (!only_pos && (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)) {
+            tsr_args_usage(stdout, cmd);
+            return TSR_ARGS_HELP;
+        }
+        if (!only_pos && a[0] == '-' && a[1] == '-' && a[2]) {
+            const char *name = a + 2;
+            const char *eq = strchr(name, '=');
+            size_t len = eq ? (size_t)(eq - name) : strlen(name);
+            const tsr_arg_spec *s = find_spec(cmd, name, len);
+            if (!s) {
+                fprintf(stderr, "tessera %s: unknown option '--%.*s' (see tessera %s --help)\n",
+                        cmd->name, (int)len, name, cmd->name);
+                return TSR_ERR_INVALID;
+            }
+            if (s->type == TSR_ARG_FLAG) {
+                if (eq) {
+                    fprintf(stderr, "tessera %s: --%s takes no value\n", cmd->name, s->name);
+                    return TSR_ERR_INVALID;
+                }
+                *(bool *)s->dest = true;
+                continue;
+            }
+            const char *v = eq ? eq + 1 : NULL;
+            if (!v) {
+                if (i + 1 >= argc) {
+                    fprintf(stderr, "tessera %s: --%s needs a value (%s)\n", cmd->name, s->name,
+                            s->metavar ? s->metavar : "VALUE");
+                    return TSR_ERR_INVALID;
+                }
+                v = argv[++i];
+            }
+            int rc = set_value(cmd, s, v);
+            if (rc)
+                return rc;
+            continue;
+        }
+        if (np >= max_pos) {
+            fprintf(stderr, "tessera %s: unexpected argument '%s' (see tessera %s --help)\n",
+                    cmd->name, a, cmd->name);
+            return TSR_ERR_INVALID;
+        }
+        positional[np++] = a;
+    }
+    if (n_pos)
+        *n_pos = np;
+    return 0;
+}
