@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# scripts/setup.sh - install every system package Tessera needs to build and
+# test, from Debian's repositories.  Idempotent: packages already present are
+# not reinstalled, and nothing is done when all are there.  Called by
+# scripts/test.sh and scripts/demo.sh; safe to run by hand.
+#
+# The CUDA toolkit, cuDNN and NCCL come from the CUDA install (not apt); the
+# build uses them when nvcc is found and falls back to CPU-only otherwise.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git
+  libopenblas-dev   # optimised BLAS for the CPU backend
+  libcjson-dev      # JSON (configs, HTTP API)
+  libevent-dev      # HTTP server
+  libpng-dev        # PNG output
+  libjpeg62-turbo-dev # JPEG preview tiles
+  clang libclang-rt-14-dev # libFuzzer and sanitizer runtimes (scripts/fuzz.sh)
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "setup: installing ${missing[*]}" >&2
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+    echo "setup: need root (or sudo) to install: ${missing[*]}" >&2; exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# scripts/test.sh - the whole test suite, from a fresh Debian 12 machine:
+# installs the system packages, builds, and runs every test with ctest.
+#
+#   ./scripts/test.sh                         # release build in build/, all tests
+#   ./scripts/test.sh --sanitize address,undefined   # ASan+UBSan build in build-asan/
+#   ./scripts/test.sh -L unit                 # only tests with a label (ctest -L)
+#
+# The suite runs from committed reference data; it needs no Python or GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=build
+CMAKE_ARGS=()
+CTEST_ARGS=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sanitize)
+      CMAKE_ARGS+=("-DTESSERA_SANITIZE=$2" "-DCMAKE_BUILD_TYPE=RelWithDebInfo")
+      BUILD_DIR="build-${2//,/-}"; shift 2 ;;
+    -L|-R|-E|-LE) CTEST_ARGS+=("$1" "$2"); shift 2 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    *) echo "test.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+
+./scripts/setup.sh
+./scripts/build.sh "$BUILD_DIR" "${CMAKE_ARGS[@]}"
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$(nproc)" "${CTEST_ARGS[@]}"
