@@ -274,7 +274,7 @@ int tsr_json_get_int64(const cJSON *obj, const char *label, const char *key, int
 int tsr_json_get_int(const cJSON *obj, const char *label, const char *key, int def, int min,
                      int max, int *out)
 {
-    int64_t v;
+    int64_t v = 0;
     TSR_TRY(tsr_json_get_int64(obj, label, key, def, min, max, &v));
     *out = (int)v;
     return TSR_OK;
@@ -367,7 +367,7 @@ int tsr_json_get_int_array(const cJSON *obj, const char *label, const char *key,
         if (max_n < 1)
             return tsr_errorf(TSR_ERR_RANGE, "%s: \"%s\" has more than %d elements", lbl(label),
                               key, max_n);
-        int64_t x;
+        int64_t x = 0;
         TSR_TRY(tsr_json_item_int64(v, label, key, min, max, &x));
         out[0] = (int)x;
         *n = 1;
@@ -383,7 +383,7 @@ int tsr_json_get_int_array(const cJSON *obj, const char *label, const char *key,
                               key, max_n);
         char what[160];
         snprintf(what, sizeof what, "%s[%d]", key, count);
-        int64_t x;
+        int64_t x = 0;
         TSR_TRY(tsr_json_item_int64(c, label, what, min, max, &x));
         out[count++] = (int)x;
     }

@@ -12,6 +12,14 @@
  *
  * All dtypes of the format are recognised (so real checkpoints with i64
  * position_ids or 0-d scalars open); only F32/F16/BF16 map to tsr_dtype.
+ *
+ * Error codes from opening: TSR_ERR_FORMAT for a malformed or truncated
+ * file (bad JSON, wrong types, negative dims, offsets outside the data
+ * section, length mismatch, overlap, duplicate names, non-string metadata),
+ * TSR_ERR_RANGE for sizes beyond the limits (header length above
+ * TSR_ST_MAX_HEADER, more than TSR_ST_MAX_DIMS dims, element or byte counts
+ * that overflow, numbers above 2^53), TSR_ERR_UNSUPPORTED for an unknown
+ * dtype, TSR_ERR_NOT_FOUND / TSR_ERR_IO for the file system.
  */
 #ifndef TSR_CORE_SAFETENSORS_H
 #define TSR_CORE_SAFETENSORS_H
@@ -72,7 +80,23 @@ const void *tsr_st_data(const tsr_safetensors *st, const tsr_st_entry *e);
 /* Value of "__metadata__"[key], or NULL. */
 const char *tsr_st_metadata(const tsr_safetensors *st, const char *key);
 
+/* Number of "__metadata__" entries, and the i-th pair (borrowed); false
+ * when i is out of range. */
+size_t tsr_st_metadata_count(const tsr_safetensors *st);
+bool tsr_st_metadata_at(const tsr_safetensors *st, size_t i, const char **key,
+                        const char **value);
+/* Sizes of the JSON header (padding included) and of the data section. */
+uint64_t tsr_st_header_size(const tsr_safetensors *st);
+uint64_t tsr_st_data_size(const tsr_safetensors *st);
+/* Whether tsr_st_data() is aligned to the dtype size.  Files written by the
+ * reference implementation (and tsr_st_write) pad the header to 8 bytes so
+ * every tensor is aligned, but the format does not require it: when this is
+ * false, read elements with memcpy rather than through a typed pointer. */
+bool tsr_st_data_aligned(const tsr_safetensors *st, const tsr_st_entry *e);
+
 const char *tsr_st_dtype_name(tsr_st_dtype dtype); /* "F16" */
+/* "F16" -> TSR_ST_F16; false for an unknown name. */
+bool tsr_st_dtype_from_name(const char *name, tsr_st_dtype *out);
 size_t tsr_st_dtype_size(tsr_st_dtype dtype);
 /* Map to a compute dtype; false for non-float dtypes. */
 bool tsr_st_dtype_to_tsr(tsr_st_dtype dtype, tsr_dtype *out);
