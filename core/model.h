@@ -26,6 +26,7 @@
 
 #include "backend/backend.h"
 #include "core/arena.h"
+#include "core/model_config.h"
 #include "core/safetensors.h"
 
 struct cJSON;
@@ -67,6 +68,11 @@ tsr_family tsr_model_family(const tsr_model *m);
 tsr_prediction tsr_model_prediction(const tsr_model *m);
 bool tsr_model_is_inpainting(const tsr_model *m);
 bool tsr_model_is_refiner(const tsr_model *m);
+/* Single files cannot say whether an SD 2.x model predicts v or epsilon:
+ * v is assumed (the 768-v models are the common ones) and this returns
+ * true until tsr_model_set_prediction() overrides it (--prediction). */
+bool tsr_model_prediction_assumed(const tsr_model *m);
+void tsr_model_set_prediction(tsr_model *m, tsr_prediction p);
 const char *tsr_family_name(tsr_family f);       /* "SD1.x" */
 const char *tsr_component_name(tsr_component c); /* "unet", "text_encoder_2" */
 
@@ -75,6 +81,11 @@ bool tsr_model_has(const tsr_model *m, tsr_component c);
 /* The component's config (diffusers config.json, parsed or synthesised).
  * Borrowed; NULL when absent. */
 const struct cJSON *tsr_model_config(const tsr_model *m, tsr_component c);
+/* The same configs, parsed and range-checked (borrowed; NULL when absent).
+ * which = 0: text_encoder, 1: text_encoder_2. */
+const tsr_unet_desc *tsr_model_unet_desc(const tsr_model *m);
+const tsr_vae_desc *tsr_model_vae_desc(const tsr_model *m);
+const tsr_textenc_desc *tsr_model_textenc_desc(const tsr_model *m, int which);
 /* model_index.json, scheduler/scheduler_config.json (NULL when absent). */
 const struct cJSON *tsr_model_index(const tsr_model *m);
 const struct cJSON *tsr_model_scheduler_config(const tsr_model *m);
@@ -88,6 +99,8 @@ int tsr_model_tensor_at(const tsr_model *m, tsr_component c, size_t i, const cha
                         const tsr_safetensors **file, const tsr_st_entry **entry);
 int tsr_model_tensor_find(const tsr_model *m, tsr_component c, const char *name,
                           const tsr_safetensors **file, const tsr_st_entry **entry);
+/* Number of parameters (elements) of a component. */
+uint64_t tsr_model_param_count(const tsr_model *m, tsr_component c);
 /* Single files: keys that mapped to no component (borrowed, sorted). */
 size_t tsr_model_unrecognised_count(const tsr_model *m);
 const char *tsr_model_unrecognised_at(const tsr_model *m, size_t i);
@@ -104,5 +117,8 @@ int tsr_weights_get(const tsr_weights *w, const char *name, const tsr_tensor **o
 int tsr_weights_getf(const tsr_weights *w, const tsr_tensor **out, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 size_t tsr_weights_bytes(const tsr_weights *w);
+/* Iteration in name order: i-th name and tensor (both borrowed). */
+size_t tsr_weights_count(const tsr_weights *w);
+int tsr_weights_at(const tsr_weights *w, size_t i, const char **name, const tsr_tensor **t);
 
 #endif

@@ -1,0 +1,219 @@
+/*
+ * core/weights.c - materialising one component's weights on a backend.
+ *
+ * Why this shape: one arena per component (sizes summed first, so it is one
+ * backend allocation, as llm.c does), every tensor converted to f32 (the
+ * CPU backend computes in f32) and 4-D conv weights permuted once from
+ * PyTorch's OIHW to the OHWI layout the conv op takes, so no op ever
+ * re-layouts weights at run time.  Source bytes are copied into an aligned
+ * scratch buffer before conversion because safetensors does not promise
+ * alignment.  For a backend whose memory is not host-visible, each tensor is
+ * staged in host scratch and uploaded.  Names are copied into one block the
+ * weights own, so weights outlive the tsr_model they came from; lookup is a
+ * binary search over the (already sorted) names.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/model_internal.h"
+
+struct tsr_weights {
+    tsr_backend *backend; /* borrowed */
+    tsr_arena arena;
+    size_t n;
+    char **names;        /* point into name_block */
+    char *name_block;    /* owned */
+    tsr_tensor *tensors; /* owned array; data in the arena */
+    char label[32];      /* component name, for errors */
+};
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* f32 element count of an entry, checked. */
+static int entry_numel(const tsr_model *m, const char *name, const tsr_st_entry *e, size_t *out)
+{
+    if (e->ndim > TSR_MAX_DIMS)
+        return tsr_errorf(TSR_ERR_UNSUPPORTED, "%s: tensor '%s' has %d dims (at most %d)",
+                          m->path, name, e->ndim, TSR_MAX_DIMS);
+    tsr_dtype dt;
+    if (!tsr_st_dtype_to_tsr(e->dtype, &dt))
+        return tsr_errorf(TSR_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; weights must be F32, "
+                          "F16 or BF16", m->path, name, tsr_st_dtype_name(e->dtype));
+    uint64_t n = tsr_st_numel(e);
+    uint64_t bytes;
+    if (!tsr_mul_overflow_u64(n, 4, &bytes) || bytes > SIZE_MAX / 2)
+        return tsr_errorf(TSR_ERR_RANGE, "%s: tensor '%s' is too large", m->path, name);
+    *out = (size_t)n;
+    return TSR_OK;
+}
+
+/* OIHW -> OHWI */
+static void permute_oihw(float *dst, const float *src, int64_t o, int64_t i, int64_t h, int64_t w)
+{
+    for (int64_t a = 0; a < o; a++)
+        for (int64_t c = 0; c < i; c++)
+            for (int64_t y = 0; y < h; y++)
+                for (int64_t x = 0; x < w; x++)
+                    dst[((a * h + y) * w + x) * i + c] = src[((a * i + c) * h + y) * w + x];
+}
+
+int tsr_weights_load(const tsr_model *m, tsr_component c, tsr_backend *backend,
+                     tsr_weights **out)
+{
+    *out = NULL;
+    if (!tsr_model_has(m, c))
+        return tsr_errorf(TSR_ERR_NOT_FOUND, "%s: the model has no %s", m->path,
+                          tsr_component_name(c));
+    const tsr_model_component *mc = &m->comp[c];
+    int rc = TSR_OK;
+    void *raw = NULL;
+    float *f32 = NULL, *perm = NULL;
+    tsr_weights *w = calloc(1, sizeof *w);
+    if (!w)
+        return tsr_errorf(TSR_ERR_NOMEM, "weights: out of memory");
+    w->backend = backend;
+    snprintf(w->label, sizeof w->label, "%s", tsr_component_name(c));
+
+    /* pass 1: sizes */
+    size_t total = 0, names_len = 0, max_numel = 1, max_raw = 1;
+    for (size_t i = 0; i < mc->n; i++) {
+        size_t numel = 0;
+        TSR_CHECK_GOTO(rc, entry_numel(m, mc->tensors[i].name, &mc->tensors[i].entry, &numel),
+                       fail);
+        size_t b = align64(numel * 4);
+        if (total > SIZE_MAX - b) {
+            rc = tsr_errorf(TSR_ERR_RANGE, "%s: %s weights exceed the address space", m->path,
+                            w->label);
+            goto fail;
+        }
+        total += b;
+        names_len += strlen(mc->tensors[i].name) + 1;
+        if (numel > max_numel)
+            max_numel = numel;
+        if (mc->tensors[i].entry.nbytes > max_raw)
+            max_raw = (size_t)mc->tensors[i].entry.nbytes;
+    }
+    w->n = mc->n;
+    w->names = calloc(mc->n ? mc->n : 1, sizeof *w->names);
+    w->tensors = calloc(mc->n ? mc->n : 1, sizeof *w->tensors);
+    w->name_block = malloc(names_len ? names_len : 1);
+    raw = aligned_alloc(64, align64(max_raw));
+    f32 = aligned_alloc(64, align64(max_numel * 4));
+    perm = aligned_alloc(64, align64(max_numel * 4));
+    if (!w->names || !w->tensors || !w->name_block || !raw || !f32 || !perm) {
+        rc = tsr_errorf(TSR_ERR_NOMEM, "weights: out of memory staging %s", w->label);
+        goto fail;
+    }
+    TSR_CHECK_GOTO(rc, tsr_arena_init(&w->arena, backend, total), fail);
+
+    /* pass 2: convert, permute, place */
+    char *np = w->name_block;
+    bool host = !backend || backend->host_visible;
+    for (size_t i = 0; i < mc->n; i++) {
+        const tsr_tensor_ref *r = &mc->tensors[i];
+        const tsr_st_entry *e = &r->entry;
+        size_t numel = (size_t)tsr_st_numel(e);
+        tsr_dtype dt = TSR_F32;
+        tsr_st_dtype_to_tsr(e->dtype, &dt);
+        memcpy(raw, tsr_st_data(r->file, e), (size_t)e->nbytes);
+        tsr_convert_to_f32(f32, raw, dt, numel);
+        const float *src = f32;
+        int64_t ne[TSR_MAX_DIMS] = {1, 1, 1, 1};
+        int ndim = e->ndim ? e->ndim : 1;
+        for (int d = 0; d < e->ndim; d++)
+            ne[d] = e->shape[d];
+        if (e->ndim == 4) {
+            permute_oihw(perm, f32, e->shape[0], e->shape[1], e->shape[2], e->shape[3]);
+            ne[1] = e->shape[2];
+            ne[2] = e->shape[3];
+            ne[3] = e->shape[1];
+            src = perm;
+        }
+        void *dst = tsr_arena_alloc(&w->arena, numel * 4);
+        if (!dst) {
+            rc = tsr_errorf(TSR_ERR_INTERNAL, "weights: arena sizing is wrong for %s", w->label);
+            goto fail;
+        }
+        if (host)
+            memcpy(dst, src, numel * 4);
+        else
+            TSR_CHECK_GOTO(rc, tsr_backend_upload(backend, dst, src, numel * 4), fail);
+        w->tensors[i] = tsr_tensor_make(TSR_F32, ndim, ne, dst, backend);
+        size_t len = strlen(r->name) + 1;
+        memcpy(np, r->name, len);
+        w->names[i] = np;
+        np += len;
+    }
+    if (!host)
+        TSR_CHECK_GOTO(rc, tsr_backend_sync(backend), fail);
+    free(raw);
+    free(f32);
+    free(perm);
+    *out = w;
+    return TSR_OK;
+fail:
+    free(raw);
+    free(f32);
+    free(perm);
+    tsr_weights_free(w);
+    return rc;
+}
+
+void tsr_weights_free(tsr_weights *w)
+{
+    if (!w)
+        return;
+    tsr_arena_free(&w->arena);
+    free(w->names);
+    free(w->name_block);
+    free(w->tensors);
+    free(w);
+}
+
+int tsr_weights_get(const tsr_weights *w, const char *name, const tsr_tensor **out)
+{
+    size_t lo = 0, hi = w->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int k = strcmp(w->names[mid], name);
+        if (k == 0) {
+            *out = &w->tensors[mid];
+            return TSR_OK;
+        }
+        if (k < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return tsr_errorf(TSR_ERR_NOT_FOUND, "%s weights: tensor '%s' is missing", w->label, name);
+}
+
+int tsr_weights_getf(const tsr_weights *w, const tsr_tensor **out, const char *fmt, ...)
+{
+    char name[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof name)
+        return tsr_errorf(TSR_ERR_RANGE, "%s weights: tensor name too long", w->label);
+    return tsr_weights_get(w, name, out);
+}
+
+size_t tsr_weights_bytes(const tsr_weights *w) { return w->arena.used; }
+
+size_t tsr_weights_count(const tsr_weights *w) { return w->n; }
+
+int tsr_weights_at(const tsr_weights *w, size_t i, const char **name, const tsr_tensor **t)
+{
+    if (i >= w->n)
+        return tsr_errorf(TSR_ERR_RANGE, "%s weights: index %zu out of range", w->label, i);
+    if (name)
+        *name = w->names[i];
+    if (t)
+        *t = &w->tensors[i];
+    return TSR_OK;
+}
