@@ -313,7 +313,11 @@ int tsr_cpu_timestep_embedding(tsr_backend *b, const tsr_tensor *t, const tsr_ti
 {
     (void)b;
     /* Every step in f32 in the order diffusers evaluates it, so the
-     * arguments of sin/cos (t * freq, up to ~1000) round the same way. */
+     * arguments of sin/cos (t * freq, up to ~1000) round the same way.  The
+     * one step that cannot match bit for bit is exp: glibc's expf is
+     * correctly rounded, torch's vectorised exp is off by one ulp for some
+     * frequencies, which t = 999 amplifies to ~6e-5 in the argument (see
+     * tests/ops: this op is compared at 1e-4). */
     int64_t n = t->ne[0], dim = p->dim, half = dim / 2;
     const float *tp = t->data;
     float *yp = y->data;
