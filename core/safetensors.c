@@ -8,7 +8,8 @@
  * leave the mapping.  The checks, in order:
  *
  *   1. at least 8 bytes; the little-endian header length is at most
- *      TSR_ST_MAX_HEADER and fits in the file; the header starts with '{';
+ *      TSR_ST_MAX_HEADER and fits in the file; the header starts with '{'
+ *      and is valid UTF-8;
  *   2. the header parses as a JSON object (core/json.c: size-bounded,
  *      nothing but whitespace after it) with no duplicate keys (cJSON keeps
  *      both; the second would shadow the first silently);
@@ -17,7 +18,9 @@
  *      TSR_ST_MAX_DIMS non-negative integer dims whose product times the
  *      dtype size does not overflow, and data_offsets [begin, end) with
  *      begin <= end <= data section size and end - begin == that product;
- *   5. sorted by offset, no two non-empty tensors overlap.
+ *   5. sorted by offset, no two non-empty tensors overlap.  (Gaps and
+ *      trailing bytes are allowed, unlike the Rust reference, which wants
+ *      the tensors to tile the data section: they are harmless to us.)
  *
  * Numbers arrive as JSON doubles; they must be integral and at most 2^53
  * (exactly representable), which bounds any offset to far beyond a real
@@ -373,6 +376,41 @@ static int check_overlap(const tsr_safetensors *st)
     return rc;
 }
 
+/* Strict UTF-8 (no overlongs, surrogates or code points past U+10FFFF),
+ * as the format requires of the header; names then print safely. */
+static bool utf8_valid(const uint8_t *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        size_t len;
+        uint32_t cp, min;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xe0) == 0xc0) {
+            len = 2, cp = c & 0x1f, min = 0x80;
+        } else if ((c & 0xf0) == 0xe0) {
+            len = 3, cp = c & 0x0f, min = 0x800;
+        } else if ((c & 0xf8) == 0xf0) {
+            len = 4, cp = c & 0x07, min = 0x10000;
+        } else {
+            return false;
+        }
+        if (n - i < len)
+            return false;
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xc0) != 0x80)
+                return false;
+            cp = (cp << 6) | (s[i + k] & 0x3f);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return false;
+        i += len;
+    }
+    return true;
+}
+
 /* Validate st->base[0..size) and fill the index. */
 static int st_parse(tsr_safetensors *st)
 {
@@ -396,6 +434,8 @@ static int st_parse(tsr_safetensors *st)
                           label, (unsigned long long)hlen, st->size);
     if (hlen < 2 || st->base[8] != '{')
         return tsr_errorf(TSR_ERR_FORMAT, "%s: the header does not start with '{'", label);
+    if (!utf8_valid(st->base + 8, (size_t)hlen))
+        return tsr_errorf(TSR_ERR_FORMAT, "%s: the header is not valid UTF-8", label);
     st->header_size = hlen;
     st->data = st->base + 8 + hlen;
     st->data_size = st->size - 8 - hlen;

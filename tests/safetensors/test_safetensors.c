@@ -486,6 +486,12 @@ static int test_bad_json(void)
     EXPECT_OPEN("{\"x\" 1}", NULL, 0, TSR_ERR_FORMAT, "syntax error");
     EXPECT_OPEN("{} trailing", NULL, 0, TSR_ERR_FORMAT, "trailing");
     EXPECT_OPEN("[1, 2, 3]", NULL, 0, TSR_ERR_FORMAT, "'{'");
+    EXPECT_OPEN("{\"\xff\":{}}", NULL, 0, TSR_ERR_FORMAT, "UTF-8");
+    EXPECT_OPEN("{\"\xc0\x80\":{}}", NULL, 0, TSR_ERR_FORMAT, "UTF-8");     /* overlong NUL */
+    EXPECT_OPEN("{\"\xed\xa0\x80\":{}}", NULL, 0, TSR_ERR_FORMAT, "UTF-8"); /* surrogate */
+    EXPECT_OPEN("{\"\xe2\x82\":{}}", NULL, 0, TSR_ERR_FORMAT, "UTF-8");     /* cut short */
+    EXPECT_OPEN("{\"caf\xc3\xa9 \xf0\x9f\x98\x80\":{\"dtype\":\"U8\",\"shape\":[0],"
+                "\"data_offsets\":[0,0]}}", NULL, 0, TSR_OK, NULL);
     EXPECT_OPEN("{\"x\":1}", NULL, 0, TSR_ERR_FORMAT, "not a JSON object");
     EXPECT_OPEN("{\"x\":{\"shape\":[1],\"data_offsets\":[0,1]}}", "a", 1, TSR_ERR_FORMAT, "dtype");
     EXPECT_OPEN("{\"x\":{\"dtype\":\"U8\",\"data_offsets\":[0,1]}}", "a", 1, TSR_ERR_FORMAT, "shape");
