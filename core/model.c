@@ -328,8 +328,17 @@ static bool index_lists(const cJSON *index, const char *name)
 static int detect_folder_family(tsr_model *m)
 {
     const tsr_unet_desc *u = &m->comp[TSR_COMP_UNET].unet;
-    m->inpainting = u->in_channels == 9;
-    if (u->text_time) {
+    bool has_unet = m->comp[TSR_COMP_UNET].present;
+    bool gelu = m->comp[TSR_COMP_TEXT_ENCODER].present &&
+                m->comp[TSR_COMP_TEXT_ENCODER].clip.hidden_act == TSR_TEXTENC_GELU;
+    m->inpainting = has_unet && u->in_channels == 9;
+    if (!has_unet) {
+        /* a partial folder (e.g. text encoders only): judge by the encoders */
+        m->family = m->comp[TSR_COMP_TEXT_ENCODER_2].present ? TSR_FAMILY_SDXL
+                    : gelu                                    ? TSR_FAMILY_SD2
+                                                              : TSR_FAMILY_SD1;
+        m->refiner = m->family == TSR_FAMILY_SDXL && !m->comp[TSR_COMP_TEXT_ENCODER].present;
+    } else if (u->text_time) {
         m->family = TSR_FAMILY_SDXL;
         m->refiner = !m->comp[TSR_COMP_TEXT_ENCODER].present ||
                      u->cross_attention_dim == 1280;
@@ -340,8 +349,6 @@ static int detect_folder_family(tsr_model *m)
     } else {
         /* smaller models of either family: SD2 uses OpenCLIP (gelu) and
          * linear projections */
-        bool gelu = m->comp[TSR_COMP_TEXT_ENCODER].present &&
-                    m->comp[TSR_COMP_TEXT_ENCODER].clip.hidden_act == TSR_TEXTENC_GELU;
         m->family = (gelu || u->use_linear_projection) ? TSR_FAMILY_SD2 : TSR_FAMILY_SD1;
     }
     m->prediction = TSR_PRED_EPSILON;
@@ -370,15 +377,19 @@ static int open_folder(tsr_model *m)
     TSR_TRY(tsr_json_expect_object(m->index, "model_index.json", "an object"));
     TSR_TRY(tsr_json_check_unique_keys(m->index, "model_index.json"));
     for (int c = 0; c < TSR_COMP_COUNT; c++) {
-        bool listed = index_lists(m->index, comp_names[c]);
-        if (!listed && c <= TSR_COMP_VAE)
-            return tsr_errorf(TSR_ERR_NOT_FOUND, "%s: model_index.json has no \"%s\" component",
-                              m->path, comp_names[c]);
-        if (listed)
+        /* every listed component must be complete; which ones a use needs
+         * (a pipeline needs the UNet and VAE) is checked by that use */
+        if (index_lists(m->index, comp_names[c]))
             TSR_TRY(open_component_dir(m, (tsr_component)c));
     }
-    if (!m->comp[TSR_COMP_TEXT_ENCODER].present && !m->comp[TSR_COMP_TEXT_ENCODER_2].present)
-        return tsr_errorf(TSR_ERR_NOT_FOUND, "%s: model_index.json lists no text encoder", m->path);
+    bool any = false;
+    for (int c = 0; c < TSR_COMP_COUNT; c++)
+        any = any || m->comp[c].present;
+    if (!any)
+        return tsr_errorf(TSR_ERR_NOT_FOUND,
+                          "%s: model_index.json lists none of unet, vae, text_encoder, "
+                          "text_encoder_2",
+                          m->path);
     TSR_TRY(join_path(p, sizeof p, m->path, "scheduler/scheduler_config.json"));
     if (is_file(p)) {
         TSR_TRY(tsr_json_load_file(p, &m->scheduler));
