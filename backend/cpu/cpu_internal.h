@@ -74,6 +74,8 @@ int tsr_cpu_embedding(tsr_backend *b, const tsr_tensor *ids, const tsr_tensor *t
 
 /* Shared row helpers (ops_elementwise.c), in place allowed (y == x). */
 void tsr_cpu_silu_row(float *y, const float *x, int64_t n);
+/* max of x[0..n) (n >= 1; ops_norm.c). */
+float tsr_cpu_row_max(const float *x, int64_t n);
 /* y[i] = exp(x[i] - m); returns the sum. */
 float tsr_cpu_exp_sum_row(float *y, const float *x, float m, int64_t n);
 

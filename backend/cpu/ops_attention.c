@@ -50,7 +50,9 @@ static void attn_task(void *ctx_, int64_t begin, int64_t end, int worker)
 {
     const attn_job *j = ctx_;
     int64_t hd = j->heads * j->d;
-    float *s = j->ctx->worker[worker].ptr; /* reserved: block * lk floats */
+    /* reserved: block * lk floats of scores, then block inverse row sums */
+    float *s = j->ctx->worker[worker].ptr;
+    float *inv = s + j->block * j->lk;
     for (int64_t t = begin; t < end; t++) {
         int64_t blk = t % j->nblocks, bh = t / j->nblocks;
         int64_t h = bh % j->heads, bi = bh / j->heads;
@@ -73,20 +75,21 @@ static void attn_task(void *ctx_, int64_t begin, int64_t end, int worker)
             int64_t nv = visible(j, q0 + r);
             if (nv <= 0) {
                 memset(sr, 0, (size_t)kmax * sizeof(float));
+                inv[r] = 0.0f;
                 continue;
             }
-            float m = -INFINITY;
-            for (int64_t c = 0; c < nv; c++)
-                m = sr[c] > m ? sr[c] : m;
-            float sum = tsr_cpu_exp_sum_row(sr, sr, m, nv);
-            float inv = 1.0f / sum;
-            for (int64_t c = 0; c < nv; c++)
-                sr[c] *= inv;
+            inv[r] = 1.0f / tsr_cpu_exp_sum_row(sr, sr, tsr_cpu_row_max(sr, nv), nv);
             if (nv < kmax)
                 memset(sr + nv, 0, (size_t)(kmax - nv) * sizeof(float));
         }
+        /* unnormalised P V, then one scale per output row (D, not Lk, values) */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)j->d, (int)kmax,
                     1.0f, s, (int)kmax, vp, (int)hd, 0.0f, yp, (int)hd);
+        for (int64_t r = 0; r < rows; r++) {
+            float *yr = yp + r * hd;
+            for (int64_t c = 0; c < j->d; c++)
+                yr[c] *= inv[r];
+        }
     }
 }
 
@@ -107,7 +110,7 @@ int tsr_cpu_attention(tsr_backend *b, const tsr_tensor *q, const tsr_tensor *k,
         rows = j.lq;
     j.block = rows;
     j.nblocks = (j.lq + rows - 1) / rows;
-    int rc = tsr_cpu_scratch_workers_reserve(c, (size_t)(rows * j.lk) * sizeof(float));
+    int rc = tsr_cpu_scratch_workers_reserve(c, (size_t)(rows * j.lk + rows) * sizeof(float));
     if (rc < 0)
         return rc;
     int64_t tasks = q->ne[0] * j.heads * j.nblocks;

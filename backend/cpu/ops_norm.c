@@ -167,7 +167,7 @@ typedef struct sm_job {
     int64_t c;
 } sm_job;
 
-static float row_max(const float *x, int64_t n)
+float tsr_cpu_row_max(const float *x, int64_t n)
 {
     float m = -INFINITY;
     int64_t i = 0;
@@ -191,7 +191,7 @@ static void sm_task(void *ctx_, int64_t begin, int64_t end, int worker)
     for (int64_t r = begin; r < end; r++) {
         const float *xr = j->x + r * j->c;
         float *yr = j->y + r * j->c;
-        float m = row_max(xr, j->c);
+        float m = tsr_cpu_row_max(xr, j->c);
         float s = tsr_cpu_exp_sum_row(yr, xr, m, j->c);
         float inv = 1.0f / s;
         for (int64_t i = 0; i < j->c; i++)
