@@ -678,6 +678,52 @@ done:
     return rc;
 }
 
+static int test_json_files(void)
+{
+    char path[512];
+    tmp_path("cfg.json", path, sizeof path);
+    FILE *f = fopen(path, "wb");
+    ASSERT_TRUE(f != NULL);
+    fputs("{\n  \"a\": 1,\n  \"b\": [1, 2,]\n}\n", f);
+    fclose(f);
+    cJSON *j = NULL;
+    int rc = tsr_json_load_file(path, &j);
+    char msg[1100];
+    snprintf(msg, sizeof msg, "%s", tsr_last_error());
+    ASSERT_EQ(rc, TSR_ERR_FORMAT);
+    ASSERT_TRUE(j == NULL);
+    /* The message names the file and the line of the stray ']'. */
+    ASSERT_TRUE(strstr(msg, path) != NULL);
+    ASSERT_TRUE(strstr(msg, "line 3") != NULL);
+    f = fopen(path, "wb");
+    ASSERT_TRUE(f != NULL);
+    fputs("{\"sample_size\": 64, \"down\": [\"CrossAttnDownBlock2D\"]}  \n", f);
+    fclose(f);
+    ASSERT_OK(tsr_json_load_file(path, &j));
+    int v = 0;
+    rc = tsr_json_need_int(j, path, "sample_size", 8, 256, &v);
+    cJSON_Delete(j);
+    ASSERT_OK(rc);
+    ASSERT_EQ(v, 64);
+    /* The size bound is checked before reading. */
+    rc = tsr_json_load_file_max(path, 16, &j);
+    unlink(path);
+    ASSERT_EQ(rc, TSR_ERR_RANGE);
+    ASSERT_EQ(tsr_json_load_file(path, &j), TSR_ERR_NOT_FOUND);
+    ASSERT_EQ(tsr_json_load_file("/", &j), TSR_ERR_IO);
+    /* Parse: empty input, a bare scalar, trailing data, NUL inside. */
+    ASSERT_EQ(tsr_json_parse("", 0, "x", &j), TSR_ERR_FORMAT);
+    ASSERT_OK(tsr_json_parse("42", 2, "x", &j));
+    ASSERT_TRUE(cJSON_IsNumber(j));
+    ASSERT_EQ(tsr_json_expect_object(j, "x", NULL), TSR_ERR_FORMAT);
+    cJSON_Delete(j);
+    ASSERT_EQ(tsr_json_parse("{}{}", 4, "x", &j), TSR_ERR_FORMAT);
+    ASSERT_EQ(tsr_json_parse("{}\0 ", 4, "x", &j), TSR_ERR_FORMAT);
+    /* Only `len` bytes are read: the closing brace is outside. */
+    ASSERT_EQ(tsr_json_parse("{\"a\":1}", 6, "x", &j), TSR_ERR_FORMAT);
+    return 0;
+}
+
 static const tsr_test_entry tests[] = {
     {"round_trip", test_round_trip},
     {"write_many_and_find", test_write_many_and_find},
@@ -698,6 +744,7 @@ static const tsr_test_entry tests[] = {
     {"duplicate_names", test_duplicate_names},
     {"bad_metadata", test_bad_metadata},
     {"json_helpers", test_json_helpers},
+    {"json_files", test_json_files},
 };
 
 TSR_TEST_TABLE_MAIN(tests)
