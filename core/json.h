@@ -24,7 +24,8 @@
  *    rejects 8.5, NaN-like overflow (1e999) and values beyond the range.
  *  - Strings returned are borrowed from the cJSON tree: valid until
  *    cJSON_Delete() of its root.
- *  - On error *out is left unchanged.
+ *  - On error *out (and *n) is left unchanged, though an array getter may
+ *    have filled some elements of out[].
  *
  * Parsing uses the C locale's strtod inside cJSON: do not call setlocale()
  * with a locale whose decimal point is not '.'.
