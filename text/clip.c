@@ -1,0 +1,314 @@
+/*
+ * text/clip.c - the CLIP text transformer on the backend interface.
+ *
+ * Pre-LN transformer: x = tok_emb[ids] + pos_emb; per layer
+ *   x += out_proj(attn(ln1(x)))   (causal self-attention, all heads at once)
+ *   x += fc2(act(fc1(ln2(x))))
+ * then final_layer_norm.  Padding tokens are attended like any token (the SD
+ * pipelines pass no attention mask), which is why the pad id matters.
+ *
+ * The forward pass is written once and run twice the first time a shape is
+ * seen: in measuring mode (the workspace arena hands out NULL and ops are
+ * skipped) to size the workspace exactly, then for real.
+ */
+#include "text/clip.h"
+
+#include <cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/arena.h"
+#include "core/error.h"
+#include "core/json.h"
+
+typedef struct clip_layer {
+    const tsr_tensor *ln1_w, *ln1_b, *ln2_w, *ln2_b;
+    const tsr_tensor *q_w, *q_b, *k_w, *k_b, *v_w, *v_b, *o_w, *o_b;
+    const tsr_tensor *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+} clip_layer;
+
+struct tsr_clip {
+    tsr_clip_config cfg;
+    tsr_backend *backend;
+    const tsr_tensor *tok_emb, *pos_emb, *final_w, *final_b, *proj;
+    clip_layer layers[TSR_CLIP_MAX_LAYERS];
+    tsr_arena ws;
+    int64_t ws_tokens; /* batch*len the workspace was planned for */
+};
+
+int tsr_clip_config_parse(const cJSON *cfg, const char *label, tsr_clip_config *out)
+{
+    memset(out, 0, sizeof *out);
+    TSR_TRY(tsr_json_expect_object(cfg, label, "text encoder config"));
+    TSR_TRY(tsr_json_get_int(cfg, label, "vocab_size", 49408, 1, 1 << 22, &out->vocab_size));
+    TSR_TRY(tsr_json_get_int(cfg, label, "hidden_size", 512, 1, 1 << 16, &out->hidden_size));
+    TSR_TRY(tsr_json_get_int(cfg, label, "intermediate_size", 2048, 1, 1 << 18,
+                             &out->intermediate_size));
+    TSR_TRY(tsr_json_get_int(cfg, label, "num_hidden_layers", 12, 1, TSR_CLIP_MAX_LAYERS,
+                             &out->num_layers));
+    TSR_TRY(tsr_json_get_int(cfg, label, "num_attention_heads", 8, 1, 1024, &out->num_heads));
+    TSR_TRY(tsr_json_get_int(cfg, label, "max_position_embeddings", 77, 1, 1 << 16,
+                             &out->max_positions));
+    TSR_TRY(tsr_json_get_int(cfg, label, "projection_dim", 0, 0, 1 << 16, &out->projection_dim));
+    TSR_TRY(tsr_json_get_int(cfg, label, "eos_token_id", 2, 0, 1 << 22, &out->eos_token_id));
+    double eps;
+    TSR_TRY(tsr_json_get_double(cfg, label, "layer_norm_eps", 1e-5, 0, 1, &eps));
+    out->layer_norm_eps = (float)eps;
+    const char *act;
+    TSR_TRY(tsr_json_get_string(cfg, label, "hidden_act", "quick_gelu", &act));
+    if (strcmp(act, "quick_gelu") == 0)
+        out->act = TSR_UNARY_QUICK_GELU;
+    else if (strcmp(act, "gelu") == 0)
+        out->act = TSR_UNARY_GELU;
+    else if (strcmp(act, "gelu_new") == 0 || strcmp(act, "gelu_pytorch_tanh") == 0)
+        out->act = TSR_UNARY_GELU_TANH;
+    else
+        return tsr_errorf(TSR_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported", label, act);
+    if (out->hidden_size % out->num_heads != 0)
+        return tsr_errorf(TSR_ERR_FORMAT, "%s: hidden_size %d is not a multiple of %d heads", label,
+                          out->hidden_size, out->num_heads);
+    return TSR_OK;
+}
+
+/* Fetch a weight and check its shape (n1 = 0 for 1-D tensors). */
+static int get_weight(const tsr_weights *w, const tsr_tensor **out, int64_t n0, int64_t n1,
+                      const char *fmt, int layer)
+{
+    char name[160];
+    snprintf(name, sizeof name, fmt, layer);
+    TSR_TRY(tsr_weights_get(w, name, out));
+    const tsr_tensor *t = *out;
+    bool ok = n1 ? (t->ndim == 2 && t->ne[0] == n0 && t->ne[1] == n1)
+                 : (t->ndim == 1 && t->ne[0] == n0);
+    if (!ok) {
+        char shape[64];
+        return tsr_errorf(TSR_ERR_FORMAT, "text encoder weight '%s' has shape %s, expected [%lld%s%lld]",
+                          name, tsr_tensor_shape_str(t, shape, sizeof shape), (long long)n0,
+                          n1 ? ", " : "", (long long)(n1 ? n1 : 0));
+    }
+    return TSR_OK;
+}
+
+int tsr_clip_create(const tsr_clip_config *cfg, const tsr_weights *w, tsr_backend *backend,
+                    tsr_clip **out)
+{
+    *out = NULL;
+    tsr_clip *c = calloc(1, sizeof *c);
+    if (!c)
+        return tsr_errorf(TSR_ERR_NOMEM, "cannot allocate the text encoder");
+    c->cfg = *cfg;
+    c->backend = backend;
+    const int64_t D = cfg->hidden_size, I = cfg->intermediate_size;
+    int rc;
+#define W(dst, n0, n1, fmt, i) TSR_CHECK_GOTO(rc, get_weight(w, &(dst), n0, n1, fmt, i), fail)
+    W(c->tok_emb, cfg->vocab_size, D, "text_model.embeddings.token_embedding.weight", 0);
+    W(c->pos_emb, cfg->max_positions, D, "text_model.embeddings.position_embedding.weight", 0);
+    W(c->final_w, D, 0, "text_model.final_layer_norm.weight", 0);
+    W(c->final_b, D, 0, "text_model.final_layer_norm.bias", 0);
+    /* CLIPTextConfig always carries projection_dim; whether the model has a
+     * projection (CLIPTextModelWithProjection) is told by its weights. */
+    if (cfg->projection_dim > 0 && tsr_weights_get(w, "text_projection.weight", &c->proj) == TSR_OK)
+        W(c->proj, cfg->projection_dim, D, "text_projection.weight", 0);
+    else
+        c->cfg.projection_dim = 0;
+    tsr_error_clear();
+    for (int i = 0; i < cfg->num_layers; i++) {
+        clip_layer *l = &c->layers[i];
+#define P "text_model.encoder.layers.%d."
+        W(l->ln1_w, D, 0, P "layer_norm1.weight", i);
+        W(l->ln1_b, D, 0, P "layer_norm1.bias", i);
+        W(l->ln2_w, D, 0, P "layer_norm2.weight", i);
+        W(l->ln2_b, D, 0, P "layer_norm2.bias", i);
+        W(l->q_w, D, D, P "self_attn.q_proj.weight", i);
+        W(l->q_b, D, 0, P "self_attn.q_proj.bias", i);
+        W(l->k_w, D, D, P "self_attn.k_proj.weight", i);
+        W(l->k_b, D, 0, P "self_attn.k_proj.bias", i);
+        W(l->v_w, D, D, P "self_attn.v_proj.weight", i);
+        W(l->v_b, D, 0, P "self_attn.v_proj.bias", i);
+        W(l->o_w, D, D, P "self_attn.out_proj.weight", i);
+        W(l->o_b, D, 0, P "self_attn.out_proj.bias", i);
+        W(l->fc1_w, I, D, P "mlp.fc1.weight", i);
+        W(l->fc1_b, I, 0, P "mlp.fc1.bias", i);
+        W(l->fc2_w, D, I, P "mlp.fc2.weight", i);
+        W(l->fc2_b, D, 0, P "mlp.fc2.bias", i);
+#undef P
+    }
+#undef W
+    *out = c;
+    return TSR_OK;
+fail:
+    free(c);
+    return rc;
+}
+
+void tsr_clip_free(tsr_clip *c)
+{
+    if (!c)
+        return;
+    tsr_arena_free(&c->ws);
+    free(c);
+}
+
+const tsr_clip_config *tsr_clip_get_config(const tsr_clip *c)
+{
+    return &c->cfg;
+}
+
+/* In measuring mode the arena hands out NULL data and ops are skipped. */
+#define OP(expr)                  \
+    do {                          \
+        if (!ws->measuring)       \
+            TSR_TRY(expr);        \
+    } while (0)
+
+static int alloc3(tsr_arena *ws, tsr_tensor *t, int64_t b, int64_t l, int64_t d)
+{
+    int64_t ne[3] = {b, l, d};
+    return tsr_arena_tensor(ws, t, TSR_F32, 3, ne);
+}
+
+/* Row b of a [B, L, D] tensor at position `pos`, copied to the host. */
+static int download_row(tsr_backend *be, const tsr_tensor *t, int64_t b, int64_t pos, float *dst)
+{
+    const int64_t L = t->ne[1], D = t->ne[2];
+    const float *src = (const float *)t->data + (b * L + pos) * D;
+    return tsr_backend_download(be, dst, src, (size_t)D * sizeof(float));
+}
+
+static int clip_forward(tsr_clip *c, tsr_arena *ws, const int32_t *ids, int B, int L,
+                        const tsr_clip_output *o, float *hidden, float *pooled, float *projected)
+{
+    const tsr_clip_config *cfg = &c->cfg;
+    tsr_backend *be = c->backend;
+    const int64_t D = cfg->hidden_size, I = cfg->intermediate_size;
+    const int target = cfg->num_layers - o->skip + 1; /* layers to run for `hidden` */
+    const bool need_all = pooled || projected;
+    const int run = need_all ? cfg->num_layers : target;
+
+    tsr_tensor ids_t, x, h, q, k, v, a, f, keep = {0};
+    int64_t ne_ids[2] = {B, L};
+    TSR_TRY(tsr_arena_tensor(ws, &ids_t, TSR_I32, 2, ne_ids));
+    TSR_TRY(alloc3(ws, &x, B, L, D));
+    TSR_TRY(alloc3(ws, &h, B, L, D));
+    TSR_TRY(alloc3(ws, &q, B, L, D));
+    TSR_TRY(alloc3(ws, &k, B, L, D));
+    TSR_TRY(alloc3(ws, &v, B, L, D));
+    TSR_TRY(alloc3(ws, &a, B, L, D));
+    TSR_TRY(alloc3(ws, &f, B, L, I));
+    if ((need_all && target < cfg->num_layers) || ws->measuring) /* plan for the worst case */
+        TSR_TRY(alloc3(ws, &keep, B, L, D));
+
+    OP(tsr_backend_upload(be, ids_t.data, ids, (size_t)B * L * sizeof(int32_t)));
+    OP(tsr_embedding(be, &ids_t, c->tok_emb, &x));
+    tsr_tensor pos = tsr_tensor_2d(TSR_F32, L, D, c->pos_emb->data);
+    pos.backend = c->pos_emb->backend;
+    OP(tsr_binary(be, TSR_BINARY_ADD, &x, &pos, &x));
+
+    const tsr_attention_params ap = {cfg->num_heads, 0.0f, true};
+    for (int i = 0; i < run; i++) {
+        const clip_layer *l = &c->layers[i];
+        OP(tsr_layer_norm(be, &x, l->ln1_w, l->ln1_b, cfg->layer_norm_eps, &h));
+        OP(tsr_linear(be, &h, l->q_w, l->q_b, &q));
+        OP(tsr_linear(be, &h, l->k_w, l->k_b, &k));
+        OP(tsr_linear(be, &h, l->v_w, l->v_b, &v));
+        OP(tsr_attention(be, &q, &k, &v, &ap, &a));
+        OP(tsr_linear(be, &a, l->o_w, l->o_b, &h));
+        OP(tsr_binary(be, TSR_BINARY_ADD, &x, &h, &x));
+        OP(tsr_layer_norm(be, &x, l->ln2_w, l->ln2_b, cfg->layer_norm_eps, &h));
+        OP(tsr_linear(be, &h, l->fc1_w, l->fc1_b, &f));
+        OP(tsr_unary(be, cfg->act, &f, &f));
+        OP(tsr_linear(be, &f, l->fc2_w, l->fc2_b, &h));
+        OP(tsr_binary(be, TSR_BINARY_ADD, &x, &h, &x));
+        if (i + 1 == target && keep.data)
+            OP(tsr_scale(be, &x, 1.0f, &keep));
+    }
+    if (ws->measuring)
+        return TSR_OK;
+
+    /* h = final_layer_norm(last state) serves pooled output, and `hidden`
+     * when it is the last layer's normed state. */
+    OP(tsr_layer_norm(be, &x, c->final_w, c->final_b, cfg->layer_norm_eps, &h));
+    const tsr_tensor *chosen = target == run ? &x : &keep;
+    if (o->final_norm) {
+        if (chosen != &x)
+            OP(tsr_layer_norm(be, chosen, c->final_w, c->final_b, cfg->layer_norm_eps, &q));
+        chosen = chosen == &x ? &h : &q;
+    }
+    OP(tsr_backend_download(be, hidden, chosen->data, (size_t)B * L * D * sizeof(float)));
+
+    if (need_all) {
+        /* EOS position: first id equal to eos_token_id, or the argmax of the
+         * ids for legacy configs (eos_token_id == 2), as transformers does. */
+        tsr_tensor pool_t = tsr_tensor_2d(TSR_F32, B, D, a.data);
+        pool_t.backend = a.backend;
+        for (int b = 0; b < B; b++) {
+            const int32_t *row = ids + (size_t)b * L;
+            int pos_eos = 0;
+            for (int t = 0; t < L; t++) {
+                bool better = cfg->eos_token_id == 2 ? row[t] > row[pos_eos]
+                                                     : row[t] == cfg->eos_token_id;
+                if (better) {
+                    pos_eos = t;
+                    if (cfg->eos_token_id != 2)
+                        break;
+                }
+            }
+            float *dst = (float *)pool_t.data + (size_t)b * D;
+            if (be->host_visible)
+                TSR_TRY(download_row(be, &h, b, pos_eos, dst));
+            else
+                return tsr_errorf(TSR_ERR_UNSUPPORTED, "pooled output on a device backend");
+        }
+        if (pooled)
+            OP(tsr_backend_download(be, pooled, pool_t.data, (size_t)B * D * sizeof(float)));
+        if (projected) {
+            if (!c->proj)
+                return tsr_errorf(TSR_ERR_INVALID, "this text encoder has no text_projection");
+            tsr_tensor proj_t = tsr_tensor_2d(TSR_F32, B, cfg->projection_dim, f.data);
+            proj_t.backend = f.backend;
+            OP(tsr_linear(be, &pool_t, c->proj, NULL, &proj_t));
+            OP(tsr_backend_download(be, projected, proj_t.data,
+                                    (size_t)B * cfg->projection_dim * sizeof(float)));
+        }
+    }
+    return tsr_backend_sync(be);
+}
+
+int tsr_clip_encode(tsr_clip *c, const int32_t *ids, int batch, int len, const tsr_clip_output *o,
+                    float *hidden, float *pooled, float *projected)
+{
+    const tsr_clip_config *cfg = &c->cfg;
+    if (!o || !ids || !hidden)
+        return tsr_errorf(TSR_ERR_INVALID, "text encoder: NULL argument");
+    if (batch < 1 || batch > 4096)
+        return tsr_errorf(TSR_ERR_INVALID, "text encoder batch %d outside 1..4096", batch);
+    if (len < 1 || len > cfg->max_positions)
+        return tsr_errorf(TSR_ERR_INVALID, "sequence length %d outside 1..%d", len,
+                          cfg->max_positions);
+    if (o->skip < 1 || o->skip > cfg->num_layers)
+        return tsr_errorf(TSR_ERR_INVALID, "clip skip %d outside 1..%d", o->skip, cfg->num_layers);
+    if (projected && cfg->projection_dim == 0)
+        return tsr_errorf(TSR_ERR_INVALID, "this text encoder has no text_projection");
+    if (projected && (int64_t)cfg->projection_dim > cfg->intermediate_size)
+        return tsr_errorf(TSR_ERR_UNSUPPORTED, "projection wider than the MLP is not supported");
+    for (int64_t i = 0; i < (int64_t)batch * len; i++)
+        if (ids[i] < 0 || ids[i] >= cfg->vocab_size)
+            return tsr_errorf(TSR_ERR_RANGE, "token id %d at %lld outside the vocabulary (%d)",
+                              ids[i], (long long)i, cfg->vocab_size);
+
+    /* Plan once per largest shape: a measuring pass sizes the workspace. */
+    const int64_t tokens = (int64_t)batch * cfg->max_positions;
+    if (tokens > c->ws_tokens) {
+        tsr_arena plan;
+        tsr_arena_init_measure(&plan, c->backend);
+        const tsr_clip_output worst = {cfg->num_layers, true};
+        TSR_TRY(clip_forward(c, &plan, ids, batch, cfg->max_positions, &worst, NULL, NULL, NULL));
+        tsr_arena_free(&c->ws);
+        c->ws_tokens = 0;
+        TSR_TRY(tsr_arena_init(&c->ws, c->backend, plan.peak));
+        c->ws_tokens = tokens;
+    }
+    tsr_arena_reset(&c->ws, 0);
+    return clip_forward(c, &c->ws, ids, batch, len, o, hidden, pooled, projected);
+}

@@ -1,0 +1,72 @@
+/*
+ * text/clip.h - the CLIP text transformer (CLIPTextModel and
+ * CLIPTextModelWithProjection), configured from text_encoder{,_2}/config.json.
+ *
+ * One struct serves the three families: SD 1.x (ViT-L/14, quick-GELU), SD 2.x
+ * (OpenCLIP ViT-H, GELU, shipped by diffusers already cut to 23 layers) and
+ * SDXL's pair (CLIP-L and OpenCLIP bigG with a text projection).  What a
+ * family takes from it is chosen by tsr_clip_output: which hidden state
+ * (counted from the end, like A1111's clip_skip), whether the final layer
+ * norm is applied to it, and whether the pooled EOS embedding is projected.
+ *
+ * Memory: weights are borrowed from a tsr_weights; activations live in a
+ * workspace arena planned by a measuring pass for the largest batch seen, so
+ * repeated calls allocate nothing.
+ */
+#ifndef TSR_TEXT_CLIP_H
+#define TSR_TEXT_CLIP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "core/model.h"
+
+struct cJSON;
+
+#define TSR_CLIP_MAX_LAYERS 64
+
+typedef struct tsr_clip_config {
+    int vocab_size;
+    int hidden_size;
+    int intermediate_size;
+    int num_layers;
+    int num_heads;
+    int max_positions;
+    int projection_dim;   /* 0 when the model has no text_projection */
+    int eos_token_id;     /* pooled output: first position holding it (2 = legacy argmax) */
+    tsr_unary_kind act;   /* quick_gelu, gelu or gelu_tanh */
+    float layer_norm_eps;
+} tsr_clip_config;
+
+/* Parse a transformers CLIPTextConfig JSON.  `label` names it in errors. */
+int tsr_clip_config_parse(const struct cJSON *cfg, const char *label, tsr_clip_config *out);
+
+typedef struct tsr_clip_output {
+    /* Which hidden state to return: 1 = the last layer's output, 2 = the
+     * penultimate, ... (A1111's clip_skip).  */
+    int skip;
+    /* Apply final_layer_norm to the returned hidden state (SD 1.x/2.x do;
+     * SDXL uses the penultimate state without it). */
+    bool final_norm;
+} tsr_clip_output;
+
+typedef struct tsr_clip tsr_clip;
+
+/* Borrowed: weights and backend must outlive the encoder.  Checks that
+ * every tensor the config needs is present with the right shape. */
+int tsr_clip_create(const tsr_clip_config *cfg, const tsr_weights *weights, tsr_backend *backend,
+                    tsr_clip **out);
+void tsr_clip_free(tsr_clip *c);
+const tsr_clip_config *tsr_clip_get_config(const tsr_clip *c);
+
+/* Encode `batch` sequences of `len` ids (len <= max_positions).
+ *   hidden  [batch, len, hidden_size] host floats: the state chosen by `o`.
+ *   pooled  [batch, hidden_size] or NULL: final-normed state at the EOS
+ *           position (transformers' pooler_output).
+ *   projected [batch, projection_dim] or NULL: pooled @ text_projection^T
+ *           (CLIPTextModelWithProjection's text_embeds). */
+int tsr_clip_encode(tsr_clip *c, const int32_t *ids, int batch, int len, const tsr_clip_output *o,
+                    float *hidden, float *pooled, float *projected);
+
+#endif
