@@ -15,17 +15,18 @@ float32 inputs (an exact oracle) and stored as float32; the timestep
 embedding instead calls diffusers' own get_timestep_embedding in float32,
 because the op is defined as "exactly what diffusers computes".
 
-Pinned: torch 2.9.1 (CPU), diffusers 0.35.2, safetensors (tools/setup-venv.sh).
+Pinned: torch 2.9.1 (CPU), diffusers 0.35.2 (tools/setup-venv.sh).
 Deterministic: fixed seeds.  Run:
     . .venv/bin/activate && python tools/reference/make_op_goldens.py
 """
+import json
 import math
 import os
+import struct
 import sys
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "ops")
 
@@ -54,8 +55,31 @@ class File:
     def write(self):
         self.meta["cases"] = ",".join(self.cases)
         path = os.path.join(OUT, f"{self.op}.safetensors")
-        save_file(self.tensors, path, metadata=self.meta)
+        write_safetensors(path, self.tensors, self.meta)
         return os.path.getsize(path)
+
+
+def write_safetensors(path, tensors, meta):
+    """The safetensors format, written by hand so the bytes are reproducible
+    (safetensors' own writer emits the metadata map in hash order)."""
+    dtypes = {torch.float32: "F32", torch.int32: "I32"}
+    header = {"__metadata__": dict(sorted(meta.items()))}
+    blobs = []
+    offset = 0
+    for name in sorted(tensors):
+        t = tensors[name]
+        raw = t.contiguous().numpy().tobytes()
+        header[name] = {"dtype": dtypes[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for raw in blobs:
+            f.write(raw)
 
 
 def d(t):
