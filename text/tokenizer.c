@@ -1,0 +1,894 @@
+/*
+ * text/tokenizer.c - CLIP BPE: loading, text cleanup, pre-tokenisation, BPE.
+ *
+ * Why it is built this way: every BPE symbol (a vocabulary string, or a
+ * merge result missing from a damaged vocabulary) is interned once at load
+ * and named by an index, so a merge is a hash lookup on a pair of integers
+ * and BPE never compares strings.  Symbols keep their vocabulary id (-1 when
+ * the vocabulary lacks them, which maps to UNK as transformers does).  The
+ * BPE of each pre-token is cached by its bytes, as CLIPTokenizer caches it.
+ * The text cleanup mirrors CLIPTokenizer._tokenize step for step; the
+ * Unicode tables it relies on are generated from Python (text/unicode.h).
+ */
+#include "text/tokenizer.h"
+
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "text/unicode.h"
+#include "text/unicode_clip.h"
+
+#define CLIP_N_MERGES (49152 - 256 - 2) /* merges[1 : 49152-256-2+1] */
+#define MAX_FILE (64u << 20)
+#define CACHE_CAP 16384 /* entries; the cache is emptied when half full */
+#define CACHE_MAX_WORD 256
+
+extern const char tsr_bpe_default_merges[];
+extern const size_t tsr_bpe_default_merges_len;
+
+typedef struct sym {
+    uint32_t off, len; /* in strs */
+    int32_t id;        /* vocab id or -1 */
+} sym;
+
+typedef struct merge_slot {
+    uint64_t key; /* (a << 32 | b) + 1; 0 = empty */
+    int32_t rank, result;
+} merge_slot;
+
+typedef struct cache_slot {
+    char *word;   /* owned; NULL = empty */
+    int32_t *ids; /* owned */
+    uint32_t n;
+} cache_slot;
+
+typedef struct added_token {
+    char *content; /* owned */
+    int32_t id;
+    bool lstrip, rstrip;
+} added_token;
+
+struct tsr_tokenizer {
+    char *strs; /* all symbol strings, owned */
+    size_t strs_n, strs_cap;
+    sym *syms;
+    size_t n_syms, syms_cap;
+    int32_t *sym_index; /* open addressing: string -> sym; -1 empty */
+    size_t index_cap;
+    merge_slot *merges;
+    size_t merges_cap;
+    int32_t byte_sym[256], byte_sym_w[256];
+    int32_t *id_to_sym; /* vocab id -> sym, -1 for holes */
+    int32_t vocab_size;
+    int32_t bos, eos, unk, pad, comma, sot_id, eot_id;
+    added_token added[4];
+    int n_added;
+    cache_slot *cache;
+    size_t cache_used;
+    pthread_mutex_t lock;
+};
+
+/* ---- bytes_to_unicode ---- */
+
+static uint32_t byte_cp[256];
+static int byte_order[256];
+static pthread_once_t byte_once = PTHREAD_ONCE_INIT;
+
+static void byte_init(void)
+{
+    bool printable[256] = {false};
+    int n = 0;
+    for (int b = 0; b < 256; b++)
+        printable[b] = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+    for (int b = 0; b < 256; b++)
+        if (printable[b]) {
+            byte_cp[b] = (uint32_t)b;
+            byte_order[n++] = b;
+        }
+    int extra = 0;
+    for (int b = 0; b < 256; b++)
+        if (!printable[b]) {
+            byte_cp[b] = 256u + (uint32_t)extra++;
+            byte_order[n++] = b;
+        }
+}
+
+/* ---- interning ---- */
+
+static uint64_t hash_bytes(const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+static int32_t sym_find(const tsr_tokenizer *t, const char *s, size_t n)
+{
+    size_t mask = t->index_cap - 1;
+    for (size_t i = hash_bytes(s, n) & mask;; i = (i + 1) & mask) {
+        int32_t k = t->sym_index[i];
+        if (k < 0)
+            return -1;
+        const sym *y = &t->syms[k];
+        if (y->len == n && memcmp(t->strs + y->off, s, n) == 0)
+            return k;
+    }
+}
+
+static int index_grow(tsr_tokenizer *t)
+{
+    size_t cap = t->index_cap ? t->index_cap * 2 : 1u << 17;
+    int32_t *idx = malloc(cap * sizeof(int32_t));
+    if (!idx)
+        return tsr_errorf(TSR_ERR_NOMEM, "tokenizer: out of memory");
+    memset(idx, 0xFF, cap * sizeof(int32_t));
+    for (size_t k = 0; k < t->n_syms; k++) {
+        const sym *y = &t->syms[k];
+        size_t i = hash_bytes(t->strs + y->off, y->len) & (cap - 1);
+        while (idx[i] >= 0)
+            i = (i + 1) & (cap - 1);
+        idx[i] = (int32_t)k;
+    }
+    free(t->sym_index);
+    t->sym_index = idx;
+    t->index_cap = cap;
+    return 0;
+}
+
+/* Intern `s`; returns the sym index (>= 0) or a negative status. */
+static int32_t sym_intern(tsr_tokenizer *t, const char *s, size_t n)
+{
+    int32_t k = sym_find(t, s, n);
+    if (k >= 0)
+        return k;
+    if (n > UINT32_MAX / 2 || t->n_syms >= INT32_MAX / 2)
+        return tsr_errorf(TSR_ERR_RANGE, "tokenizer: too many or too long tokens");
+    if ((t->n_syms + 1) * 2 > t->index_cap)
+        TSR_TRY(index_grow(t));
+    if (t->strs_n + n > t->strs_cap) {
+        size_t cap = t->strs_cap ? t->strs_cap : 1u << 20;
+        while (cap < t->strs_n + n)
+            cap *= 2;
+        char *p = realloc(t->strs, cap);
+        if (!p)
+            return tsr_errorf(TSR_ERR_NOMEM, "tokenizer: out of memory");
+        t->strs = p;
+        t->strs_cap = cap;
+    }
+    if (t->n_syms == t->syms_cap) {
+        size_t cap = t->syms_cap ? t->syms_cap * 2 : 65536;
+        sym *p = realloc(t->syms, cap * sizeof(sym));
+        if (!p)
+            return tsr_errorf(TSR_ERR_NOMEM, "tokenizer: out of memory");
+        t->syms = p;
+        t->syms_cap = cap;
+    }
+    memcpy(t->strs + t->strs_n, s, n);
+    k = (int32_t)t->n_syms++;
+    t->syms[k] = (sym){(uint32_t)t->strs_n, (uint32_t)n, -1};
+    t->strs_n += n;
+    size_t mask = t->index_cap - 1;
+    size_t i = hash_bytes(s, n) & mask;
+    while (t->sym_index[i] >= 0)
+        i = (i + 1) & mask;
+    t->sym_index[i] = k;
+    return k;
+}
+
+static int32_t vocab_id(const tsr_tokenizer *t, const char *s)
+{
+    int32_t k = sym_find(t, s, strlen(s));
+    return k >= 0 ? t->syms[k].id : -1;
+}
+
+/* ---- merges ---- */
+
+static merge_slot *merge_slot_for(const tsr_tokenizer *t, uint64_t key)
+{
+    size_t mask = t->merges_cap - 1;
+    size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+    while (t->merges[i].key && t->merges[i].key != key)
+        i = (i + 1) & mask;
+    return &t->merges[i];
+}
+
+static bool py_space_byte_at(const char *s, size_t n, size_t i, size_t *w)
+{
+    /* str.split() separators inside merges.txt lines (ASCII + the rest). */
+    unsigned char c = (unsigned char)s[i];
+    if (c < 0x80) {
+        *w = 1;
+        return c == ' ' || (c >= 9 && c <= 13) || (c >= 0x1C && c <= 0x1F);
+    }
+    tsr_u32buf b = {0};
+    size_t len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : 4;
+    if (i + len > n)
+        len = n - i;
+    bool sp = false;
+    *w = 1;
+    if (tsr_utf8_decode(s + i, len, &b, "merges") == 0 && b.n == 1) {
+        sp = tsr_u_in(tsr_u_py_space, tsr_u_py_space_n, b.v[0]);
+        *w = len;
+    }
+    tsr_u32_free(&b);
+    tsr_error_clear();
+    return sp;
+}
+
+/* Parse merges text (the "#version" line first).  Lines are merge rules
+ * "a b"; a line that does not split into exactly two parts can never match
+ * a pair and is skipped, as in Python. */
+static int load_merges(tsr_tokenizer *t, const char *text, size_t len, const char *what)
+{
+    /* text.strip() */
+    while (len > 0 && strchr(" \t\r\n\v\f", text[len - 1]))
+        len--;
+    while (len > 0 && strchr(" \t\r\n\v\f", text[0]))
+        text++, len--;
+    t->merges_cap = 1u << 17;
+    t->merges = calloc(t->merges_cap, sizeof(merge_slot));
+    if (!t->merges)
+        return tsr_errorf(TSR_ERR_NOMEM, "%s: out of memory", what);
+    size_t pos = 0;
+    long line = 0;
+    int32_t rank = 0;
+    while (pos < len && rank < CLIP_N_MERGES) {
+        const char *nl = memchr(text + pos, '\n', len - pos);
+        size_t end = nl ? (size_t)(nl - text) : len;
+        if (line++ > 0) {
+            size_t start[3], stop[3];
+            int parts = 0;
+            size_t i = pos, w;
+            while (i < end && parts < 3) {
+                while (i < end && py_space_byte_at(text, end, i, &w))
+                    i += w;
+                if (i >= end)
+                    break;
+                start[parts] = i;
+                while (i < end && !py_space_byte_at(text, end, i, &w))
+                    i += w;
+                stop[parts++] = i;
+            }
+            if (parts == 2) {
+                int32_t a = sym_intern(t, text + start[0], stop[0] - start[0]);
+                TSR_TRY(a);
+                int32_t b = sym_intern(t, text + start[1], stop[1] - start[1]);
+                TSR_TRY(b);
+                size_t la = stop[0] - start[0], lb = stop[1] - start[1];
+                char *cat = malloc(la + lb + 1);
+                if (!cat)
+                    return tsr_errorf(TSR_ERR_NOMEM, "%s: out of memory", what);
+                memcpy(cat, text + start[0], la);
+                memcpy(cat + la, text + start[1], lb);
+                int32_t r = sym_intern(t, cat, la + lb);
+                free(cat);
+                TSR_TRY(r);
+                uint64_t key = (((uint64_t)a << 32) | (uint32_t)b) + 1;
+                merge_slot *s = merge_slot_for(t, key);
+                s->key = key; /* a duplicate keeps the later rank, as dict() does */
+                s->rank = rank;
+                s->result = r;
+            }
+            rank++;
+        }
+        pos = end + 1;
+    }
+    return 0;
+}
+
+/* ---- special tokens ---- */
+
+static int set_added(tsr_tokenizer *t, int slot, const char *content, bool lstrip, bool rstrip)
+{
+    added_token *a = &t->added[slot];
+    free(a->content);
+    a->content = NULL;
+    a->id = -1;
+    if (!content)
+        return 0;
+    a->content = strdup(content);
+    if (!a->content)
+        return tsr_errorf(TSR_ERR_NOMEM, "tokenizer: out of memory");
+    a->lstrip = lstrip;
+    a->rstrip = rstrip;
+    return 0;
+}
+
+enum { ADD_BOS, ADD_EOS, ADD_UNK, ADD_PAD };
+static const char *const special_keys[4] = {"bos_token", "eos_token", "unk_token", "pad_token"};
+
+/* Read the four special tokens from one JSON file (if present). */
+static int read_specials(tsr_tokenizer *t, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0; /* optional */
+    int rc = 0;
+    char *buf = NULL;
+    cJSON *root = NULL;
+    if (fseek(f, 0, SEEK_END) != 0) {
+        rc = tsr_errorf(TSR_ERR_IO, "%s: cannot seek", path);
+        goto cleanup;
+    }
+    long size = ftell(f);
+    if (size < 0 || (unsigned long)size > MAX_FILE) {
+        rc = tsr_errorf(TSR_ERR_RANGE, "%s: bad size %ld", path, size);
+        goto cleanup;
+    }
+    rewind(f);
+    buf = malloc((size_t)size + 1);
+    if (!buf) {
+        rc = tsr_errorf(TSR_ERR_NOMEM, "%s: out of memory", path);
+        goto cleanup;
+    }
+    if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
+        rc = tsr_errorf(TSR_ERR_IO, "%s: read failed", path);
+        goto cleanup;
+    }
+    buf[size] = '\0';
+    root = cJSON_ParseWithLength(buf, (size_t)size);
+    if (!cJSON_IsObject(root)) {
+        rc = tsr_errorf(TSR_ERR_FORMAT, "%s: not a JSON object", path);
+        goto cleanup;
+    }
+    for (int k = 0; k < 4; k++) {
+        cJSON *v = cJSON_GetObjectItemCaseSensitive(root, special_keys[k]);
+        if (!v)
+            continue;
+        if (cJSON_IsNull(v)) {
+            TSR_CHECK_GOTO(rc, set_added(t, k, NULL, false, false), cleanup);
+        } else if (cJSON_IsString(v)) {
+            TSR_CHECK_GOTO(rc, set_added(t, k, v->valuestring, false, false), cleanup);
+        } else if (cJSON_IsObject(v)) {
+            cJSON *c = cJSON_GetObjectItemCaseSensitive(v, "content");
+            if (!cJSON_IsString(c)) {
+                rc = tsr_errorf(TSR_ERR_FORMAT, "%s: %s has no string \"content\"", path,
+                                special_keys[k]);
+                goto cleanup;
+            }
+            bool ls = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "lstrip"));
+            bool rs = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "rstrip"));
+            TSR_CHECK_GOTO(rc, set_added(t, k, c->valuestring, ls, rs), cleanup);
+        } else {
+            rc = tsr_errorf(TSR_ERR_FORMAT, "%s: %s must be a string or an AddedToken object",
+                            path, special_keys[k]);
+            goto cleanup;
+        }
+    }
+cleanup:
+    cJSON_Delete(root);
+    free(buf);
+    fclose(f);
+    return rc;
+}
+
+static int finish(tsr_tokenizer *t, const char *what)
+{
+    for (int k = 0; k < 4; k++) {
+        added_token *a = &t->added[k];
+        if (!a->content)
+            continue;
+        a->id = vocab_id(t, a->content);
+        if (a->id < 0)
+            return tsr_errorf(TSR_ERR_FORMAT, "%s: %s \"%s\" is not in the vocabulary", what,
+                              special_keys[k], a->content);
+    }
+    t->bos = t->added[ADD_BOS].id;
+    t->eos = t->added[ADD_EOS].id;
+    t->unk = t->added[ADD_UNK].id;
+    t->pad = t->added[ADD_PAD].id;
+    if (t->bos < 0 || t->eos < 0)
+        return tsr_errorf(TSR_ERR_FORMAT, "%s: the tokenizer needs BOS and EOS tokens", what);
+    t->comma = vocab_id(t, ",</w>");
+    t->sot_id = vocab_id(t, "<|startoftext|>");
+    t->eot_id = vocab_id(t, "<|endoftext|>");
+    t->n_added = 4;
+    t->id_to_sym = malloc((size_t)t->vocab_size * sizeof(int32_t));
+    if (!t->id_to_sym)
+        return tsr_errorf(TSR_ERR_NOMEM, "%s: out of memory", what);
+    memset(t->id_to_sym, 0xFF, (size_t)t->vocab_size * sizeof(int32_t));
+    for (size_t k = 0; k < t->n_syms; k++)
+        if (t->syms[k].id >= 0)
+            t->id_to_sym[t->syms[k].id] = (int32_t)k;
+    t->cache = calloc(CACHE_CAP, sizeof(cache_slot));
+    if (!t->cache)
+        return tsr_errorf(TSR_ERR_NOMEM, "%s: out of memory", what);
+    return 0;
+}
+
+static int tokenizer_new(tsr_tokenizer **out)
+{
+    pthread_once(&byte_once, byte_init);
+    tsr_tokenizer *t = calloc(1, sizeof *t);
+    if (!t)
+        return tsr_errorf(TSR_ERR_NOMEM, "tokenizer: out of memory");
+    pthread_mutex_init(&t->lock, NULL);
+    for (int k = 0; k < 4; k++)
+        t->added[k].id = -1;
+    *out = t;
+    int rc = index_grow(t);
+    if (rc < 0)
+        return rc;
+    /* transformers' CLIPTokenizer defaults. */
+    TSR_TRY(set_added(t, ADD_BOS, "<|startoftext|>", false, false));
+    TSR_TRY(set_added(t, ADD_EOS, "<|endoftext|>", false, false));
+    TSR_TRY(set_added(t, ADD_UNK, "<|endoftext|>", false, false));
+    TSR_TRY(set_added(t, ADD_PAD, "<|endoftext|>", false, false));
+    return 0;
+}
+
+/* Intern the 256 byte symbols and their "</w>" forms (ids from the vocab
+ * when present: they normally are). */
+static int intern_bytes(tsr_tokenizer *t)
+{
+    for (int b = 0; b < 256; b++) {
+        char s[8];
+        int n = tsr_utf8_put(byte_cp[b], s);
+        int32_t k = sym_intern(t, s, (size_t)n);
+        TSR_TRY(k);
+        t->byte_sym[b] = k;
+        memcpy(s + n, "</w>", 4);
+        k = sym_intern(t, s, (size_t)n + 4);
+        TSR_TRY(k);
+        t->byte_sym_w[b] = k;
+    }
+    return 0;
+}
+
+static int read_file(const char *path, char **out, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return tsr_errorf(TSR_ERR_NOT_FOUND, "%s: cannot open", path);
+    int rc = 0;
+    char *buf = NULL;
+    long size;
+    if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0) {
+        rc = tsr_errorf(TSR_ERR_IO, "%s: cannot seek", path);
+        goto cleanup;
+    }
+    if ((unsigned long)size > MAX_FILE) {
+        rc = tsr_errorf(TSR_ERR_RANGE, "%s: %ld bytes is too large", path, size);
+        goto cleanup;
+    }
+    rewind(f);
+    buf = malloc((size_t)size + 1);
+    if (!buf) {
+        rc = tsr_errorf(TSR_ERR_NOMEM, "%s: out of memory", path);
+        goto cleanup;
+    }
+    if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
+        rc = tsr_errorf(TSR_ERR_IO, "%s: read failed", path);
+        goto cleanup;
+    }
+    buf[size] = '\0';
+    *out = buf;
+    *len = (size_t)size;
+    buf = NULL;
+cleanup:
+    free(buf);
+    fclose(f);
+    return rc;
+}
+
+int tsr_tokenizer_load(const char *dir, tsr_tokenizer **out)
+{
+    tsr_tokenizer *t = NULL;
+    char path[4096];
+    char *text = NULL;
+    size_t len = 0;
+    cJSON *root = NULL;
+    int rc;
+    *out = NULL;
+    TSR_CHECK_GOTO(rc, tokenizer_new(&t), fail);
+
+    snprintf(path, sizeof path, "%s/vocab.json", dir);
+    TSR_CHECK_GOTO(rc, read_file(path, &text, &len), fail);
+    root = cJSON_ParseWithLength(text, len);
+    if (!cJSON_IsObject(root)) {
+        rc = tsr_errorf(TSR_ERR_FORMAT, "%s: not a JSON object", path);
+        goto fail;
+    }
+    const cJSON *item;
+    int32_t max_id = -1;
+    cJSON_ArrayForEach(item, root)
+    {
+        if (!cJSON_IsNumber(item) || item->valuedouble < 0 || item->valuedouble >= (1 << 24) ||
+            item->valuedouble != (double)(int32_t)item->valuedouble || !item->string) {
+            rc = tsr_errorf(TSR_ERR_FORMAT, "%s: token id of \"%.40s\" is not in [0, 2^24)", path,
+                            item->string ? item->string : "?");
+            goto fail;
+        }
+        int32_t k = sym_intern(t, item->string, strlen(item->string));
+        TSR_CHECK_GOTO(rc, k, fail);
+        t->syms[k].id = (int32_t)item->valuedouble;
+        if (t->syms[k].id > max_id)
+            max_id = t->syms[k].id;
+    }
+    t->vocab_size = max_id + 1;
+    cJSON_Delete(root);
+    root = NULL;
+    free(text);
+    text = NULL;
+    if (t->vocab_size == 0) {
+        rc = tsr_errorf(TSR_ERR_FORMAT, "%s: empty vocabulary", path);
+        goto fail;
+    }
+    TSR_CHECK_GOTO(rc, intern_bytes(t), fail);
+
+    snprintf(path, sizeof path, "%s/merges.txt", dir);
+    TSR_CHECK_GOTO(rc, read_file(path, &text, &len), fail);
+    TSR_CHECK_GOTO(rc, load_merges(t, text, len, path), fail);
+    free(text);
+    text = NULL;
+
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    TSR_CHECK_GOTO(rc, read_specials(t, path), fail);
+    snprintf(path, sizeof path, "%s/special_tokens_map.json", dir);
+    TSR_CHECK_GOTO(rc, read_specials(t, path), fail);
+    TSR_CHECK_GOTO(rc, finish(t, dir), fail);
+    *out = t;
+    return 0;
+fail:
+    cJSON_Delete(root);
+    free(text);
+    tsr_tokenizer_free(t);
+    return rc;
+}
+
+int tsr_tokenizer_load_default_pad(const char *pad, tsr_tokenizer **out)
+{
+    tsr_tokenizer *t = NULL;
+    int rc;
+    *out = NULL;
+    TSR_CHECK_GOTO(rc, tokenizer_new(&t), fail);
+    /* The vocabulary as CLIP builds it from the merges: the 256 byte
+     * characters, the same with "</w>", each merge result, the two
+     * specials. */
+    int32_t id = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < 256; i++) {
+            char s[8];
+            int n = tsr_utf8_put(byte_cp[byte_order[i]], s);
+            if (pass)
+                memcpy(s + n, "</w>", 4), n += 4;
+            int32_t k = sym_intern(t, s, (size_t)n);
+            TSR_CHECK_GOTO(rc, k, fail);
+            t->syms[k].id = id++;
+        }
+    TSR_CHECK_GOTO(rc, intern_bytes(t), fail);
+    TSR_CHECK_GOTO(rc, load_merges(t, tsr_bpe_default_merges, tsr_bpe_default_merges_len,
+                                   "embedded merges"),
+                   fail);
+    /* Merge results in rank order get the next ids. */
+    {
+        int32_t *by_rank = malloc(CLIP_N_MERGES * sizeof(int32_t));
+        if (!by_rank) {
+            rc = tsr_errorf(TSR_ERR_NOMEM, "tokenizer: out of memory");
+            goto fail;
+        }
+        memset(by_rank, 0xFF, CLIP_N_MERGES * sizeof(int32_t));
+        for (size_t i = 0; i < t->merges_cap; i++)
+            if (t->merges[i].key)
+                by_rank[t->merges[i].rank] = t->merges[i].result;
+        for (int r = 0; r < CLIP_N_MERGES; r++) {
+            if (by_rank[r] < 0) {
+                free(by_rank);
+                rc = tsr_errorf(TSR_ERR_INTERNAL, "embedded merges: rank %d missing", r);
+                goto fail;
+            }
+            t->syms[by_rank[r]].id = id++;
+        }
+        free(by_rank);
+    }
+    const char *specials[2] = {"<|startoftext|>", "<|endoftext|>"};
+    for (int i = 0; i < 2; i++) {
+        int32_t k = sym_intern(t, specials[i], strlen(specials[i]));
+        TSR_CHECK_GOTO(rc, k, fail);
+        t->syms[k].id = id++;
+    }
+    t->vocab_size = id;
+    TSR_CHECK_GOTO(rc, set_added(t, ADD_PAD, pad, false, false), fail);
+    TSR_CHECK_GOTO(rc, finish(t, "embedded tokenizer"), fail);
+    *out = t;
+    return 0;
+fail:
+    tsr_tokenizer_free(t);
+    return rc;
+}
+
+int tsr_tokenizer_load_default(tsr_tokenizer **out)
+{
+    return tsr_tokenizer_load_default_pad("<|endoftext|>", out);
+}
+
+static void cache_clear(tsr_tokenizer *t)
+{
+    for (size_t i = 0; t->cache && i < CACHE_CAP; i++) {
+        free(t->cache[i].word);
+        free(t->cache[i].ids);
+        t->cache[i] = (cache_slot){0};
+    }
+    t->cache_used = 0;
+}
+
+void tsr_tokenizer_free(tsr_tokenizer *t)
+{
+    if (!t)
+        return;
+    cache_clear(t);
+    free(t->cache);
+    for (int k = 0; k < 4; k++)
+        free(t->added[k].content);
+    free(t->strs);
+    free(t->syms);
+    free(t->sym_index);
+    free(t->merges);
+    free(t->id_to_sym);
+    pthread_mutex_destroy(&t->lock);
+    free(t);
+}
+
+int32_t tsr_tokenizer_bos(const tsr_tokenizer *t) { return t->bos; }
+int32_t tsr_tokenizer_eos(const tsr_tokenizer *t) { return t->eos; }
+int32_t tsr_tokenizer_pad(const tsr_tokenizer *t) { return t->pad; }
+int32_t tsr_tokenizer_comma(const tsr_tokenizer *t) { return t->comma; }
+int32_t tsr_tokenizer_vocab_size(const tsr_tokenizer *t) { return t->vocab_size; }
+
+const char *tsr_tokenizer_token(const tsr_tokenizer *t, int32_t id)
+{
+    static _Thread_local char buf[512];
+    if (id < 0 || id >= t->vocab_size || t->id_to_sym[id] < 0)
+        return NULL;
+    const sym *y = &t->syms[t->id_to_sym[id]];
+    size_t n = y->len < sizeof buf - 1 ? y->len : sizeof buf - 1;
+    memcpy(buf, t->strs + y->off, n);
+    buf[n] = '\0';
+    return buf;
+}
+
+void tsr_ids_free(tsr_ids *ids)
+{
+    free(ids->v);
+    *ids = (tsr_ids){0};
+}
+
+int tsr_ids_push(tsr_ids *ids, int32_t id)
+{
+    if (ids->n == ids->cap) {
+        size_t cap = ids->cap ? ids->cap * 2 : 128;
+        int32_t *v = realloc(ids->v, cap * sizeof(int32_t));
+        if (!v)
+            return tsr_errorf(TSR_ERR_NOMEM, "tokenizer: out of memory");
+        ids->v = v;
+        ids->cap = cap;
+    }
+    ids->v[ids->n++] = id;
+    return 0;
+}
+
+
+/* ---- BPE ---- */
+
+/* BPE of one pre-token (its UTF-8 bytes), as CLIPTokenizer.bpe: merge the
+ * lowest-ranked adjacent pair, all its occurrences left to right, until no
+ * pair has a rank.  Appends vocab ids (UNK for symbols outside the vocab). */
+static int bpe_word(tsr_tokenizer *t, const unsigned char *w, size_t n, tsr_ids *out)
+{
+    int32_t stack[64];
+    int32_t *s = n <= 64 ? stack : malloc(n * sizeof(int32_t));
+    if (!s)
+        return tsr_errorf(TSR_ERR_NOMEM, "tokenizer: out of memory");
+    for (size_t i = 0; i < n; i++)
+        s[i] = i + 1 < n ? t->byte_sym[w[i]] : t->byte_sym_w[w[i]];
+    size_t len = n;
+    while (len > 1) {
+        int32_t best_rank = INT32_MAX, best_a = -1, best_b = -1, best_r = -1;
+        for (size_t i = 0; i + 1 < len; i++) {
+            uint64_t key = (((uint64_t)s[i] << 32) | (uint32_t)s[i + 1]) + 1;
+            const merge_slot *m = merge_slot_for(t, key);
+            if (m->key && m->rank < best_rank) {
+                best_rank = m->rank;
+                best_a = s[i];
+                best_b = s[i + 1];
+                best_r = m->result;
+            }
+        }
+        if (best_r < 0)
+            break;
+        size_t o = 0;
+        for (size_t i = 0; i < len; i++) {
+            if (i + 1 < len && s[i] == best_a && s[i + 1] == best_b) {
+                s[o++] = best_r;
+                i++;
+            } else {
+                s[o++] = s[i];
+            }
+        }
+        len = o;
+    }
+    int rc = 0;
+    for (size_t i = 0; i < len && rc == 0; i++) {
+        int32_t id = t->syms[s[i]].id;
+        rc = tsr_ids_push(out, id >= 0 ? id : t->unk);
+    }
+    if (s != stack)
+        free(s);
+    return rc;
+}
+
+static int bpe_cached(tsr_tokenizer *t, const unsigned char *w, size_t n, tsr_ids *out)
+{
+    if (n > CACHE_MAX_WORD)
+        return bpe_word(t, w, n, out);
+    uint64_t h = hash_bytes((const char *)w, n);
+    int rc = 0;
+    pthread_mutex_lock(&t->lock);
+    size_t i = h & (CACHE_CAP - 1);
+    for (; t->cache[i].word; i = (i + 1) & (CACHE_CAP - 1)) {
+        cache_slot *c = &t->cache[i];
+        if (strlen(c->word) == n && memcmp(c->word, w, n) == 0) {
+            for (uint32_t k = 0; k < c->n && rc == 0; k++)
+                rc = tsr_ids_push(out, c->ids[k]);
+            pthread_mutex_unlock(&t->lock);
+            return rc;
+        }
+    }
+    size_t before = out->n;
+    rc = bpe_word(t, w, n, out);
+    if (rc == 0 && memchr(w, 0, n) == NULL) {
+        if (t->cache_used * 2 >= CACHE_CAP) {
+            cache_clear(t);
+            for (i = h & (CACHE_CAP - 1); t->cache[i].word; i = (i + 1) & (CACHE_CAP - 1)) {
+            }
+        }
+        cache_slot *c = &t->cache[i];
+        size_t k = out->n - before;
+        c->word = malloc(n + 1);
+        c->ids = malloc((k ? k : 1) * sizeof(int32_t));
+        if (c->word && c->ids) {
+            memcpy(c->word, w, n);
+            c->word[n] = '\0';
+            memcpy(c->ids, out->v + before, k * sizeof(int32_t));
+            c->n = (uint32_t)k;
+            t->cache_used++;
+        } else {
+            free(c->word);
+            free(c->ids);
+            *c = (cache_slot){0};
+        }
+    }
+    pthread_mutex_unlock(&t->lock);
+    return rc;
+}
+
+/* CLIPTokenizer._tokenize on one piece (code points) -> ids. */
+static int tokenize_piece(tsr_tokenizer *t, const uint32_t *s, size_t n, tsr_ids *out)
+{
+    tsr_u32buf clean = {0};
+    unsigned char *bytes = NULL;
+    int rc = 0;
+    TSR_CHECK_GOTO(rc, tsr_clip_clean(s, n, &clean), cleanup);
+    if (clean.n > SIZE_MAX / 4) {
+        rc = tsr_errorf(TSR_ERR_RANGE, "tokenizer: text too long");
+        goto cleanup;
+    }
+    bytes = malloc(clean.n * 4 + 1);
+    if (!bytes) {
+        rc = tsr_errorf(TSR_ERR_NOMEM, "tokenizer: out of memory");
+        goto cleanup;
+    }
+    size_t pos = 0, start, len;
+    while ((len = tsr_clip_next_token(clean.v, clean.n, &pos, &start)) > 0) {
+        size_t nb = 0;
+        for (size_t i = start; i < start + len; i++)
+            nb += (size_t)tsr_utf8_put(clean.v[i], (char *)bytes + nb);
+        /* The cache is seeded with the two specials, which map to
+         * themselves (no "</w>"). */
+        if (nb == 15 && memcmp(bytes, "<|startoftext|>", 15) == 0) {
+            TSR_CHECK_GOTO(rc, tsr_ids_push(out, t->sot_id >= 0 ? t->sot_id : t->unk), cleanup);
+            continue;
+        }
+        if (nb == 13 && memcmp(bytes, "<|endoftext|>", 13) == 0) {
+            TSR_CHECK_GOTO(rc, tsr_ids_push(out, t->eot_id >= 0 ? t->eot_id : t->unk), cleanup);
+            continue;
+        }
+        TSR_CHECK_GOTO(rc, bpe_cached(t, bytes, nb, out), cleanup);
+    }
+cleanup:
+    free(bytes);
+    tsr_u32_free(&clean);
+    return rc;
+}
+
+static bool is_py_space(uint32_t c)
+{
+    return c == ' ' || (c < 0x80 ? (c >= 9 && c <= 13) || (c >= 0x1C && c <= 0x1F)
+                                 : tsr_u_in(tsr_u_py_space, tsr_u_py_space_n, c));
+}
+
+int tsr_tokenizer_encode(tsr_tokenizer *t, const char *text, size_t len, tsr_ids *out)
+{
+    if (len > TSR_TOKENIZER_MAX_INPUT)
+        return tsr_errorf(TSR_ERR_RANGE, "prompt: %zu bytes is over the %u byte limit", len,
+                          TSR_TOKENIZER_MAX_INPUT);
+    tsr_u32buf cps = {0}, added = {0};
+    int rc = 0;
+    TSR_CHECK_GOTO(rc, tsr_utf8_decode(text, len, &cps, "prompt"), cleanup);
+    /* Added tokens as code point strings, for the split that
+     * PreTrainedTokenizer.tokenize does before _tokenize. */
+    size_t aoff[5] = {0};
+    for (int k = 0; k < t->n_added; k++) {
+        aoff[k] = added.n;
+        if (t->added[k].content)
+            TSR_CHECK_GOTO(rc, tsr_u32_push_utf8(&added, t->added[k].content), cleanup);
+    }
+    aoff[t->n_added] = added.n;
+    /* Split: pieces between added-token matches (longest match first). */
+    size_t piece = 0, i = 0;
+    bool strip_left_next = false;
+    while (i <= cps.n) {
+        int hit = -1;
+        size_t hit_len = 0;
+        for (int k = 0; i < cps.n && k < t->n_added; k++) {
+            size_t l = aoff[k + 1] - aoff[k];
+            if (l == 0 || l > cps.n - i || l <= hit_len)
+                continue;
+            if (memcmp(cps.v + i, added.v + aoff[k], l * sizeof(uint32_t)) == 0)
+                hit = k, hit_len = l;
+        }
+        if (hit < 0 && i < cps.n) {
+            i++;
+            continue;
+        }
+        size_t a = piece, b = i;
+        if (strip_left_next)
+            while (a < b && is_py_space(cps.v[a]))
+                a++;
+        if (hit >= 0 && t->added[hit].lstrip)
+            while (b > a && is_py_space(cps.v[b - 1]))
+                b--;
+        if (b > a)
+            TSR_CHECK_GOTO(rc, tokenize_piece(t, cps.v + a, b - a, out), cleanup);
+        if (hit < 0)
+            break;
+        TSR_CHECK_GOTO(rc, tsr_ids_push(out, t->added[hit].id), cleanup);
+        strip_left_next = t->added[hit].rstrip;
+        i += hit_len;
+        piece = i;
+    }
+cleanup:
+    tsr_u32_free(&cps);
+    tsr_u32_free(&added);
+    return rc;
+}
+
+int tsr_tokenizer_encode_window(tsr_tokenizer *t, const char *text, size_t len,
+                                int32_t out[TSR_CLIP_MAX_LENGTH])
+{
+    if (t->pad < 0)
+        return tsr_errorf(TSR_ERR_UNSUPPORTED, "tokenizer: no pad token (pad_token is null)");
+    tsr_ids ids = {0};
+    int rc = tsr_tokenizer_encode(t, text, len, &ids);
+    if (rc < 0) {
+        tsr_ids_free(&ids);
+        return rc;
+    }
+    size_t n = ids.n < TSR_CLIP_CHUNK ? ids.n : TSR_CLIP_CHUNK;
+    int k = 0;
+    out[k++] = t->bos;
+    for (size_t i = 0; i < n; i++)
+        out[k++] = ids.v[i];
+    out[k++] = t->eos;
+    int used = k;
+    while (k < TSR_CLIP_MAX_LENGTH)
+        out[k++] = t->pad;
+    tsr_ids_free(&ids);
+    return used;
+}
