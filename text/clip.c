@@ -13,14 +13,12 @@
  */
 #include "text/clip.h"
 
-#include <cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/arena.h"
 #include "core/error.h"
-#include "core/json.h"
 
 typedef struct clip_layer {
     const tsr_tensor *ln1_w, *ln1_b, *ln2_w, *ln2_b;
@@ -29,47 +27,14 @@ typedef struct clip_layer {
 } clip_layer;
 
 struct tsr_clip {
-    tsr_clip_config cfg;
+    tsr_textenc_desc cfg;
+    tsr_unary_kind act;
     tsr_backend *backend;
     const tsr_tensor *tok_emb, *pos_emb, *final_w, *final_b, *proj;
     clip_layer layers[TSR_CLIP_MAX_LAYERS];
     tsr_arena ws;
     int64_t ws_tokens; /* batch*len the workspace was planned for */
 };
-
-int tsr_clip_config_parse(const cJSON *cfg, const char *label, tsr_clip_config *out)
-{
-    memset(out, 0, sizeof *out);
-    TSR_TRY(tsr_json_expect_object(cfg, label, "text encoder config"));
-    TSR_TRY(tsr_json_get_int(cfg, label, "vocab_size", 49408, 1, 1 << 22, &out->vocab_size));
-    TSR_TRY(tsr_json_get_int(cfg, label, "hidden_size", 512, 1, 1 << 16, &out->hidden_size));
-    TSR_TRY(tsr_json_get_int(cfg, label, "intermediate_size", 2048, 1, 1 << 18,
-                             &out->intermediate_size));
-    TSR_TRY(tsr_json_get_int(cfg, label, "num_hidden_layers", 12, 1, TSR_CLIP_MAX_LAYERS,
-                             &out->num_layers));
-    TSR_TRY(tsr_json_get_int(cfg, label, "num_attention_heads", 8, 1, 1024, &out->num_heads));
-    TSR_TRY(tsr_json_get_int(cfg, label, "max_position_embeddings", 77, 1, 1 << 16,
-                             &out->max_positions));
-    TSR_TRY(tsr_json_get_int(cfg, label, "projection_dim", 0, 0, 1 << 16, &out->projection_dim));
-    TSR_TRY(tsr_json_get_int(cfg, label, "eos_token_id", 2, 0, 1 << 22, &out->eos_token_id));
-    double eps;
-    TSR_TRY(tsr_json_get_double(cfg, label, "layer_norm_eps", 1e-5, 0, 1, &eps));
-    out->layer_norm_eps = (float)eps;
-    const char *act;
-    TSR_TRY(tsr_json_get_string(cfg, label, "hidden_act", "quick_gelu", &act));
-    if (strcmp(act, "quick_gelu") == 0)
-        out->act = TSR_UNARY_QUICK_GELU;
-    else if (strcmp(act, "gelu") == 0)
-        out->act = TSR_UNARY_GELU;
-    else if (strcmp(act, "gelu_new") == 0 || strcmp(act, "gelu_pytorch_tanh") == 0)
-        out->act = TSR_UNARY_GELU_TANH;
-    else
-        return tsr_errorf(TSR_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported", label, act);
-    if (out->hidden_size % out->num_heads != 0)
-        return tsr_errorf(TSR_ERR_FORMAT, "%s: hidden_size %d is not a multiple of %d heads", label,
-                          out->hidden_size, out->num_heads);
-    return TSR_OK;
-}
 
 /* Fetch a weight and check its shape (n1 = 0 for 1-D tensors). */
 static int get_weight(const tsr_weights *w, const tsr_tensor **out, int64_t n0, int64_t n1,
@@ -90,30 +55,44 @@ static int get_weight(const tsr_weights *w, const tsr_tensor **out, int64_t n0, 
     return TSR_OK;
 }
 
-int tsr_clip_create(const tsr_clip_config *cfg, const tsr_weights *w, tsr_backend *backend,
+int tsr_clip_create(const tsr_textenc_desc *cfg, const tsr_weights *w, tsr_backend *backend,
                     tsr_clip **out)
 {
     *out = NULL;
     tsr_clip *c = calloc(1, sizeof *c);
     if (!c)
         return tsr_errorf(TSR_ERR_NOMEM, "cannot allocate the text encoder");
+    if (cfg->num_hidden_layers > TSR_CLIP_MAX_LAYERS) {
+        free(c);
+        return tsr_errorf(TSR_ERR_UNSUPPORTED, "text encoder has %d layers (at most %d)",
+                          cfg->num_hidden_layers, TSR_CLIP_MAX_LAYERS);
+    }
     c->cfg = *cfg;
+    c->act = cfg->hidden_act == TSR_TEXTENC_QUICK_GELU ? TSR_UNARY_QUICK_GELU : TSR_UNARY_GELU;
     c->backend = backend;
     const int64_t D = cfg->hidden_size, I = cfg->intermediate_size;
     int rc;
 #define W(dst, n0, n1, fmt, i) TSR_CHECK_GOTO(rc, get_weight(w, &(dst), n0, n1, fmt, i), fail)
     W(c->tok_emb, cfg->vocab_size, D, "text_model.embeddings.token_embedding.weight", 0);
-    W(c->pos_emb, cfg->max_positions, D, "text_model.embeddings.position_embedding.weight", 0);
+    W(c->pos_emb, cfg->max_position_embeddings, D, "text_model.embeddings.position_embedding.weight", 0);
     W(c->final_w, D, 0, "text_model.final_layer_norm.weight", 0);
     W(c->final_b, D, 0, "text_model.final_layer_norm.bias", 0);
     /* CLIPTextConfig always carries projection_dim; whether the model has a
      * projection (CLIPTextModelWithProjection) is told by its weights. */
-    if (cfg->projection_dim > 0 && tsr_weights_get(w, "text_projection.weight", &c->proj) == TSR_OK)
-        W(c->proj, cfg->projection_dim, D, "text_projection.weight", 0);
-    else
-        c->cfg.projection_dim = 0;
+    c->cfg.projection_dim = 0;
+    if (tsr_weights_get(w, "text_projection.weight", &c->proj) == TSR_OK) {
+        if (c->proj->ndim != 2 || c->proj->ne[1] != D || c->proj->ne[0] > I) {
+            rc = tsr_errorf(TSR_ERR_FORMAT, "text encoder weight 'text_projection.weight' is not "
+                                            "[projection_dim <= %lld, %lld]", (long long)I,
+                            (long long)D);
+            goto fail;
+        }
+        c->cfg.projection_dim = (int)c->proj->ne[0];
+    } else {
+        c->proj = NULL;
+    }
     tsr_error_clear();
-    for (int i = 0; i < cfg->num_layers; i++) {
+    for (int i = 0; i < cfg->num_hidden_layers; i++) {
         clip_layer *l = &c->layers[i];
 #define P "text_model.encoder.layers.%d."
         W(l->ln1_w, D, 0, P "layer_norm1.weight", i);
@@ -150,7 +129,7 @@ void tsr_clip_free(tsr_clip *c)
     free(c);
 }
 
-const tsr_clip_config *tsr_clip_get_config(const tsr_clip *c)
+const tsr_textenc_desc *tsr_clip_get_config(const tsr_clip *c)
 {
     return &c->cfg;
 }
@@ -179,12 +158,12 @@ static int download_row(tsr_backend *be, const tsr_tensor *t, int64_t b, int64_t
 static int clip_forward(tsr_clip *c, tsr_arena *ws, const int32_t *ids, int B, int L,
                         const tsr_clip_output *o, float *hidden, float *pooled, float *projected)
 {
-    const tsr_clip_config *cfg = &c->cfg;
+    const tsr_textenc_desc *cfg = &c->cfg;
     tsr_backend *be = c->backend;
     const int64_t D = cfg->hidden_size, I = cfg->intermediate_size;
-    const int target = cfg->num_layers - o->skip + 1; /* layers to run for `hidden` */
+    const int target = cfg->num_hidden_layers - o->skip + 1; /* layers to run for `hidden` */
     const bool need_all = pooled || projected;
-    const int run = need_all ? cfg->num_layers : target;
+    const int run = need_all ? cfg->num_hidden_layers : target;
 
     tsr_tensor ids_t, x, h, q, k, v, a, f, keep = {0};
     int64_t ne_ids[2] = {B, L};
@@ -196,7 +175,7 @@ static int clip_forward(tsr_clip *c, tsr_arena *ws, const int32_t *ids, int B, i
     TSR_TRY(alloc3(ws, &v, B, L, D));
     TSR_TRY(alloc3(ws, &a, B, L, D));
     TSR_TRY(alloc3(ws, &f, B, L, I));
-    if ((need_all && target < cfg->num_layers) || ws->measuring) /* plan for the worst case */
+    if ((need_all && target < cfg->num_hidden_layers) || ws->measuring) /* plan for the worst case */
         TSR_TRY(alloc3(ws, &keep, B, L, D));
 
     OP(tsr_backend_upload(be, ids_t.data, ids, (size_t)B * L * sizeof(int32_t)));
@@ -205,19 +184,19 @@ static int clip_forward(tsr_clip *c, tsr_arena *ws, const int32_t *ids, int B, i
     pos.backend = c->pos_emb->backend;
     OP(tsr_binary(be, TSR_BINARY_ADD, &x, &pos, &x));
 
-    const tsr_attention_params ap = {cfg->num_heads, 0.0f, true};
+    const tsr_attention_params ap = {cfg->num_attention_heads, 0.0f, true};
     for (int i = 0; i < run; i++) {
         const clip_layer *l = &c->layers[i];
-        OP(tsr_layer_norm(be, &x, l->ln1_w, l->ln1_b, cfg->layer_norm_eps, &h));
+        OP(tsr_layer_norm(be, &x, l->ln1_w, l->ln1_b, (float)cfg->layer_norm_eps, &h));
         OP(tsr_linear(be, &h, l->q_w, l->q_b, &q));
         OP(tsr_linear(be, &h, l->k_w, l->k_b, &k));
         OP(tsr_linear(be, &h, l->v_w, l->v_b, &v));
         OP(tsr_attention(be, &q, &k, &v, &ap, &a));
         OP(tsr_linear(be, &a, l->o_w, l->o_b, &h));
         OP(tsr_binary(be, TSR_BINARY_ADD, &x, &h, &x));
-        OP(tsr_layer_norm(be, &x, l->ln2_w, l->ln2_b, cfg->layer_norm_eps, &h));
+        OP(tsr_layer_norm(be, &x, l->ln2_w, l->ln2_b, (float)cfg->layer_norm_eps, &h));
         OP(tsr_linear(be, &h, l->fc1_w, l->fc1_b, &f));
-        OP(tsr_unary(be, cfg->act, &f, &f));
+        OP(tsr_unary(be, c->act, &f, &f));
         OP(tsr_linear(be, &f, l->fc2_w, l->fc2_b, &h));
         OP(tsr_binary(be, TSR_BINARY_ADD, &x, &h, &x));
         if (i + 1 == target && keep.data)
@@ -228,11 +207,11 @@ static int clip_forward(tsr_clip *c, tsr_arena *ws, const int32_t *ids, int B, i
 
     /* h = final_layer_norm(last state) serves pooled output, and `hidden`
      * when it is the last layer's normed state. */
-    OP(tsr_layer_norm(be, &x, c->final_w, c->final_b, cfg->layer_norm_eps, &h));
+    OP(tsr_layer_norm(be, &x, c->final_w, c->final_b, (float)cfg->layer_norm_eps, &h));
     const tsr_tensor *chosen = target == run ? &x : &keep;
     if (o->final_norm) {
         if (chosen != &x)
-            OP(tsr_layer_norm(be, chosen, c->final_w, c->final_b, cfg->layer_norm_eps, &q));
+            OP(tsr_layer_norm(be, chosen, c->final_w, c->final_b, (float)cfg->layer_norm_eps, &q));
         chosen = chosen == &x ? &h : &q;
     }
     OP(tsr_backend_download(be, hidden, chosen->data, (size_t)B * L * D * sizeof(float)));
@@ -278,32 +257,30 @@ static int clip_forward(tsr_clip *c, tsr_arena *ws, const int32_t *ids, int B, i
 int tsr_clip_encode(tsr_clip *c, const int32_t *ids, int batch, int len, const tsr_clip_output *o,
                     float *hidden, float *pooled, float *projected)
 {
-    const tsr_clip_config *cfg = &c->cfg;
+    const tsr_textenc_desc *cfg = &c->cfg;
     if (!o || !ids || !hidden)
         return tsr_errorf(TSR_ERR_INVALID, "text encoder: NULL argument");
     if (batch < 1 || batch > 4096)
         return tsr_errorf(TSR_ERR_INVALID, "text encoder batch %d outside 1..4096", batch);
-    if (len < 1 || len > cfg->max_positions)
+    if (len < 1 || len > cfg->max_position_embeddings)
         return tsr_errorf(TSR_ERR_INVALID, "sequence length %d outside 1..%d", len,
-                          cfg->max_positions);
-    if (o->skip < 1 || o->skip > cfg->num_layers)
-        return tsr_errorf(TSR_ERR_INVALID, "clip skip %d outside 1..%d", o->skip, cfg->num_layers);
+                          cfg->max_position_embeddings);
+    if (o->skip < 1 || o->skip > cfg->num_hidden_layers)
+        return tsr_errorf(TSR_ERR_INVALID, "clip skip %d outside 1..%d", o->skip, cfg->num_hidden_layers);
     if (projected && cfg->projection_dim == 0)
         return tsr_errorf(TSR_ERR_INVALID, "this text encoder has no text_projection");
-    if (projected && (int64_t)cfg->projection_dim > cfg->intermediate_size)
-        return tsr_errorf(TSR_ERR_UNSUPPORTED, "projection wider than the MLP is not supported");
     for (int64_t i = 0; i < (int64_t)batch * len; i++)
         if (ids[i] < 0 || ids[i] >= cfg->vocab_size)
             return tsr_errorf(TSR_ERR_RANGE, "token id %d at %lld outside the vocabulary (%d)",
                               ids[i], (long long)i, cfg->vocab_size);
 
     /* Plan once per largest shape: a measuring pass sizes the workspace. */
-    const int64_t tokens = (int64_t)batch * cfg->max_positions;
+    const int64_t tokens = (int64_t)batch * cfg->max_position_embeddings;
     if (tokens > c->ws_tokens) {
         tsr_arena plan;
         tsr_arena_init_measure(&plan, c->backend);
-        const tsr_clip_output worst = {cfg->num_layers, true};
-        TSR_TRY(clip_forward(c, &plan, ids, batch, cfg->max_positions, &worst, NULL, NULL, NULL));
+        const tsr_clip_output worst = {cfg->num_hidden_layers, true};
+        TSR_TRY(clip_forward(c, &plan, ids, batch, cfg->max_position_embeddings, &worst, NULL, NULL, NULL));
         tsr_arena_free(&c->ws);
         c->ws_tokens = 0;
         TSR_TRY(tsr_arena_init(&c->ws, c->backend, plan.peak));

@@ -21,26 +21,9 @@
 
 #include "backend/backend.h"
 #include "core/model.h"
+#include "core/model_config.h"
 
-struct cJSON;
-
-#define TSR_CLIP_MAX_LAYERS 64
-
-typedef struct tsr_clip_config {
-    int vocab_size;
-    int hidden_size;
-    int intermediate_size;
-    int num_layers;
-    int num_heads;
-    int max_positions;
-    int projection_dim;   /* 0 when the model has no text_projection */
-    int eos_token_id;     /* pooled output: first position holding it (2 = legacy argmax) */
-    tsr_unary_kind act;   /* quick_gelu, gelu or gelu_tanh */
-    float layer_norm_eps;
-} tsr_clip_config;
-
-/* Parse a transformers CLIPTextConfig JSON.  `label` names it in errors. */
-int tsr_clip_config_parse(const struct cJSON *cfg, const char *label, tsr_clip_config *out);
+#define TSR_CLIP_MAX_LAYERS 128
 
 typedef struct tsr_clip_output {
     /* Which hidden state to return: 1 = the last layer's output, 2 = the
@@ -53,12 +36,16 @@ typedef struct tsr_clip_output {
 
 typedef struct tsr_clip tsr_clip;
 
-/* Borrowed: weights and backend must outlive the encoder.  Checks that
- * every tensor the config needs is present with the right shape. */
-int tsr_clip_create(const tsr_clip_config *cfg, const tsr_weights *weights, tsr_backend *backend,
+/* The config is the parsed text_encoder config (core/model_config.h,
+ * copied).  Borrowed: weights and backend must outlive the encoder.  Checks
+ * that every tensor the config needs is present with the right shape.
+ * Whether pooled output can be projected is told by the weights: a
+ * text_projection.weight of [projection_dim, hidden_size]. */
+int tsr_clip_create(const tsr_textenc_desc *cfg, const tsr_weights *weights, tsr_backend *backend,
                     tsr_clip **out);
 void tsr_clip_free(tsr_clip *c);
-const tsr_clip_config *tsr_clip_get_config(const tsr_clip *c);
+/* The config in use (projection_dim is 0 when there is no projection). */
+const tsr_textenc_desc *tsr_clip_get_config(const tsr_clip *c);
 
 /* Encode `batch` sequences of `len` ids (len <= max_positions).
  *   hidden  [batch, len, hidden_size] host floats: the state chosen by `o`.

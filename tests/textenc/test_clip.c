@@ -40,9 +40,10 @@ static int fixture_open(fixture *f, const char *folder, tsr_component comp)
     ASSERT_OK(tsr_model_open(tsr_test_path(folder, path, sizeof path), &f->model));
     ASSERT_TRUE(tsr_model_has(f->model, comp));
     ASSERT_OK(tsr_weights_load(f->model, comp, f->be, &f->weights));
-    tsr_clip_config cfg;
-    ASSERT_OK(tsr_clip_config_parse(tsr_model_config(f->model, comp), folder, &cfg));
-    ASSERT_OK(tsr_clip_create(&cfg, f->weights, f->be, &f->clip));
+    const tsr_textenc_desc *cfg =
+        tsr_model_textenc_desc(f->model, comp == TSR_COMP_TEXT_ENCODER_2 ? 1 : 0);
+    ASSERT_TRUE(cfg != NULL);
+    ASSERT_OK(tsr_clip_create(cfg, f->weights, f->be, &f->clip));
     snprintf(ref, sizeof ref, "%s/reference_%s.safetensors", folder, tsr_component_name(comp));
     ASSERT_OK(tsr_st_open(tsr_test_path(ref, path, sizeof path), &f->ref));
     return 0;
@@ -66,7 +67,7 @@ static int check_encoder(const char *folder, tsr_component comp, bool projected)
     ASSERT_TRUE(ids_e && ids_e->dtype == TSR_ST_I32 && ids_e->ndim == 2);
     const int B = (int)ids_e->shape[0], L = (int)ids_e->shape[1];
     const int32_t *ids = tsr_st_data(f.ref, ids_e);
-    const tsr_clip_config *cfg = tsr_clip_get_config(f.clip);
+    const tsr_textenc_desc *cfg = tsr_clip_get_config(f.clip);
     const size_t D = (size_t)cfg->hidden_size;
     float *hidden = malloc((size_t)B * L * D * sizeof(float));
     float *pooled = malloc((size_t)B * D * sizeof(float));
