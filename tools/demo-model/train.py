@@ -1,0 +1,404 @@
+"""tools/demo-model/train.py - trains Tessera's built-in demo model from nothing.
+
+Why it is built this way: Tessera must show real text-to-image generation on a
+fresh machine with no checkpoint and no network, so it ships a tiny model in
+the *standard* diffusers layout (the same classes and file names a real
+Stable Diffusion 1.x checkpoint uses) that the C engine loads like any other.
+The whole model is trained here on a 2-core CPU in well under an hour:
+
+  1. tokenizer  - a CLIP-format byte-level BPE (vocab.json + merges.txt) learnt
+                  over the caption vocabulary, loaded by transformers' CLIPTokenizer;
+  2. vae        - a small AutoencoderKL, 128x128x3 <-> 16x16x4 (8x down, as SD);
+  3. latents    - the training images encoded once and cached (the encoder is
+                  the costly part, so it never runs inside the UNet loop);
+  4. unet       - a small UNet2DConditionModel with cross-attention, trained
+                  jointly with a small CLIPTextModel, epsilon prediction on the
+                  SD 1.x noise schedule, 10% caption dropout for classifier-free
+                  guidance, min-SNR loss weighting and an EMA of the weights;
+  5. export     - fp16 safetensors, StableDiffusionPipeline.save_pretrained.
+
+Everything is seeded (torch, python random, the data generator), uses two
+threads, and runs in one process.  Data come from dataset.py, which is a pure
+function of (seed, index), so nothing but this script is needed to retrain.
+
+Pinned: torch 2.9.1 (CPU), diffusers 0.35.2, transformers 4.57.1,
+safetensors 0.6.2, numpy 2.3.4 (tools/setup-venv.sh).
+
+Usage: tools/demo-model/train.sh   (or python tools/demo-model/train.py --help)
+"""
+
+import argparse
+import collections
+import copy
+import json
+import math
+import os
+import random
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dataset  # noqa: E402
+
+from diffusers import (AutoencoderKL, DDIMScheduler, DDPMScheduler,  # noqa: E402
+                       StableDiffusionPipeline, UNet2DConditionModel)
+from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer  # noqa: E402
+
+MAX_LEN = 77  # token context, as in SD 1.x
+T0 = time.time()
+
+
+def log(msg):
+    print(f"[{time.time() - T0:7.1f}s] {msg}", flush=True)
+
+
+# ---------------------------------------------------------------- 1. tokenizer
+
+def bytes_to_unicode():
+    """GPT-2/CLIP byte -> printable unicode mapping (the byte-level alphabet)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1)) + \
+        list(range(ord("\xae"), ord("\xff") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, [chr(c) for c in cs]))
+
+
+def learn_bpe(words):
+    """Greedy BPE over `words` (word -> count) until every word is one symbol.
+
+    Returns merges in rank order.  Ties are broken by the pair's text so the
+    result is deterministic.  Because merges are learnt greedily by frequency,
+    applying them by rank (as CLIPTokenizer does) reproduces whole words."""
+    seqs = {w: list(w[:-1]) + [w[-1] + "</w>"] for w in words}
+    merges = []
+    while True:
+        pairs = collections.Counter()
+        for w, sym in seqs.items():
+            for a, b in zip(sym, sym[1:]):
+                pairs[(a, b)] += words[w]
+        if not pairs:
+            return merges
+        best = max(pairs.items(), key=lambda kv: (kv[1], "".join(kv[0])))[0]
+        merges.append(best)
+        for w, sym in seqs.items():
+            out, i = [], 0
+            while i < len(sym):
+                if i + 1 < len(sym) and (sym[i], sym[i + 1]) == best:
+                    out.append(sym[i] + sym[i + 1])
+                    i += 2
+                else:
+                    out.append(sym[i])
+                    i += 1
+            seqs[w] = out
+
+
+def build_tokenizer(work):
+    """Writes vocab.json + merges.txt in CLIP's format and loads them."""
+    counts = collections.Counter()
+    rng = random.Random(dataset.SEED + 5)
+    for i in range(20000):
+        _, cap, _ = dataset.sample_caption_only(i, rng)
+        counts.update(cap.replace(",", " , ").split())
+    for it in dataset.heldout_prompts():
+        counts.update(it["prompt"].split())
+    merges = learn_bpe(dict(counts))
+    b2u = bytes_to_unicode()
+    vocab = list(b2u.values())
+    vocab += [v + "</w>" for v in vocab]
+    vocab += ["".join(m) for m in merges]
+    vocab += ["<|startoftext|>", "<|endoftext|>"]
+    tdir = os.path.join(work, "tokenizer-src")
+    os.makedirs(tdir, exist_ok=True)
+    with open(os.path.join(tdir, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump({t: i for i, t in enumerate(vocab)}, f, ensure_ascii=False)
+    with open(os.path.join(tdir, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n")
+        for a, b in merges:
+            f.write(f"{a} {b}\n")
+    tok = CLIPTokenizer(os.path.join(tdir, "vocab.json"), os.path.join(tdir, "merges.txt"),
+                        pad_token="<|endoftext|>", model_max_length=MAX_LEN)
+    # Every word must be one token, or the BPE is broken.
+    for w in counts:
+        ids = tok(w, add_special_tokens=False).input_ids
+        if len(ids) != 1:
+            raise RuntimeError(f"tokenizer: word {w!r} splits into {ids}")
+    log(f"tokenizer: {len(counts)} words, {len(merges)} merges, vocab {len(vocab)}")
+    return tok
+
+
+# ---------------------------------------------------------------- data
+
+def make_images(n, seed):
+    imgs = np.empty((n, dataset.SIZE, dataset.SIZE, 3), dtype=np.uint8)
+    scenes = []
+    for i in range(n):
+        img, _, scene = dataset.sample(i, seed)
+        imgs[i] = img
+        scenes.append(scene)
+    return imgs, scenes
+
+
+def to_tensor(imgs):
+    return torch.from_numpy(imgs).permute(0, 3, 1, 2).float().div(127.5).sub(1.0)
+
+
+# ---------------------------------------------------------------- 2. VAE
+
+def make_vae(a):
+    return AutoencoderKL(
+        in_channels=3, out_channels=3, latent_channels=4,
+        down_block_types=("DownEncoderBlock2D",) * 4,
+        up_block_types=("UpDecoderBlock2D",) * 4,
+        block_out_channels=tuple(a.vae_channels), layers_per_block=1,
+        norm_num_groups=a.vae_groups, sample_size=dataset.SIZE, act_fn="silu")
+
+
+def train_vae(a, imgs, gen):
+    vae = make_vae(a)
+    log(f"vae: {sum(p.numel() for p in vae.parameters()) / 1e6:.2f}M params")
+    opt = torch.optim.AdamW(vae.parameters(), lr=a.vae_lr, weight_decay=0.0)
+    n = imgs.shape[0]
+    vae.train()
+    t_last = time.time()
+    for step in range(a.vae_steps):
+        lr = a.vae_lr * min(1.0, (step + 1) / 100) * (0.1 + 0.9 * 0.5 *
+                                                       (1 + math.cos(math.pi * step / a.vae_steps)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        idx = torch.randint(0, n, (a.vae_batch,), generator=gen)
+        x = to_tensor(imgs[idx.numpy()])
+        if a.vae_crop < dataset.SIZE:
+            # The VAE is fully convolutional: small random crops teach it edges and
+            # colours at a fraction of the cost of whole images.
+            oy, ox = (torch.randint(0, (dataset.SIZE - a.vae_crop) // 8 + 1, (2,),
+                                    generator=gen) * 8).tolist()
+            x = x[:, :, oy:oy + a.vae_crop, ox:ox + a.vae_crop]
+        post = vae.encode(x).latent_dist
+        z = post.sample(generator=gen)
+        rec = vae.decode(z).sample
+        l1 = (rec - x).abs().mean()
+        mse = F.mse_loss(rec, x)
+        kl = post.kl().mean() / (z[0].numel())
+        loss = l1 + mse + a.vae_kl * kl
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
+        opt.step()
+        if step % a.log_every == 0 or step == a.vae_steps - 1:
+            log(f"vae step {step}/{a.vae_steps} l1 {l1.item():.4f} mse {mse.item():.5f} "
+                f"kl {kl.item():.3f} ({time.time() - t_last:.1f}s)")
+            t_last = time.time()
+    vae.eval()
+    return vae
+
+
+@torch.no_grad()
+def encode_all(vae, imgs, bs=64):
+    out = []
+    for i in range(0, imgs.shape[0], bs):
+        out.append(vae.encode(to_tensor(imgs[i:i + bs])).latent_dist.mean)
+    return torch.cat(out)
+
+
+# ---------------------------------------------------------------- 4. UNet + text encoder
+
+def make_text_encoder(a, tok):
+    cfg = CLIPTextConfig(
+        vocab_size=len(tok.get_vocab()), hidden_size=a.text_dim,
+        intermediate_size=a.text_dim * 4, num_hidden_layers=a.text_layers,
+        num_attention_heads=a.text_heads, max_position_embeddings=MAX_LEN,
+        hidden_act="quick_gelu", projection_dim=a.text_dim,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id)
+    return CLIPTextModel(cfg)
+
+
+def make_unet(a):
+    ch = tuple(a.unet_channels)
+    return UNet2DConditionModel(
+        sample_size=dataset.SIZE // 8, in_channels=4, out_channels=4,
+        down_block_types=("CrossAttnDownBlock2D",) * (len(ch) - 1) + ("DownBlock2D",),
+        up_block_types=("UpBlock2D",) + ("CrossAttnUpBlock2D",) * (len(ch) - 1),
+        block_out_channels=ch, layers_per_block=a.unet_layers,
+        cross_attention_dim=a.text_dim, attention_head_dim=a.unet_heads,
+        norm_num_groups=a.unet_groups)
+
+
+def sd_noise_scheduler():
+    # The SD 1.x training schedule.
+    return DDPMScheduler(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012,
+                         beta_schedule="scaled_linear", prediction_type="epsilon",
+                         clip_sample=False)
+
+
+class Tokens:
+    """Caches tokenized captions (the slow tokenizer is pure Python)."""
+
+    def __init__(self, tok):
+        self.tok = tok
+        self.cache = {}
+
+    def __call__(self, caps):
+        rows = []
+        for c in caps:
+            ids = self.cache.get(c)
+            if ids is None:
+                ids = self.tok(c, padding="max_length", max_length=MAX_LEN,
+                               truncation=True).input_ids
+                self.cache[c] = ids
+            rows.append(ids)
+        return torch.tensor(rows, dtype=torch.long)
+
+
+def train_unet(a, tok, latents, scenes, gen):
+    unet = make_unet(a)
+    te = make_text_encoder(a, tok)
+    log(f"unet: {sum(p.numel() for p in unet.parameters()) / 1e6:.2f}M params, "
+        f"text encoder: {sum(p.numel() for p in te.parameters()) / 1e6:.2f}M params")
+    sched = sd_noise_scheduler()
+    acp = sched.alphas_cumprod.float()
+    snr = acp / (1 - acp)
+    params = list(unet.parameters()) + list(te.parameters())
+    opt = torch.optim.AdamW(params, lr=a.unet_lr, weight_decay=1e-2)
+    ema_u, ema_t = copy.deepcopy(unet).eval(), copy.deepcopy(te).eval()
+    for p in list(ema_u.parameters()) + list(ema_t.parameters()):
+        p.requires_grad_(False)
+    tokens = Tokens(tok)
+    n = latents.shape[0]
+    rng = random.Random(a.seed + 17)
+    unet.train()
+    te.train()
+    t_last = time.time()
+    for step in range(a.unet_steps):
+        lr = a.unet_lr * min(1.0, (step + 1) / 100) * (
+            0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * step / a.unet_steps)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        idx = torch.randint(0, n, (a.batch,), generator=gen)
+        # A fresh caption per visit: the same scene is described differently each time.
+        caps = ["" if rng.random() < a.cond_drop else dataset.caption(scenes[i], rng)
+                for i in idx.tolist()]
+        ids = tokens(caps)
+        x0 = latents[idx]
+        noise = torch.randn(x0.shape, generator=gen)
+        noise = noise + a.offset_noise * torch.randn(x0.shape[0], x0.shape[1], 1, 1,
+                                                      generator=gen)
+        t = torch.randint(0, 1000, (a.batch,), generator=gen)
+        xt = sched.add_noise(x0, noise, t)
+        cond = te(ids).last_hidden_state
+        pred = unet(xt, t, encoder_hidden_states=cond).sample
+        w = torch.clamp(snr[t], max=a.min_snr) / snr[t]  # min-SNR-gamma, eps-prediction
+        loss = (w * ((pred - noise) ** 2).mean(dim=(1, 2, 3))).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        d = min(a.ema, (1 + step) / (10 + step))
+        with torch.no_grad():
+            for m, e in ((unet, ema_u), (te, ema_t)):
+                for p, q in zip(m.parameters(), e.parameters()):
+                    q.mul_(d).add_(p.detach(), alpha=1 - d)
+        if step % a.log_every == 0 or step == a.unet_steps - 1:
+            dt = time.time() - t_last
+            t_last = time.time()
+            log(f"unet step {step}/{a.unet_steps} loss {loss.item():.4f} lr {lr:.2e} "
+                f"({dt:.1f}s)")
+    return ema_u, ema_t
+
+
+# ---------------------------------------------------------------- 5. export
+
+def export(a, vae, unet, te, tok):
+    scheduler = DDIMScheduler(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012,
+                              beta_schedule="scaled_linear", clip_sample=False,
+                              set_alpha_to_one=False, steps_offset=1,
+                              prediction_type="epsilon")
+    pipe = StableDiffusionPipeline(vae=vae, text_encoder=te, tokenizer=tok, unet=unet,
+                                   scheduler=scheduler, safety_checker=None,
+                                   feature_extractor=None, requires_safety_checker=False)
+    pipe.to(torch.float16)
+    pipe.save_pretrained(a.out, safe_serialization=True)
+    total = 0
+    for root, _, files in os.walk(a.out):
+        for f in files:
+            total += os.path.getsize(os.path.join(root, f))
+    log(f"exported to {a.out}: {total / 1e6:.2f} MB")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="models/demo")
+    ap.add_argument("--work", default="out/demo-train", help="cache/scratch folder")
+    ap.add_argument("--seed", type=int, default=dataset.SEED)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--n-images", type=int, default=4000)
+    ap.add_argument("--vae-channels", type=int, nargs="+", default=[16, 32, 32, 32])
+    ap.add_argument("--vae-groups", type=int, default=16)
+    ap.add_argument("--vae-steps", type=int, default=400)
+    ap.add_argument("--vae-batch", type=int, default=16)
+    ap.add_argument("--vae-crop", type=int, default=32)
+    ap.add_argument("--vae-lr", type=float, default=1e-3)
+    ap.add_argument("--vae-kl", type=float, default=1e-4)
+    ap.add_argument("--text-dim", type=int, default=64)
+    ap.add_argument("--text-layers", type=int, default=2)
+    ap.add_argument("--text-heads", type=int, default=2)
+    ap.add_argument("--unet-channels", type=int, nargs="+", default=[32, 64, 64])
+    ap.add_argument("--unet-layers", type=int, default=1)
+    ap.add_argument("--unet-heads", type=int, default=4)
+    ap.add_argument("--unet-groups", type=int, default=16)
+    ap.add_argument("--unet-steps", type=int, default=1400)
+    ap.add_argument("--unet-lr", type=float, default=1e-3)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--cond-drop", type=float, default=0.1)
+    ap.add_argument("--offset-noise", type=float, default=0.05)
+    ap.add_argument("--min-snr", type=float, default=5.0)
+    ap.add_argument("--ema", type=float, default=0.995)
+    ap.add_argument("--log-every", type=int, default=100)
+    ap.add_argument("--reuse-vae", action="store_true",
+                    help="reuse work/vae + latents from an earlier run (development only)")
+    a = ap.parse_args()
+
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    random.seed(a.seed)
+    np.random.seed(a.seed)
+    gen = torch.Generator().manual_seed(a.seed)
+    os.makedirs(a.work, exist_ok=True)
+    log(f"args: {vars(a)}")
+
+    tok = build_tokenizer(a.work)
+    imgs, scenes = make_images(a.n_images, a.seed)
+    log(f"data: {a.n_images} images {dataset.SIZE}x{dataset.SIZE}")
+
+    vae_dir = os.path.join(a.work, "vae")
+    lat_path = os.path.join(a.work, "latents.pt")
+    if a.reuse_vae and os.path.exists(lat_path):
+        vae = AutoencoderKL.from_pretrained(vae_dir).eval()
+        latents = torch.load(lat_path)
+        log("vae + latents reused")
+    else:
+        vae = train_vae(a, imgs, gen)
+        latents = encode_all(vae, imgs)
+        vae.save_pretrained(vae_dir)
+        torch.save(latents, lat_path)
+    std = latents.std().item()
+    vae.register_to_config(scaling_factor=float(1.0 / std))
+    latents = latents / std
+    log(f"latents: {tuple(latents.shape)}, std {std:.4f} -> scaling_factor {1 / std:.4f}")
+
+    unet, te = train_unet(a, tok, latents, scenes, gen)
+    export(a, vae, unet, te, tok)
+    log("done")
+
+
+if __name__ == "__main__":
+    main()
