@@ -206,19 +206,19 @@ static bool py_space_byte_at(const char *s, size_t n, size_t i, size_t *w)
         *w = 1;
         return c == ' ' || (c >= 9 && c <= 13) || (c >= 0x1C && c <= 0x1F);
     }
-    tsr_u32buf b = {0};
-    size_t len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : 4;
-    if (i + len > n)
-        len = n - i;
-    bool sp = false;
+    size_t len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
     *w = 1;
-    if (tsr_utf8_decode(s + i, len, &b, "merges") == 0 && b.n == 1) {
-        sp = tsr_u_in(tsr_u_py_space, tsr_u_py_space_n, b.v[0]);
-        *w = len;
+    if (len == 1 || i + len > n)
+        return false; /* invalid UTF-8 (Python would refuse the file): part of a token */
+    uint32_t cp = c & (0x7Fu >> len);
+    for (size_t k = 1; k < len; k++) {
+        unsigned char d = (unsigned char)s[i + k];
+        if ((d & 0xC0) != 0x80)
+            return false;
+        cp = (cp << 6) | (d & 0x3F);
     }
-    tsr_u32_free(&b);
-    tsr_error_clear();
-    return sp;
+    *w = len;
+    return tsr_u_in(tsr_u_py_space, tsr_u_py_space_n, cp);
 }
 
 /* Parse merges text (the "#version" line first).  Lines are merge rules

@@ -58,7 +58,8 @@ int tsr_clip_clean(const uint32_t *s, size_t n, tsr_u32buf *out)
         a++;
     while (b > a && py_space(ws.v[b - 1]))
         b--;
-    TSR_CHECK_GOTO(rc, tsr_u_str_lower(ws.v + a, b - a, out), cleanup);
+    if (b > a)
+        TSR_CHECK_GOTO(rc, tsr_u_str_lower(ws.v + a, b - a, out), cleanup);
 cleanup:
     tsr_u32_free(&fixed);
     tsr_u32_free(&ws);
