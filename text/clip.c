@@ -185,6 +185,8 @@ static int clip_forward(tsr_clip *c, tsr_arena *ws, const int32_t *ids, int B, i
     OP(tsr_binary(be, TSR_BINARY_ADD, &x, &pos, &x));
 
     const tsr_attention_params ap = {cfg->num_attention_heads, 0.0f, true};
+    if (target == 0 && keep.data) /* the embeddings themselves (hidden_states[0]) */
+        OP(tsr_scale(be, &x, 1.0f, &keep));
     for (int i = 0; i < run; i++) {
         const clip_layer *l = &c->layers[i];
         OP(tsr_layer_norm(be, &x, l->ln1_w, l->ln1_b, (float)cfg->layer_norm_eps, &h));
@@ -265,8 +267,9 @@ int tsr_clip_encode(tsr_clip *c, const int32_t *ids, int batch, int len, const t
     if (len < 1 || len > cfg->max_position_embeddings)
         return tsr_errorf(TSR_ERR_INVALID, "sequence length %d outside 1..%d", len,
                           cfg->max_position_embeddings);
-    if (o->skip < 1 || o->skip > cfg->num_hidden_layers)
-        return tsr_errorf(TSR_ERR_INVALID, "clip skip %d outside 1..%d", o->skip, cfg->num_hidden_layers);
+    if (o->skip < 1 || o->skip > cfg->num_hidden_layers + 1)
+        return tsr_errorf(TSR_ERR_INVALID, "hidden state %d from the end is outside 1..%d",
+                          o->skip, cfg->num_hidden_layers + 1);
     if (projected && cfg->projection_dim == 0)
         return tsr_errorf(TSR_ERR_INVALID, "this text encoder has no text_projection");
     for (int64_t i = 0; i < (int64_t)batch * len; i++)

@@ -27,7 +27,8 @@
 
 typedef struct tsr_clip_output {
     /* Which hidden state to return: 1 = the last layer's output, 2 = the
-     * penultimate, ... (A1111's clip_skip).  */
+     * penultimate, ..., num_layers + 1 = the embeddings (transformers'
+     * hidden_states[-skip]; A1111's clip_skip for SD 1.x).  */
     int skip;
     /* Apply final_layer_norm to the returned hidden state (SD 1.x/2.x do;
      * SDXL uses the penultimate state without it). */

@@ -24,7 +24,7 @@ pip install -q \
   safetensors==0.6.2 \
   numpy==2.3.4 \
   ftfy==6.3.1 \
-  regex
+  regex==2026.11.19
 # open-clip-torch only for its BPE vocabulary file (bpe_simple_vocab_16e6.txt.gz)
 pip install -q --no-deps open-clip-torch==3.2.0
 python - <<'PY'

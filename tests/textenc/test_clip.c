@@ -133,7 +133,7 @@ static int test_bad_inputs(void)
         return 1;
     int32_t ids[78] = {0};
     float out[78 * 32], proj[64];
-    const tsr_clip_output o = {1, true}, bad_skip = {4, true};
+    const tsr_clip_output o = {1, true}, bad_skip = {5, true}; /* 3 layers: 1..4 */
     ASSERT_EQ(tsr_clip_encode(f.clip, ids, 1, 78, &o, out, NULL, NULL), TSR_ERR_INVALID);
     ASSERT_EQ(tsr_clip_encode(f.clip, ids, 0, 77, &o, out, NULL, NULL), TSR_ERR_INVALID);
     ASSERT_EQ(tsr_clip_encode(f.clip, ids, 1, 77, &bad_skip, out, NULL, NULL), TSR_ERR_INVALID);

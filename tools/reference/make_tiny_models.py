@@ -81,7 +81,7 @@ def write_tiny_tokenizer(path):
         f.write("#version: 0.2\n")
         for a, b in merges:
             f.write(f"{a} {b}\n")
-    tok = CLIPTokenizer(vj, mt, pad_token="<|endoftext|>")
+    tok = CLIPTokenizer(vj, mt, pad_token="<|endoftext|>", model_max_length=77)
     return tok, len(vocab)
 
 

@@ -1,0 +1,336 @@
+/*
+ * text/conditioner.c - see conditioner.h.  The family rules live in one
+ * place (cond_output); everything else is the same for every family.
+ */
+#include "text/conditioner.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "text/clip.h"
+#include "text/prompt.h"
+#include "text/tokenizer.h"
+
+#define COND_MAX_ENCODERS 2
+#define COND_CACHE 4
+#define COND_MAX_CHUNKS 64 /* 64 windows = 4,800 tokens of prompt */
+#define WINDOW TSR_CLIP_MAX_LENGTH
+
+typedef struct cond_encoder {
+    tsr_tokenizer *tok;
+    tsr_weights *weights;
+    tsr_clip *clip;
+    int dim;
+} cond_encoder;
+
+typedef struct cond_cache {
+    int clip_skip; /* 0 = unused */
+    tsr_text_embedding emb;
+} cond_cache;
+
+struct tsr_text_cond {
+    tsr_backend *backend;
+    bool sdxl; /* penultimate states, no final norm, pooled from the last encoder */
+    int n_enc;
+    cond_encoder enc[COND_MAX_ENCODERS];
+    int dim, pooled_dim;
+    cond_cache cache[COND_CACHE];
+};
+
+void tsr_text_embedding_free(tsr_text_embedding *e)
+{
+    if (!e)
+        return;
+    free(e->context);
+    free(e->pooled);
+    memset(e, 0, sizeof *e);
+}
+
+void tsr_text_cond_free(tsr_text_cond *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->n_enc; i++) {
+        tsr_clip_free(c->enc[i].clip);
+        tsr_weights_free(c->enc[i].weights);
+        tsr_tokenizer_free(c->enc[i].tok);
+    }
+    for (int i = 0; i < COND_CACHE; i++)
+        tsr_text_embedding_free(&c->cache[i].emb);
+    free(c);
+}
+
+int tsr_text_cond_dim(const tsr_text_cond *c)
+{
+    return c->dim;
+}
+
+int tsr_text_cond_pooled_dim(const tsr_text_cond *c)
+{
+    return c->pooled_dim;
+}
+
+/* Encoder `which` (0 = text_encoder, 1 = text_encoder_2) of the model. */
+static int open_encoder(const tsr_model *m, int which, tsr_backend *be, cond_encoder *e)
+{
+    const tsr_component comp = which ? TSR_COMP_TEXT_ENCODER_2 : TSR_COMP_TEXT_ENCODER;
+    const tsr_textenc_desc *desc = tsr_model_textenc_desc(m, which);
+    if (!desc)
+        return tsr_errorf(TSR_ERR_NOT_FOUND, "%s: no %s config", tsr_model_path(m),
+                          tsr_component_name(comp));
+    const char *dir = tsr_model_tokenizer_dir(m, which);
+    if (dir) {
+        TSR_TRY(tsr_tokenizer_load(dir, &e->tok));
+    } else {
+        /* Single files carry no tokenizer: OpenAI CLIP pads with EOS, the
+         * OpenCLIP towers (SD 2.x, SDXL's second encoder) with "!". */
+        bool openclip = which == 1 || tsr_model_family(m) == TSR_FAMILY_SD2;
+        TSR_TRY(openclip ? tsr_tokenizer_load_default_pad("!", &e->tok)
+                         : tsr_tokenizer_load_default(&e->tok));
+    }
+    if (tsr_tokenizer_vocab_size(e->tok) > desc->vocab_size)
+        return tsr_errorf(TSR_ERR_FORMAT, "%s: the tokenizer has %d tokens but %s only %d",
+                          tsr_model_path(m), tsr_tokenizer_vocab_size(e->tok),
+                          tsr_component_name(comp), desc->vocab_size);
+    TSR_TRY(tsr_weights_load(m, comp, be, &e->weights));
+    TSR_TRY(tsr_clip_create(desc, e->weights, be, &e->clip));
+    e->dim = desc->hidden_size;
+    return TSR_OK;
+}
+
+int tsr_text_cond_open(const tsr_model *m, tsr_backend *be, tsr_text_cond **out)
+{
+    *out = NULL;
+    tsr_text_cond *c = calloc(1, sizeof *c);
+    if (!c)
+        return tsr_errorf(TSR_ERR_NOMEM, "cannot allocate the text conditioner");
+    c->backend = be;
+    c->sdxl = tsr_model_family(m) == TSR_FAMILY_SDXL;
+    int rc = TSR_OK;
+    if (tsr_model_has(m, TSR_COMP_TEXT_ENCODER))
+        TSR_CHECK_GOTO(rc, open_encoder(m, 0, be, &c->enc[c->n_enc++]), fail);
+    if (tsr_model_has(m, TSR_COMP_TEXT_ENCODER_2))
+        TSR_CHECK_GOTO(rc, open_encoder(m, 1, be, &c->enc[c->n_enc++]), fail);
+    if (c->n_enc == 0) {
+        rc = tsr_errorf(TSR_ERR_NOT_FOUND, "%s: the model has no text encoder", tsr_model_path(m));
+        goto fail;
+    }
+    if (!c->sdxl && c->n_enc != 1) {
+        rc = tsr_errorf(TSR_ERR_FORMAT, "%s: two text encoders outside SDXL", tsr_model_path(m));
+        goto fail;
+    }
+    for (int i = 0; i < c->n_enc; i++)
+        c->dim += c->enc[i].dim;
+    if (c->sdxl) {
+        c->pooled_dim = tsr_clip_get_config(c->enc[c->n_enc - 1].clip)->projection_dim;
+        if (c->pooled_dim == 0) {
+            rc = tsr_errorf(TSR_ERR_FORMAT, "%s: SDXL's last text encoder has no text_projection",
+                            tsr_model_path(m));
+            goto fail;
+        }
+    }
+    *out = c;
+    return TSR_OK;
+fail:
+    tsr_text_cond_free(c);
+    return rc;
+}
+
+static tsr_clip_output cond_output(const tsr_text_cond *c, int clip_skip)
+{
+    tsr_clip_output o;
+    o.skip = c->sdxl ? clip_skip + 1 : clip_skip;
+    o.final_norm = !c->sdxl;
+    return o;
+}
+
+/* A1111's emphasis on one window: scale each token's state by its weight,
+ * then rescale so the window's mean is what it was. */
+static void apply_emphasis(float *z, const float *weights, int dim)
+{
+    bool plain = true;
+    for (int t = 0; t < WINDOW; t++)
+        plain &= weights[t] == 1.0f;
+    if (plain)
+        return; /* exactly the unweighted result */
+    double before = 0, after = 0;
+    for (int t = 0; t < WINDOW; t++)
+        for (int d = 0; d < dim; d++) {
+            float v = z[(size_t)t * dim + d];
+            before += v;
+            after += (double)v * weights[t];
+        }
+    const double ratio = after != 0 ? before / after : 1.0;
+    for (int t = 0; t < WINDOW; t++)
+        for (int d = 0; d < dim; d++)
+            z[(size_t)t * dim + d] = (float)(z[(size_t)t * dim + d] * weights[t] * ratio);
+}
+
+typedef struct cond_batch {
+    tsr_prompt_tokens *tok; /* [n_enc * n] */
+    int32_t *ids;           /* [windows, 77] for one encoder at a time */
+    float *hidden[COND_MAX_ENCODERS];
+    float *projected;
+    int windows;
+} cond_batch;
+
+static void batch_free(cond_batch *b, int n_tok)
+{
+    for (int i = 0; i < n_tok; i++)
+        tsr_prompt_tokens_free(&b->tok[i]);
+    free(b->tok);
+    free(b->ids);
+    for (int e = 0; e < COND_MAX_ENCODERS; e++)
+        free(b->hidden[e]);
+    free(b->projected);
+}
+
+static int encode_batch(tsr_text_cond *c, const char *const *prompts, int n, int clip_skip,
+                        cond_batch *b, tsr_text_embedding *out)
+{
+    const int E = c->n_enc;
+    tsr_prompt_options opt;
+    tsr_prompt_options_init(&opt);
+    opt.max_chunks = COND_MAX_CHUNKS;
+
+    /* tokenize with every encoder's tokenizer; windows must line up */
+    b->tok = calloc((size_t)E * n, sizeof *b->tok);
+    if (!b->tok)
+        return tsr_errorf(TSR_ERR_NOMEM, "text conditioner: out of memory");
+    for (int i = 0; i < n; i++) {
+        int chunks = 0;
+        for (int e = 0; e < E; e++) {
+            tsr_prompt_tokens *t = &b->tok[e * n + i];
+            int rc = tsr_prompt_tokenize(c->enc[e].tok, prompts[i], strlen(prompts[i]), &opt, t);
+            if (rc < 0)
+                return tsr_error_prefix(rc, "prompt %d", i);
+            if (t->n_chunks > chunks)
+                chunks = t->n_chunks;
+        }
+        for (int e = 0; e < E; e++)
+            TSR_TRY(tsr_prompt_tokens_pad_chunks(&b->tok[e * n + i], c->enc[e].tok, chunks));
+        b->windows += chunks;
+    }
+
+    const size_t W = (size_t)b->windows;
+    b->ids = malloc(W * WINDOW * sizeof *b->ids);
+    if (!b->ids)
+        return tsr_errorf(TSR_ERR_NOMEM, "text conditioner: out of memory");
+    const tsr_clip_output o = cond_output(c, clip_skip);
+    for (int e = 0; e < E; e++) {
+        size_t w = 0;
+        for (int i = 0; i < n; i++) {
+            const tsr_prompt_tokens *t = &b->tok[e * n + i];
+            memcpy(b->ids + w * WINDOW, t->ids, (size_t)t->n_chunks * WINDOW * sizeof *b->ids);
+            w += (size_t)t->n_chunks;
+        }
+        b->hidden[e] = malloc(W * WINDOW * c->enc[e].dim * sizeof(float));
+        const bool want_pool = c->pooled_dim > 0 && e == E - 1;
+        if (want_pool)
+            b->projected = malloc(W * c->pooled_dim * sizeof(float));
+        if (!b->hidden[e] || (want_pool && !b->projected))
+            return tsr_errorf(TSR_ERR_NOMEM, "text conditioner: out of memory");
+        TSR_TRY(tsr_clip_encode(c->enc[e].clip, b->ids, (int)W, WINDOW, &o, b->hidden[e], NULL,
+                                want_pool ? b->projected : NULL));
+    }
+
+    /* assemble: concatenate encoders along channels, emphasis per window */
+    size_t w0 = 0;
+    for (int i = 0; i < n; i++) {
+        const int chunks = b->tok[i].n_chunks;
+        tsr_text_embedding *r = &out[i];
+        r->n_tokens = chunks * WINDOW;
+        r->dim = c->dim;
+        r->context = malloc((size_t)r->n_tokens * c->dim * sizeof(float));
+        if (!r->context)
+            return tsr_errorf(TSR_ERR_NOMEM, "text conditioner: out of memory");
+        for (int k = 0; k < chunks; k++) {
+            float *z = r->context + (size_t)k * WINDOW * c->dim;
+            for (int t = 0; t < WINDOW; t++) {
+                int off = 0;
+                for (int e = 0; e < E; e++) {
+                    const int De = c->enc[e].dim;
+                    memcpy(z + (size_t)t * c->dim + off,
+                           b->hidden[e] + ((w0 + k) * WINDOW + t) * (size_t)De, De * sizeof(float));
+                    off += De;
+                }
+            }
+            /* weights come from the first tokenizer; all see the same text */
+            apply_emphasis(z, b->tok[i].weights + (size_t)k * WINDOW, c->dim);
+        }
+        if (c->pooled_dim) {
+            r->pooled_dim = c->pooled_dim;
+            r->pooled = malloc((size_t)c->pooled_dim * sizeof(float));
+            if (!r->pooled)
+                return tsr_errorf(TSR_ERR_NOMEM, "text conditioner: out of memory");
+            memcpy(r->pooled, b->projected + w0 * c->pooled_dim, c->pooled_dim * sizeof(float));
+        }
+        w0 += (size_t)chunks;
+    }
+    return TSR_OK;
+}
+
+int tsr_text_cond_encode(tsr_text_cond *c, const char *const *prompts, int n, int clip_skip,
+                         tsr_text_embedding *out)
+{
+    if (n < 1 || n > 4096)
+        return tsr_errorf(TSR_ERR_INVALID, "prompt batch %d outside 1..4096", n);
+    if (clip_skip < 1 || clip_skip > 12)
+        return tsr_errorf(TSR_ERR_INVALID, "clip skip %d outside 1..12", clip_skip);
+    for (int i = 0; i < n; i++)
+        if (!prompts[i])
+            return tsr_errorf(TSR_ERR_INVALID, "prompt %d is NULL", i);
+    memset(out, 0, (size_t)n * sizeof *out);
+    cond_batch b;
+    memset(&b, 0, sizeof b);
+    int rc = encode_batch(c, prompts, n, clip_skip, &b, out);
+    batch_free(&b, b.tok ? c->n_enc * n : 0);
+    if (rc < 0)
+        for (int i = 0; i < n; i++)
+            tsr_text_embedding_free(&out[i]);
+    return rc;
+}
+
+int tsr_text_cond_empty(tsr_text_cond *c, int clip_skip, const tsr_text_embedding **out)
+{
+    *out = NULL;
+    cond_cache *slot = NULL;
+    for (int i = 0; i < COND_CACHE; i++) {
+        if (c->cache[i].clip_skip == clip_skip) {
+            *out = &c->cache[i].emb;
+            return TSR_OK;
+        }
+        if (!slot && c->cache[i].clip_skip == 0)
+            slot = &c->cache[i];
+    }
+    if (!slot) { /* full: replace the last entry */
+        slot = &c->cache[COND_CACHE - 1];
+        tsr_text_embedding_free(&slot->emb);
+        slot->clip_skip = 0;
+    }
+    const char *empty = "";
+    TSR_TRY(tsr_text_cond_encode(c, &empty, 1, clip_skip, &slot->emb));
+    slot->clip_skip = clip_skip;
+    *out = &slot->emb;
+    return TSR_OK;
+}
+
+int tsr_text_cond_pad(tsr_text_cond *c, int clip_skip, tsr_text_embedding *e, int n_tokens)
+{
+    if (n_tokens % WINDOW || n_tokens < e->n_tokens || n_tokens > COND_MAX_CHUNKS * WINDOW)
+        return tsr_errorf(TSR_ERR_INVALID, "cannot pad %d tokens to %d", e->n_tokens, n_tokens);
+    if (n_tokens == e->n_tokens)
+        return TSR_OK;
+    const tsr_text_embedding *empty;
+    TSR_TRY(tsr_text_cond_empty(c, clip_skip, &empty));
+    float *grown = realloc(e->context, (size_t)n_tokens * e->dim * sizeof(float));
+    if (!grown)
+        return tsr_errorf(TSR_ERR_NOMEM, "text conditioner: out of memory");
+    e->context = grown;
+    const size_t window = (size_t)WINDOW * e->dim;
+    for (int t = e->n_tokens; t < n_tokens; t += WINDOW)
+        memcpy(e->context + (size_t)t * e->dim, empty->context, window * sizeof(float));
+    e->n_tokens = n_tokens;
+    return TSR_OK;
+}

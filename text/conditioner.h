@@ -1,0 +1,64 @@
+/*
+ * text/conditioner.h - prompts to the conditioning a UNet consumes.
+ *
+ * One object per model ties together what each family needs: its
+ * tokenizer(s), its text encoder(s) and the rule for which hidden state to
+ * take.  Prompts go through A1111's syntax (text/prompt.h), are split into
+ * 77-token windows, and every window of every prompt in a call is encoded in
+ * one batched encoder call.  Windows are concatenated along the sequence;
+ * emphasis scales each hidden state by its token's weight and restores the
+ * window's original mean, as A1111 does (per prompt, so an image's
+ * conditioning never depends on the other prompts in its batch).
+ *
+ *   SD 1.x  CLIP-L, hidden state `clip_skip` from the end (1 = last), final
+ *           layer norm applied.
+ *   SD 2.x  OpenCLIP-H as diffusers ships it (23 layers), same rule.
+ *   SDXL    CLIP-L and OpenCLIP-bigG penultimate states (+ clip_skip - 1),
+ *           no final norm, concatenated (768 + 1280 = 2048), and the pooled
+ *           output of encoder 2 through text_projection (from the first
+ *           window).  The refiner has only encoder 2.
+ *
+ * The empty prompt's conditioning is computed once per clip_skip and cached.
+ */
+#ifndef TSR_TEXT_CONDITIONER_H
+#define TSR_TEXT_CONDITIONER_H
+
+#include "backend/backend.h"
+#include "core/model.h"
+
+typedef struct tsr_text_cond tsr_text_cond;
+
+/* Conditioning for one prompt.  Arrays owned (tsr_text_embedding_free). */
+typedef struct tsr_text_embedding {
+    int n_tokens;   /* 77 * windows */
+    int dim;        /* context width (cross_attention_dim) */
+    float *context; /* [n_tokens, dim] */
+    int pooled_dim; /* 0 when the family has none */
+    float *pooled;  /* [pooled_dim] or NULL */
+} tsr_text_embedding;
+
+void tsr_text_embedding_free(tsr_text_embedding *e);
+
+/* Load tokenizers and encoders of `model` onto `backend` (both borrowed,
+ * must outlive the conditioner).  Single files without tokenizer folders
+ * use the embedded CLIP vocabulary with the family's pad token. */
+int tsr_text_cond_open(const tsr_model *model, tsr_backend *backend, tsr_text_cond **out);
+void tsr_text_cond_free(tsr_text_cond *c);
+
+int tsr_text_cond_dim(const tsr_text_cond *c);
+int tsr_text_cond_pooled_dim(const tsr_text_cond *c);
+
+/* Encode n prompts (UTF-8, NUL-terminated) in one batched call.
+ * clip_skip: 1 = the family's default layer; larger takes earlier layers.
+ * out[0..n) are filled (owned by the caller) or all left empty on error. */
+int tsr_text_cond_encode(tsr_text_cond *c, const char *const *prompts, int n, int clip_skip,
+                         tsr_text_embedding *out);
+
+/* The empty prompt's conditioning (cached; borrowed from c). */
+int tsr_text_cond_empty(tsr_text_cond *c, int clip_skip, const tsr_text_embedding **out);
+
+/* Extend e with empty-prompt windows to n_tokens (a multiple of 77), so a
+ * prompt and its negative share one sequence length (as A1111 pads). */
+int tsr_text_cond_pad(tsr_text_cond *c, int clip_skip, tsr_text_embedding *e, int n_tokens);
+
+#endif
