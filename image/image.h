@@ -1,0 +1,194 @@
+/*
+ * image/image.h - 8-bit images in memory, PNG read/write (libpng), JPEG
+ * encode/decode (libjpeg-turbo), A1111 "parameters" metadata and SHA-256.
+ *
+ * Why it looks like this: the pipeline produces plain 8-bit RGB(A) pixels and
+ * hands them here; everything that touches a file format lives behind this
+ * one header so the rest of Tessera never sees libpng's or libjpeg's setjmp
+ * error model.  Decoders treat every input as hostile: the size limits below
+ * are checked from the header *before* any pixel buffer is allocated, and
+ * every failure is a negative tsr_status with a message naming the file
+ * ("init.png: 40000x40000 exceeds the 16384 limit"), never a crash.
+ *
+ * Writers go to "<path>.tmp", fsync and rename, so a failed or interrupted
+ * write leaves no partial file under the final name.  Text chunks follow what
+ * PIL (and therefore A1111) writes: tEXt when the text fits in Latin-1, iTXt
+ * (uncompressed, UTF-8) otherwise, all before the first IDAT.
+ *
+ * Ownership: a tsr_image owns its `data` (free it with tsr_image_free);
+ * "owned" out-pointers (malloc'd buffers and strings) pass to the caller, who
+ * frees them with free() unless a *_free function is named.
+ */
+#ifndef TSR_IMAGE_IMAGE_H
+#define TSR_IMAGE_IMAGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tessera.h"
+
+/* ---- images ---- */
+
+#define TSR_IMAGE_MAX_SIDE 16384u               /* per side, pixels */
+#define TSR_IMAGE_MAX_PIXELS (UINT64_C(1) << 28) /* width * height */
+
+typedef struct tsr_image {
+    uint32_t width;
+    uint32_t height;
+    uint32_t channels; /* 1 gray, 3 RGB, 4 RGBA */
+    uint8_t *data;     /* owned: height rows of width*channels bytes, no padding */
+} tsr_image;
+
+/* Limits applied by the decoders; zeros mean the defaults above.  A caller
+ * (or a fuzzer) may tighten them; they can never be raised past the
+ * defaults. */
+typedef struct tsr_image_limits {
+    uint32_t max_side;
+    uint64_t max_pixels;
+} tsr_image_limits;
+
+/* Check width/height/channels against the limits (NULL = defaults).
+ * `what` names the source in the message ("init.png: 0x10: zero size"). */
+int tsr_image_check_size(uint32_t width, uint32_t height, uint32_t channels,
+                         const tsr_image_limits *limits, const char *what);
+
+/* Allocate an image (pixels uninitialised).  `img` is overwritten. */
+int tsr_image_alloc(tsr_image *img, uint32_t width, uint32_t height, uint32_t channels);
+
+/* Free the pixels and zero the struct; safe on a zeroed or freed image. */
+void tsr_image_free(tsr_image *img);
+
+/* Bytes of pixel data (width * height * channels). */
+size_t tsr_image_bytes(const tsr_image *img);
+
+/* Convert between 1, 3 and 4 channels into a new image `dst` (overwritten).
+ * gray->RGB replicates; RGB->gray uses ITU-R 601 luma as PIL does
+ * (L = (R*299 + G*587 + B*114) / 1000, rounded); adding alpha gives 255;
+ * removing it drops it (no compositing). */
+int tsr_image_convert(const tsr_image *src, uint32_t channels, tsr_image *dst);
+
+/* ---- PNG ---- */
+
+/* One text chunk.  For writing both strings are borrowed UTF-8: the key must
+ * be 1-79 printable ASCII characters without leading, trailing or double
+ * spaces (the PNG keyword rules, narrowed to ASCII); the text is any valid
+ * UTF-8 (written as Latin-1 tEXt when every character fits, else iTXt).  For reading
+ * both are owned by the tsr_png_meta that holds them, converted to UTF-8
+ * (tEXt/zTXt are Latin-1 on disk). */
+typedef struct tsr_png_text {
+    const char *key;
+    const char *text;
+} tsr_png_text;
+
+/* Text chunks read from a PNG, in file order (tEXt, zTXt and iTXt; iTXt
+ * whose text is not valid UTF-8 is skipped, as PIL skips it). */
+typedef struct tsr_png_meta {
+    size_t count;
+    tsr_png_text *texts; /* owned, with every key/text string */
+} tsr_png_meta;
+
+void tsr_png_meta_free(tsr_png_meta *meta);
+
+/* The text of the LAST chunk named `key` (PIL's info dict keeps the last),
+ * or NULL.  Borrowed from `meta`. */
+const char *tsr_png_meta_find(const tsr_png_meta *meta, const char *key);
+
+/* Write an 8-bit PNG (gray, RGB or RGBA by img->channels) with `n` text
+ * chunks to `path` atomically ("<path>.tmp", fsync, rename; on failure the
+ * temporary file is removed and `path` is untouched). */
+int tsr_png_write(const char *path, const tsr_image *img, const tsr_png_text *texts, size_t n);
+
+/* The same PNG into memory: *out (owned, free()) and *out_len. */
+int tsr_png_write_memory(const tsr_image *img, const tsr_png_text *texts, size_t n,
+                         uint8_t **out, size_t *out_len);
+
+/* Read any PNG (every colour type and bit depth, palette, tRNS, 16-bit,
+ * interlaced) as 8-bit pixels.  want_channels: 0 keeps the file's layout
+ * (gray -> 1, RGB/palette -> 3, anything with alpha or tRNS -> 4; gray+alpha
+ * becomes RGBA), or 1, 3 or 4 to convert.  16-bit samples keep their high
+ * byte (as PIL does for RGB).  `meta` may be NULL; when given it receives the
+ * text chunks (pre- and post-IDAT).  On failure `img` and `meta` are left
+ * zeroed. */
+int tsr_png_read(const char *path, int want_channels, tsr_image *img, tsr_png_meta *meta);
+
+/* From memory; `name` names the data in messages (e.g. "upload.png"). */
+int tsr_png_read_memory(const void *data, size_t size, const char *name, int want_channels,
+                        tsr_image *img, tsr_png_meta *meta);
+
+/* Either of the above with explicit limits (NULL = defaults): reads the
+ * file `path` when data is NULL, else the `size` bytes at `data` with
+ * `path` only naming them in messages. */
+int tsr_png_read_ex(const char *path, const void *data, size_t size, int want_channels,
+                    const tsr_image_limits *limits, tsr_image *img, tsr_png_meta *meta);
+
+/* ---- JPEG ---- */
+
+/* Baseline JPEG of a 1-, 3- or 4-channel image (alpha is dropped), quality
+ * 1..100, 4:2:0 chroma subsampling for colour.  *out is owned (free()). */
+int tsr_jpeg_encode(const tsr_image *img, int quality, uint8_t **out, size_t *out_len);
+
+/* Decode a JPEG (baseline or progressive; gray, YCbCr or RGB - CMYK/YCCK
+ * is refused) to 8-bit pixels; want_channels as for tsr_png_read (0 keeps 1 or
+ * 3).  Corrupt or truncated data is an error, not a warning.  `name` names
+ * the data in messages; `limits` may be NULL. */
+int tsr_jpeg_decode(const void *data, size_t size, const char *name, int want_channels,
+                    const tsr_image_limits *limits, tsr_image *img);
+
+/* ---- A1111 "parameters" ---- */
+
+/* The generation settings that tsr_a1111_parameters writes, in A1111's
+ * create_infotext order.  Strings are borrowed UTF-8; NULL omits an optional
+ * field.  See image/a1111.c for the exact rules. */
+typedef struct tsr_a1111_info {
+    const char *prompt;          /* required (may be "") */
+    const char *negative_prompt; /* NULL or "" omits the "Negative prompt:" line */
+    int steps;                   /* "Steps: 30" */
+    const char *sampler;         /* A1111 display name: "Euler a", "DPM++ 2M" */
+    const char *schedule_type;   /* "Karras", "Exponential", "SGM Uniform", "Automatic" */
+    double cfg_scale;            /* "CFG scale: 7" / "7.5" (shortest form) */
+    int64_t seed;                /* "Seed: 1234" */
+    int width, height;           /* "Size: 512x768" */
+    const char *model_hash;      /* "Model hash: 6ce0161689" (tsr_a1111_model_hash) */
+    const char *model;           /* "Model: v1-5-pruned-emaonly" (file stem) */
+    const char *vae_hash;        /* "VAE hash: ..." */
+    const char *vae;             /* "VAE: ..." */
+    double denoising_strength;   /* img2img; < 0 (or NaN) omits */
+    int clip_skip;               /* <= 1 omits (A1111 omits 1) */
+    const char *rng;             /* "CPU" / "NV"; NULL or "GPU" (A1111's default) omits */
+    const char *version;         /* "Version: tessera 0.1.0"; NULL omits */
+} tsr_a1111_info;
+
+/* Fill `info` with "omitted" values (negative denoising, clip_skip 0, NULLs). */
+void tsr_a1111_info_init(tsr_a1111_info *info);
+
+/* Format the "parameters" string exactly as A1111's create_infotext does.
+ * *out is owned (free()). */
+int tsr_a1111_parameters(const tsr_a1111_info *info, char **out);
+
+/* A1111's "Model hash" (AutoV2): the first 10 hex digits of the SHA-256 of
+ * the whole file.  Reads the whole checkpoint (seconds for a multi-GB file):
+ * the caller decides whether to pay for it.  out: 11 bytes incl. NUL. */
+int tsr_a1111_model_hash(const char *path, char out[11]);
+
+/* ---- SHA-256 (FIPS 180-4) ---- */
+
+typedef struct tsr_sha256_ctx {
+    uint32_t state[8];
+    uint64_t bytes;     /* total bytes hashed so far */
+    uint8_t block[64];  /* pending partial block */
+    size_t fill;        /* bytes in `block` */
+} tsr_sha256_ctx;
+
+void tsr_sha256_init(tsr_sha256_ctx *ctx);
+void tsr_sha256_update(tsr_sha256_ctx *ctx, const void *data, size_t len);
+void tsr_sha256_final(tsr_sha256_ctx *ctx, uint8_t digest[32]);
+
+/* One-shot helpers.  hex: 65 bytes (64 lowercase digits + NUL). */
+void tsr_sha256(const void *data, size_t len, uint8_t digest[32]);
+void tsr_sha256_hex(const uint8_t digest[32], char hex[65]);
+
+/* Hash a whole file in 1 MiB reads. */
+int tsr_sha256_file(const char *path, uint8_t digest[32]);
+
+#endif
