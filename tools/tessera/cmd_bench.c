@@ -247,6 +247,7 @@ static int bench_ops(int argc, char **argv)
 }
 
 int tsr_bench_vae(int argc, char **argv); /* tools/tessera/bench_vae.c */
+int tsr_bench_unet(int argc, char **argv); /* tools/tessera/bench_unet.c */
 
 int tsr_cmd_bench(int argc, char **argv)
 {
@@ -254,12 +255,15 @@ int tsr_cmd_bench(int argc, char **argv)
         return bench_ops(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "vae") == 0)
         return tsr_bench_vae(argc - 1, argv + 1); /* bench_vae.c */
+    if (argc >= 2 && strcmp(argv[1], "unet") == 0)
+        return tsr_bench_unet(argc - 1, argv + 1); /* bench_unet.c */
     FILE *out = argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
                     ? stdout
                     : stderr;
     fprintf(out, "usage: tessera bench ops [--threads N] [--iters N] [--filter TEXT] [--json]\n\n"
                  "  ops   time conv2d, linear and attention at SD 1.5 UNet shapes\n"
-                 "  vae   time a VAE decode of a model (--model DIR) and its peak memory\n\n"
+                 "  vae   time a VAE decode of a model (--model DIR) and its peak memory\n"
+                 "  unet  time one UNet call of a model (--model DIR) and its peak memory\n\n"
                  "Run 'tessera bench ops --help' for its options.\n");
     if (out == stdout)
         return TSR_EXIT_OK;

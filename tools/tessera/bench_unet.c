@@ -1,0 +1,281 @@
+/*
+ * tools/tessera/bench_unet.c - `tessera bench unet`: time one UNet call of a
+ * real-shaped model and measure its memory.
+ *
+ * Why this way: the numbers that matter for a denoising step are the
+ * seconds per UNet call at the batch the service runs (2 rows: CFG) and the
+ * memory the process needs for it.  The benchmark loads the model's UNet
+ * exactly as the pipeline does (fp16 on disk widened once to f32), closes
+ * the model file so its mmapped pages no longer count, runs --warmup calls
+ * (the first one plans the workspace), then times --iters calls with rows at
+ * different timesteps.  Memory is read from /proc/self/status: VmHWM (peak
+ * RSS) over the whole run, which includes loading, and the peak of the calls
+ * alone (the high-water mark is reset through /proc/self/clear_refs after
+ * loading; where that is refused, the call peak is reported as -1).
+ * tools/bench/bench_unet.py runs diffusers at the same shape, thread count
+ * and inputs, measured the same way, and prints both side by side.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "args.h"
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+#include "commands.h"
+#include "core/error.h"
+#include "core/model.h"
+#include "unet/unet.h"
+
+int tsr_bench_unet(int argc, char **argv);
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* VmRSS / VmHWM from /proc/self/status in MiB; -1 when unavailable. */
+static double status_mib(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return -1;
+    char line[256];
+    double v = -1;
+    size_t klen = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, klen) == 0 && line[klen] == ':') {
+            v = strtod(line + klen + 1, NULL) / 1024.0;
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+/* Reset VmHWM to the current RSS (Linux >= 4.0). */
+static bool reset_peak(void)
+{
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f)
+        return false;
+    bool ok = fputs("5", f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+static void fill_normal(float *p, size_t n, uint64_t *s)
+{
+    for (size_t i = 0; i < n; i += 2) {
+        double u[2];
+        for (int k = 0; k < 2; k++) {
+            *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+            u[k] = ((double)(*s >> 11) + 0.5) / 9007199254740992.0;
+        }
+        double r = sqrt(-2.0 * log(u[0])), a = 6.283185307179586 * u[1];
+        p[i] = (float)(r * cos(a));
+        if (i + 1 < n)
+            p[i + 1] = (float)(r * sin(a));
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Owned buffers of the run. */
+typedef struct bench_io {
+    float *lat, *t, *ctx, *te, *ids, *out;
+} bench_io;
+
+static void io_free(bench_io *io)
+{
+    free(io->lat);
+    free(io->t);
+    free(io->ctx);
+    free(io->te);
+    free(io->ids);
+    free(io->out);
+}
+
+static int make_inputs(const tsr_unet_desc *d, int64_t batch, int64_t size, bench_io *io,
+                       tsr_unet_inputs *in)
+{
+    const int64_t h = size / 8, L = 77;
+    const size_t lat = (size_t)(batch * h * h * d->in_channels);
+    const size_t ctx = (size_t)(batch * L * d->cross_attention_dim);
+    const size_t out = (size_t)(batch * h * h * d->out_channels);
+    const int64_t pooled = d->text_time ? d->projection_class_embeddings_input_dim -
+                                              6 * (int64_t)d->addition_time_embed_dim
+                                        : 0;
+    if (d->text_time && pooled < 1)
+        return tsr_errorf(TSR_ERR_UNSUPPORTED, "bench unet: text_time config without 6 time ids");
+    memset(io, 0, sizeof *io);
+    io->lat = malloc(lat * sizeof(float));
+    io->t = malloc((size_t)batch * sizeof(float));
+    io->ctx = malloc(ctx * sizeof(float));
+    io->out = malloc(out * sizeof(float));
+    if (d->text_time) {
+        io->te = malloc((size_t)(batch * pooled) * sizeof(float));
+        io->ids = malloc((size_t)batch * 6 * sizeof(float));
+    }
+    if (!io->lat || !io->t || !io->ctx || !io->out || (d->text_time && (!io->te || !io->ids)))
+        return tsr_errorf(TSR_ERR_NOMEM, "bench unet: cannot allocate the inputs");
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    fill_normal(io->lat, lat, &s);
+    fill_normal(io->ctx, ctx, &s);
+    for (int64_t r = 0; r < batch; r++) {
+        io->t[r] = (float)(999 - (37 * r) % 1000); /* rows at different steps */
+        if (d->text_time) {
+            const float ids[6] = {(float)size, (float)size, 0, 0, (float)size, (float)size};
+            memcpy(io->ids + r * 6, ids, sizeof ids);
+        }
+    }
+    if (d->text_time)
+        fill_normal(io->te, (size_t)(batch * pooled), &s);
+    *in = (tsr_unet_inputs){.batch = (int)batch, .height = (int)h, .width = (int)h,
+                            .channels = d->in_channels, .context_len = (int)L,
+                            .latents = io->lat, .timesteps = io->t, .context = io->ctx,
+                            .text_embeds = io->te, .time_ids = io->ids};
+    return TSR_OK;
+}
+
+int tsr_bench_unet(int argc, char **argv)
+{
+    const char *model_path = NULL;
+    int64_t size = 256, batch = 2, threads = 0, iters = 3, warmup = 1;
+    bool json = false;
+    const tsr_arg_spec specs[] = {
+        {"model", TSR_ARG_STRING, &model_path, "DIR", "diffusers folder or single file (required)",
+         0, 0, 0, 0},
+        {"size", TSR_ARG_INT, &size, "PX", "image size in pixels, square (default 256)", 64, 8192,
+         0, 0},
+        {"batch", TSR_ARG_INT, &batch, "N", "rows per call (default 2: one image with CFG)", 1,
+         TSR_UNET_MAX_BATCH, 0, 0},
+        {"threads", TSR_ARG_INT, &threads, "N", "threads (0 = all cores)", 0, 1024, 0, 0},
+        {"iters", TSR_ARG_INT, &iters, "N", "timed calls; the median is reported (default 3)", 1,
+         1000, 0, 0},
+        {"warmup", TSR_ARG_INT, &warmup, "N", "untimed calls first (default 1)", 0, 100, 0, 0},
+        {"json", TSR_ARG_FLAG, &json, NULL, "print JSON instead of text", 0, 0, 0, 0},
+    };
+    const tsr_cli_command cmd = {
+        .name = "bench unet",
+        .synopsis = "bench unet --model DIR [--size PX] [--batch N] [--threads N] [--iters N] "
+                    "[--json]",
+        .summary = "time one UNet call of a model and measure its peak memory",
+        .description = "Loads the UNet (f32 on the CPU), runs --warmup calls, then reports the\n"
+                       "median of --iters calls.  Memory: peak RSS of the process (VmHWM, with\n"
+                       "loading) and of the calls alone.  tools/bench/bench_unet.py compares\n"
+                       "with diffusers at the same shape and thread count.",
+        .specs = specs,
+        .n_specs = (int)(sizeof specs / sizeof specs[0]),
+    };
+    int rc = tsr_args_parse(&cmd, argc, argv, NULL, 0, NULL);
+    if (rc == TSR_ARGS_HELP)
+        return TSR_EXIT_OK;
+    if (rc < 0)
+        return TSR_EXIT_USAGE;
+    if (!model_path) {
+        fprintf(stderr, "tessera bench unet: --model DIR is required\n");
+        return TSR_EXIT_USAGE;
+    }
+    if (size % 8) {
+        fprintf(stderr, "tessera bench unet: --size %lld is not a multiple of 8\n",
+                (long long)size);
+        return TSR_EXIT_USAGE;
+    }
+
+    tsr_backend *be = NULL;
+    tsr_model *m = NULL;
+    tsr_weights *w = NULL;
+    tsr_unet *u = NULL;
+    bench_io io = {0};
+    double *times = NULL;
+    tsr_unet_inputs in;
+    double t0 = now_s();
+    TSR_CHECK_GOTO(rc, tsr_backend_cpu_create((int)threads, &be), fail);
+    TSR_CHECK_GOTO(rc, tsr_model_open(model_path, &m), fail);
+    const tsr_unet_desc *dm = tsr_model_unet_desc(m);
+    if (!dm) {
+        rc = tsr_errorf(TSR_ERR_NOT_FOUND, "%s: the model has no UNet", model_path);
+        goto fail;
+    }
+    const tsr_unet_desc desc = *dm;
+    TSR_CHECK_GOTO(rc, tsr_weights_load(m, TSR_COMP_UNET, be, &w), fail);
+    tsr_model_close(m); /* weights outlive the model; drop the file mappings */
+    m = NULL;
+    TSR_CHECK_GOTO(rc, tsr_unet_create(&desc, w, be, &u), fail);
+    const double load_s = now_s() - t0;
+    const double load_peak = status_mib("VmHWM"), rss_loaded = status_mib("VmRSS");
+    const bool call_peak_ok = reset_peak();
+    TSR_CHECK_GOTO(rc, make_inputs(&desc, batch, size, &io, &in), fail);
+    times = calloc((size_t)iters, sizeof(double));
+    if (!times) {
+        rc = tsr_errorf(TSR_ERR_NOMEM, "bench unet: out of memory");
+        goto fail;
+    }
+    if (size / 8 % tsr_unet_size_multiple(u)) {
+        rc = tsr_errorf(TSR_ERR_INVALID, "bench unet: --size must be a multiple of %d",
+                        8 * tsr_unet_size_multiple(u));
+        goto fail;
+    }
+    double first_s = 0;
+    for (int64_t i = 0; i < warmup + iters; i++) {
+        double ts = now_s();
+        TSR_CHECK_GOTO(rc, tsr_unet_forward(u, &in, io.out), fail);
+        double dt = now_s() - ts;
+        if (i == 0)
+            first_s = dt;
+        if (i >= warmup)
+            times[i - warmup] = dt;
+    }
+    const double peak = status_mib("VmHWM");
+    const double call_peak = call_peak_ok ? peak : -1;
+    const double total_peak = peak > load_peak ? peak : load_peak;
+    qsort(times, (size_t)iters, sizeof(double), cmp_double);
+    const double med = iters % 2 ? times[iters / 2]
+                                 : 0.5 * (times[iters / 2 - 1] + times[iters / 2]);
+    int nthreads = 0;
+    sscanf(be->name, "cpu (%d", &nthreads);
+    double checksum = 0;
+    const size_t n_out = (size_t)(batch * (size / 8) * (size / 8) * desc.out_channels);
+    for (size_t i = 0; i < n_out; i++)
+        checksum += fabs(io.out[i]);
+    const double ws_mib = (double)tsr_unet_workspace_bytes(u) / 1048576.0;
+    const double w_mib = (double)tsr_weights_bytes(w) / 1048576.0;
+    if (json)
+        printf("{\"impl\": \"tessera\", \"model\": \"%s\", \"size\": %lld, \"batch\": %lld, "
+               "\"threads\": %d, \"iters\": %lld, \"median_s\": %.4f, \"min_s\": %.4f, "
+               "\"first_s\": %.4f, \"load_s\": %.2f, \"weights_mib\": %.1f, "
+               "\"workspace_mib\": %.1f, \"rss_loaded_mib\": %.1f, \"peak_rss_call_mib\": %.1f, "
+               "\"peak_rss_mib\": %.1f, \"mean_abs_out\": %.6g}\n",
+               model_path, (long long)size, (long long)batch, nthreads, (long long)iters, med,
+               times[0], first_s, load_s, w_mib, ws_mib, rss_loaded, call_peak, total_peak,
+               checksum / (double)n_out);
+    else {
+        printf("backend: %s; UNet %s at %lldx%lld, batch %lld\n", be->name, model_path,
+               (long long)size, (long long)size, (long long)batch);
+        printf("median %.3f s per call over %lld calls (min %.3f s, first call %.3f s)\n", med,
+               (long long)iters, times[0], first_s);
+        printf("load %.1f s; weights %.1f MiB, workspace %.1f MiB\n", load_s, w_mib, ws_mib);
+        printf("RSS after load %.1f MiB; peak RSS during the calls %.1f MiB; peak RSS overall "
+               "%.1f MiB\n",
+               rss_loaded, call_peak, total_peak);
+    }
+    rc = TSR_OK;
+fail:
+    if (rc < 0)
+        tsr_cli_report("bench unet", rc);
+    free(times);
+    io_free(&io);
+    tsr_unet_free(u);
+    tsr_weights_free(w);
+    tsr_model_close(m);
+    tsr_backend_destroy(be);
+    return rc < 0 ? TSR_EXIT_FAILURE : TSR_EXIT_OK;
+}
