@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <png.h>
 #include <setjmp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,7 @@
 #define PNG_HEAD_BYTES 33                 /* signature + IHDR chunk */
 #define PNG_TEXT_CHUNK_MAX (8u << 20)     /* one (decompressed) ancillary chunk */
 #define PNG_CHUNK_CACHE_MAX 128           /* ancillary chunks kept (text, sPLT...) */
+#define PNG_LIBPNG_BUDGET (64u << 20)     /* libpng's own live allocations */
 
 typedef struct png_rctx {
     const char *name; /* borrowed: for messages */
@@ -48,6 +50,9 @@ typedef struct png_rctx {
     const uint8_t *mem; /* borrowed */
     size_t mem_size, mem_pos;
     FILE *f; /* borrowed */
+
+    size_t libpng_live; /* bytes libpng holds now (see png_alloc) */
+    bool over_budget;   /* png_alloc refused an allocation */
 
     bool want_text;
     uint32_t channels; /* after libpng's transforms: 1..4 */
@@ -66,6 +71,45 @@ static void on_warning(png_structp png, png_const_charp msg)
 {
     (void)png;
     (void)msg;
+}
+
+/* libpng's allocator.  libpng allocates a buffer of the declared length
+ * for ancillary chunks (iTXt, iCCP, unknown) and only warns when that length
+ * exceeds png_set_chunk_malloc_max, so a 60-byte file can ask for 2 GB.
+ * Each allocation carries its size in a header and the live total is
+ * capped; a refused allocation makes libpng skip the chunk or fail with
+ * "out of memory", both clean. */
+typedef union png_alloc_hdr {
+    size_t size;
+    max_align_t align;
+} png_alloc_hdr;
+
+static png_voidp png_alloc(png_structp png, png_alloc_size_t size)
+{
+    png_rctx *c = png_get_mem_ptr(png);
+    if (size > PNG_LIBPNG_BUDGET || (c && size > PNG_LIBPNG_BUDGET - c->libpng_live)) {
+        if (c)
+            c->over_budget = true;
+        return NULL;
+    }
+    png_alloc_hdr *h = malloc(sizeof(*h) + size);
+    if (!h)
+        return NULL;
+    h->size = size;
+    if (c)
+        c->libpng_live += size;
+    return h + 1;
+}
+
+static void png_dealloc(png_structp png, png_voidp p)
+{
+    if (!p)
+        return;
+    png_alloc_hdr *h = (png_alloc_hdr *)p - 1;
+    png_rctx *c = png_get_mem_ptr(png);
+    if (c)
+        c->libpng_live -= h->size;
+    free(h);
 }
 
 static size_t src_take(png_rctx *c, uint8_t *out, size_t n)
@@ -249,7 +293,8 @@ int tsr_png_read_ex(const char *path, const void *data, size_t size, int want_ch
     c.want_text = meta != NULL;
     TSR_CHECK_GOTO(rc, precheck(&c, limits), cleanup);
 
-    png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &c, on_error, on_warning);
+    png = png_create_read_struct_2(PNG_LIBPNG_VER_STRING, &c, on_error, on_warning, &c,
+                                   png_alloc, png_dealloc);
     if (png)
         info = png_create_info_struct(png);
     if (!png || !info) {
@@ -260,7 +305,10 @@ int tsr_png_read_ex(const char *path, const void *data, size_t size, int want_ch
                             ? limits->max_side
                             : TSR_IMAGE_MAX_SIDE;
     if (decode(png, info, &c, max_side) < 0) {
-        if (c.truncated)
+        if (c.over_budget) /* the root cause, whatever libpng said after it */
+            rc = tsr_errorf(TSR_ERR_FORMAT, "%s: %s (a chunk exceeds the %u MiB decoder budget)",
+                            c.name, c.truncated ? "truncated" : c.msg, PNG_LIBPNG_BUDGET >> 20);
+        else if (c.truncated)
             rc = tsr_errorf(TSR_ERR_FORMAT, "%s: truncated (unexpected end of data)", c.name);
         else if (strcmp(c.msg, "out of memory") == 0)
             rc = tsr_errorf(TSR_ERR_NOMEM, "%s: out of memory", c.name);

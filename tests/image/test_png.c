@@ -554,6 +554,39 @@ static int test_bad_ihdr_fields(void)
     return 0;
 }
 
+static int test_huge_chunk(void)
+{
+    /* an ancillary chunk declaring 1.3 GB in a tiny file: libpng would
+     * allocate the declared size; our allocator budget refuses it */
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    if (make_png(8, 8, 3, &buf, &len))
+        return 1;
+    const char *types[] = {"iTXt", "zTXt", "tEXt", "iCCP", "xxXx"};
+    for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+        uint8_t *evil = malloc(len + 64);
+        ASSERT_TRUE(evil != NULL);
+        memcpy(evil, buf, 33);
+        put_be32(evil + 33, 0x52000000u);
+        memcpy(evil + 37, types[t], 4);
+        memset(evil + 41, 'A', 40);
+        memcpy(evil + 81, buf + 33, len - 33);
+        tsr_image img;
+        tsr_png_meta meta;
+        int rc = tsr_png_read_memory(evil, len + 48, "evil.png", 0, &img, &meta);
+        free(evil);
+        if (rc != TSR_ERR_FORMAT)
+            TSR_FAIL("%s: rc %d %s", types[t], rc, tsr_last_error());
+        ASSERT_TRUE(img.data == NULL && meta.texts == NULL);
+        /* text chunks are read whole, so they must hit the budget; libpng
+         * reads iCCP in pieces and skips unknown chunks without a buffer */
+        if (t < 3 && !strstr(tsr_last_error(), "decoder budget"))
+            TSR_FAIL("%s: \"%s\" does not name the budget", types[t], tsr_last_error());
+    }
+    free(buf);
+    return 0;
+}
+
 static const tsr_test_entry tests[] = {
     {"round_trip_gray", test_round_trip_gray},
     {"round_trip_rgb", test_round_trip_rgb},
@@ -579,6 +612,7 @@ static const tsr_test_entry tests[] = {
     {"huge_dims", test_huge_dims},
     {"zero_size", test_zero_size},
     {"bad_ihdr_fields", test_bad_ihdr_fields},
+    {"huge_chunk", test_huge_chunk},
 };
 
 TSR_TEST_TABLE_MAIN(tests)
