@@ -109,9 +109,12 @@ def main():
     ap.add_argument("--cfg", type=float, default=7.5)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--limit", type=int, default=0, help="only the first N prompts (testing)")
     a = ap.parse_args()
     with open(a.heldout) as f:
         items = json.load(f)["prompts"]
+    if a.limit > 0:
+        items = items[:a.limit]
     if a.generate:
         generate(a, items)
         score_dir(a.generate, items)
