@@ -351,13 +351,13 @@ static int detect_folder_family(tsr_model *m)
          * linear projections */
         m->family = (gelu || u->use_linear_projection) ? TSR_FAMILY_SD2 : TSR_FAMILY_SD1;
     }
-    m->prediction = TSR_PRED_EPSILON;
+    m->prediction = TSR_PREDICTION_EPSILON;
     if (m->scheduler) {
         const char *pt = NULL;
         TSR_TRY(tsr_json_get_string(m->scheduler, "scheduler/scheduler_config.json",
                                     "prediction_type", "epsilon", &pt));
         if (strcmp(pt, "v_prediction") == 0)
-            m->prediction = TSR_PRED_V;
+            m->prediction = TSR_PREDICTION_V;
         else if (strcmp(pt, "epsilon") != 0)
             return tsr_errorf(TSR_ERR_UNSUPPORTED,
                               "%s: scheduler prediction_type \"%s\" is not supported", m->path, pt);

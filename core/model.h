@@ -39,8 +39,8 @@ typedef enum tsr_family {
 } tsr_family;
 
 typedef enum tsr_prediction {
-    TSR_PRED_EPSILON,
-    TSR_PRED_V,
+    TSR_PREDICTION_EPSILON,
+    TSR_PREDICTION_V,
 } tsr_prediction;
 
 typedef enum tsr_component {

@@ -614,17 +614,17 @@ int tsr_model_open_single(tsr_model *m, const char *path)
 
     const tsr_unet_desc *u = &m->comp[TSR_COMP_UNET].unet;
     m->inpainting = u->in_channels == 9;
-    m->prediction = TSR_PRED_EPSILON;
+    m->prediction = TSR_PREDICTION_EPSILON;
     m->prediction_assumed = false;
     const char *meta = tsr_st_metadata(st, TSR_META_PREDICTION);
     if (meta && strcmp(meta, "v_prediction") == 0) {
-        m->prediction = TSR_PRED_V;
+        m->prediction = TSR_PREDICTION_V;
     } else if (meta && strcmp(meta, "epsilon") == 0) {
-        m->prediction = TSR_PRED_EPSILON;
+        m->prediction = TSR_PREDICTION_EPSILON;
     } else if (tsr_st_find(st, "v_pred") || tsr_st_find(st, "edm_vpred")) {
-        m->prediction = TSR_PRED_V; /* marker key some v-prediction SDXL merges carry */
+        m->prediction = TSR_PREDICTION_V; /* marker key some v-prediction SDXL merges carry */
     } else if (m->family == TSR_FAMILY_SD2) {
-        m->prediction = TSR_PRED_V;
+        m->prediction = TSR_PREDICTION_V;
         m->prediction_assumed = true;
     }
     return TSR_OK;

@@ -72,7 +72,7 @@ static int test_open_folders(void)
         ASSERT_EQ(tsr_model_is_inpainting(m), cJSON_IsTrue(cJSON_GetObjectItem(it, "inpainting")));
         ASSERT_EQ(tsr_model_is_refiner(m), 0);
         bool v = strcmp(cJSON_GetObjectItem(it, "prediction")->valuestring, "v_prediction") == 0;
-        ASSERT_EQ(tsr_model_prediction(m), v ? TSR_PRED_V : TSR_PRED_EPSILON);
+        ASSERT_EQ(tsr_model_prediction(m), v ? TSR_PREDICTION_V : TSR_PREDICTION_EPSILON);
         ASSERT_EQ(tsr_model_prediction_assumed(m), 0);
         const cJSON *comps = cJSON_GetObjectItem(it, "components");
         for (int c = 0; c < TSR_COMP_COUNT; c++) {
@@ -136,7 +136,7 @@ static int test_single_matches_folder(void)
         ASSERT_EQ(tsr_model_unrecognised_count(s), 0);
         /* SD2 single files cannot tell v from eps: v, flagged as assumed */
         ASSERT_EQ(tsr_model_prediction_assumed(s), i == 1);
-        ASSERT_EQ(tsr_model_prediction(s), i == 1 ? TSR_PRED_V : TSR_PRED_EPSILON);
+        ASSERT_EQ(tsr_model_prediction(s), i == 1 ? TSR_PREDICTION_V : TSR_PREDICTION_EPSILON);
         if (same_tensors(f, s))
             TSR_FAIL("%s: single file and folder differ", names[i]);
         /* shape-inferred configs agree with the folder's on what shapes tell */

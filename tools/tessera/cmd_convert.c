@@ -257,7 +257,7 @@ static int to_single(const tsr_model *m, const char *out, const char *dtype)
         meta[nm++] = cfg[c];
     }
     meta[nm++] = "tessera.prediction";
-    meta[nm++] = tsr_model_prediction(m) == TSR_PRED_V ? "v_prediction" : "epsilon";
+    meta[nm++] = tsr_model_prediction(m) == TSR_PREDICTION_V ? "v_prediction" : "epsilon";
     meta[nm] = NULL;
     rc = tsr_st_write(out, o.e, o.n, meta);
 done:
@@ -424,7 +424,7 @@ static int to_folder(const tsr_model *m, const char *out, const char *dtype)
     }
     cJSON_DeleteItemFromObject(sched, "prediction_type");
     cJSON_AddStringToObject(sched, "prediction_type",
-                            tsr_model_prediction(m) == TSR_PRED_V ? "v_prediction" : "epsilon");
+                            tsr_model_prediction(m) == TSR_PREDICTION_V ? "v_prediction" : "epsilon");
     {
         char p[4096];
         snprintf(p, sizeof p, "%s/scheduler", out);
@@ -490,7 +490,7 @@ int tsr_cmd_convert(int argc, char **argv)
     rc = tsr_model_open(pos[0], &m);
     if (rc >= 0) {
         if (prediction)
-            tsr_model_set_prediction(m, prediction[0] == 'v' ? TSR_PRED_V : TSR_PRED_EPSILON);
+            tsr_model_set_prediction(m, prediction[0] == 'v' ? TSR_PREDICTION_V : TSR_PREDICTION_EPSILON);
         bool single = to ? strcmp(to, "single") == 0
                          : tsr_model_layout_of(m) == TSR_LAYOUT_DIFFUSERS;
         rc = single ? to_single(m, pos[1], dtype) : to_folder(m, pos[1], dtype);

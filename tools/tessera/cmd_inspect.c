@@ -32,7 +32,7 @@ static uint64_t fnv1a(const unsigned char *p, uint64_t n)
 
 static const char *pred_name(const tsr_model *m)
 {
-    return tsr_model_prediction(m) == TSR_PRED_V ? "v" : "eps";
+    return tsr_model_prediction(m) == TSR_PREDICTION_V ? "v" : "eps";
 }
 
 static void shape_str(const tsr_st_entry *e, char *buf, size_t size)
@@ -91,7 +91,7 @@ static int print_json(const tsr_model *m)
     cJSON_AddStringToObject(o, "family", tsr_family_name(tsr_model_family(m)));
     cJSON_AddBoolToObject(o, "refiner", tsr_model_is_refiner(m));
     cJSON_AddBoolToObject(o, "inpainting", tsr_model_is_inpainting(m));
-    cJSON_AddStringToObject(o, "prediction", tsr_model_prediction(m) == TSR_PRED_V
+    cJSON_AddStringToObject(o, "prediction", tsr_model_prediction(m) == TSR_PREDICTION_V
                                                  ? "v_prediction"
                                                  : "epsilon");
     cJSON_AddBoolToObject(o, "prediction_assumed", tsr_model_prediction_assumed(m));
@@ -131,7 +131,7 @@ static void print_text(const tsr_model *m)
                tsr_model_prediction_assumed(m) ? " (assumed; override with --prediction)" : "");
     else
         printf("family:      %s%s\n", tsr_family_name(f), tsr_model_is_refiner(m) ? " refiner" : "");
-    printf("prediction:  %s%s\n", tsr_model_prediction(m) == TSR_PRED_V ? "v_prediction" : "epsilon",
+    printf("prediction:  %s%s\n", tsr_model_prediction(m) == TSR_PREDICTION_V ? "v_prediction" : "epsilon",
            tsr_model_prediction_assumed(m) ? " (assumed)" : "");
     printf("inpainting:  %s\n", tsr_model_is_inpainting(m) ? "yes" : "no");
     uint64_t total = 0;
@@ -195,7 +195,7 @@ int tsr_cmd_inspect(int argc, char **argv)
         return TSR_EXIT_FAILURE;
     }
     if (prediction)
-        tsr_model_set_prediction(m, prediction[0] == 'v' ? TSR_PRED_V : TSR_PRED_EPSILON);
+        tsr_model_set_prediction(m, prediction[0] == 'v' ? TSR_PREDICTION_V : TSR_PREDICTION_EPSILON);
     if (tensors)
         print_tensors(m);
     else if (json)
