@@ -18,7 +18,10 @@
 
 #include "core/error.h"
 
+/* No a*b+c contraction: gcc does none in ISO C mode (-std=c17); clang needs the pragma. */
+#ifdef __clang__
 #pragma STDC FP_CONTRACT OFF
+#endif
 
 /* ---------------------------------------------------------------- MT19937 */
 

@@ -27,6 +27,8 @@ pip install -q \
   regex==2026.11.19
 # open-clip-torch only for its BPE vocabulary file (bpe_simple_vocab_16e6.txt.gz)
 pip install -q --no-deps open-clip-torch==3.2.0
+# scheduler goldens: scipy for LMSDiscreteScheduler, torchsde for DPMSolverSDEScheduler
+pip install -q scipy==1.16.3 torchsde==0.2.6
 python - <<'PY'
 import torch, diffusers, transformers
 print(f"venv ready: torch {torch.__version__}, diffusers {diffusers.__version__}, transformers {transformers.__version__}")

@@ -1,0 +1,71 @@
+/*
+ * scheduler/sched_internal.h - the sampler object shared by the scheduler
+ * sources (not part of the public API).
+ *
+ * Why one struct for all samplers: each diffusers class is a handful of
+ * arrays and counters; a tagged struct with a few history buffers keeps
+ * every sampler a pair of small functions (init, step) and lets the common
+ * code (truncation for img2img, input scaling, add_noise) live once.
+ * Scalars that diffusers keeps in float32 tensors are `float` here, and the
+ * code computes them with the same operations so rounding matches.
+ */
+#ifndef TSR_SCHED_INTERNAL_H
+#define TSR_SCHED_INTERNAL_H
+
+#include "scheduler/scheduler.h"
+
+#define TSR_SCHED_MAX_TRAIN 10000
+#define TSR_SCHED_MAX_STEPS 1000
+#define TSR_SCHED_HIST 4
+
+/* A config with every field resolved to the class default. */
+typedef tsr_sched_config tsr_sched_resolved;
+
+struct tsr_sampler {
+    tsr_sampler_params p;
+    tsr_sched_resolved c;
+    size_t n;
+
+    int num_train;
+    float *acp;           /* alphas_cumprod[num_train] */
+    float final_acp;      /* DDIM/PNDM/LCM final_alpha_cumprod */
+
+    int nt;               /* timesteps (full schedule, before truncation) */
+    double *timesteps;    /* owned */
+    int ns;               /* sigmas (sigma samplers; 0 otherwise) */
+    float *sigmas;        /* owned */
+    int num_inference_steps; /* diffusers' self.num_inference_steps */
+
+    int begin;            /* first eval index (img2img truncation) */
+    int pos;              /* next eval index = diffusers' step_index */
+
+    /* history */
+    float *hist[TSR_SCHED_HIST]; /* model outputs / derivatives / ets, newest last */
+    int nhist;
+    double hist_t[TSR_SCHED_HIST];
+    float *save;          /* Heun / DPM-SDE first-stage sample, UniPC last_sample, PNDM cur_sample */
+    float *tmp;           /* scratch: noise, converted output */
+    float *tmp2;
+    bool have_save;
+    float heun_dt;
+    float mid_sigma;      /* DPM++ SDE mid_point_sigma */
+    int lower_order_nums, this_order;
+    int counter;          /* PNDM */
+};
+
+/* sched_schedule.c */
+int tsr_sched_make_alphas(tsr_sampler *s);
+int tsr_sched_make_timesteps(tsr_sampler *s);
+
+/* per-family init / step (sampler_*.c) */
+int tsr_sched_step_sigma(tsr_sampler *s, const float *mo, float *x, tsr_rng *rng, float *x0);
+int tsr_sched_step_multistep(tsr_sampler *s, const float *mo, float *x, tsr_rng *rng, float *x0);
+int tsr_sched_step_ddpm(tsr_sampler *s, const float *mo, float *x, tsr_rng *rng, float *x0);
+
+/* Draw the latent-shaped noise of one randn_tensor() call into dst. */
+int tsr_sched_noise(tsr_sampler *s, tsr_rng *rng, float *dst);
+
+/* Helpers used by several samplers. */
+static inline float tsr_f_sqrt(float x) { return __builtin_sqrtf(x); }
+
+#endif
