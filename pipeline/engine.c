@@ -1,0 +1,222 @@
+/*
+ * pipeline/engine.c - opening a model for generation: every component on
+ * one backend, the scheduler config (with the prediction override), and the
+ * facts the batch needs (latent channels, size multiple, default size).
+ *
+ * Loading is the slow part of a process's life (weights are widened to f32
+ * once here), so everything that can be decided once is decided here and
+ * the per-image path only looks it up.
+ */
+#include <cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "image/image.h"
+#include "pipeline/pipeline_internal.h"
+
+void tsr_engine_options_init(tsr_engine_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->device = "auto";
+}
+
+void tsr_engine_close(tsr_engine *e)
+{
+    if (!e)
+        return;
+    tsr_taesd_free(e->taesd);
+    tsr_vae_free(e->vae);
+    tsr_unet_free(e->unet);
+    tsr_weights_free(e->vae_w);
+    tsr_weights_free(e->unet_w);
+    tsr_text_cond_free(e->cond);
+    tsr_model_close(e->model);
+    tsr_backend_destroy(e->backend);
+    free(e);
+}
+
+static void model_stem(const char *path, char *out, size_t size)
+{
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        n--;
+    size_t start = n;
+    while (start > 0 && path[start - 1] != '/')
+        start--;
+    size_t len = n - start;
+    const char *dot = NULL;
+    for (size_t i = start; i < n; i++)
+        if (path[i] == '.')
+            dot = path + i;
+    if (dot && strncmp(dot, ".safetensors", 12) == 0)
+        len = (size_t)(dot - (path + start));
+    if (len >= size)
+        len = size - 1;
+    memcpy(out, path + start, len);
+    out[len] = '\0';
+}
+
+static int open_scheduler(tsr_engine *e, const char *prediction)
+{
+    const cJSON *json = tsr_model_scheduler_config(e->model);
+    TSR_TRY(tsr_sched_config_from_json(json, "scheduler_config.json", &e->sched));
+    /* The model's own scheduler, or Euler (with SD's training schedule
+     * defaults) for single files that carry none. */
+    if (!json || tsr_sampler_from_config(json, &e->default_sampler) != TSR_OK)
+        e->default_sampler = TSR_SAMPLER_EULER;
+    tsr_error_clear();
+    if (prediction) {
+        if (strcmp(prediction, "epsilon") == 0)
+            e->sched.prediction_type = TSR_PRED_EPSILON;
+        else if (strcmp(prediction, "v") == 0 || strcmp(prediction, "v_prediction") == 0)
+            e->sched.prediction_type = TSR_PRED_V;
+        else
+            return tsr_errorf(TSR_ERR_INVALID, "prediction must be epsilon or v, not '%s'",
+                              prediction);
+    } else if (e->sched.prediction_type == TSR_PRED_UNSET) {
+        e->sched.prediction_type =
+            tsr_model_prediction(e->model) == TSR_PREDICTION_V ? TSR_PRED_V : TSR_PRED_EPSILON;
+    }
+    return TSR_OK;
+}
+
+int tsr_engine_open(const tsr_engine_options *o, tsr_engine **out)
+{
+    *out = NULL;
+    if (!o || !o->model)
+        return tsr_errorf(TSR_ERR_INVALID, "no model given");
+    tsr_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return tsr_errorf(TSR_ERR_NOMEM, "cannot allocate the engine");
+    int rc;
+    TSR_CHECK_GOTO(rc, tsr_backend_open(o->device, o->threads, &e->backend), fail);
+    TSR_CHECK_GOTO(rc, tsr_model_open(o->model, &e->model), fail);
+    const char *path = tsr_model_path(e->model);
+    for (int c = TSR_COMP_UNET; c <= TSR_COMP_VAE; c++)
+        if (!tsr_model_has(e->model, (tsr_component)c)) {
+            rc = tsr_errorf(TSR_ERR_NOT_FOUND, "%s: the model has no %s", path,
+                            tsr_component_name((tsr_component)c));
+            goto fail;
+        }
+    e->family = tsr_model_family(e->model);
+    e->sdxl = e->family == TSR_FAMILY_SDXL;
+    TSR_CHECK_GOTO(rc, open_scheduler(e, o->prediction), fail);
+    TSR_CHECK_GOTO(rc, tsr_text_cond_open(e->model, e->backend, &e->cond), fail);
+
+    const tsr_unet_desc *ud = tsr_model_unet_desc(e->model);
+    const tsr_vae_desc *vd = tsr_model_vae_desc(e->model);
+    if (!ud || !vd) {
+        rc = tsr_errorf(TSR_ERR_NOT_FOUND, "%s: missing UNet or VAE config", path);
+        goto fail;
+    }
+    TSR_CHECK_GOTO(rc, tsr_weights_load(e->model, TSR_COMP_UNET, e->backend, &e->unet_w), fail);
+    TSR_CHECK_GOTO(rc, tsr_unet_create(ud, e->unet_w, e->backend, &e->unet), fail);
+    TSR_CHECK_GOTO(rc, tsr_weights_load(e->model, TSR_COMP_VAE, e->backend, &e->vae_w), fail);
+    TSR_CHECK_GOTO(rc, tsr_vae_create(vd, e->vae_w, e->backend, &e->vae), fail);
+    if (o->taesd)
+        TSR_CHECK_GOTO(rc, tsr_taesd_open(o->taesd, e->backend, &e->taesd), fail);
+
+    e->in_channels = ud->in_channels;
+    e->latent_channels = vd->latent_channels;
+    const int extra = ud->in_channels - vd->latent_channels;
+    if (extra != 0 && extra != vd->latent_channels + 1) {
+        rc = tsr_errorf(TSR_ERR_FORMAT, "%s: UNet takes %d channels but the VAE makes %d", path,
+                        ud->in_channels, vd->latent_channels);
+        goto fail;
+    }
+    if (ud->out_channels != vd->latent_channels) {
+        rc = tsr_errorf(TSR_ERR_FORMAT, "%s: UNet predicts %d channels, VAE latents have %d", path,
+                        ud->out_channels, vd->latent_channels);
+        goto fail;
+    }
+    if (tsr_text_cond_dim(e->cond) != ud->cross_attention_dim) {
+        rc = tsr_errorf(TSR_ERR_FORMAT, "%s: text encoders give %d channels, the UNet wants %d",
+                        path, tsr_text_cond_dim(e->cond), ud->cross_attention_dim);
+        goto fail;
+    }
+    e->vae_factor = tsr_vae_factor(e->vae);
+    e->size_multiple = e->vae_factor * tsr_unet_size_multiple(e->unet);
+
+    bool force_zeros = false;
+    const cJSON *index = tsr_model_index(e->model);
+    const cJSON *fz = index ? cJSON_GetObjectItemCaseSensitive(index, "force_zeros_for_empty_prompt")
+                            : NULL;
+    if (cJSON_IsBool(fz))
+        force_zeros = cJSON_IsTrue(fz);
+    else if (!index)
+        force_zeros = e->sdxl; /* single files: diffusers' SDXL default */
+    e->force_zeros = force_zeros;
+
+    /* Default size: the family's published resolution, or what the UNet was
+     * configured for when that differs (small custom models). */
+    int size = e->sdxl ? 1024 : 512;
+    if (e->family == TSR_FAMILY_SD2 && e->sched.prediction_type == TSR_PRED_V)
+        size = 768;
+    if (ud->sample_size > 0 && ud->sample_size * e->vae_factor != size && ud->sample_size < 64)
+        size = ud->sample_size * e->vae_factor;
+    e->default_size = size;
+    model_stem(path, e->model_name, sizeof e->model_name);
+    TSR_INFO("model %s (%s) on %s", e->model_name, tsr_family_name(e->family), e->backend->name);
+    *out = e;
+    return TSR_OK;
+fail:
+    tsr_engine_close(e);
+    return rc;
+}
+
+int tsr_engine_default_size(const tsr_engine *e)
+{
+    return e->default_size;
+}
+
+const char *tsr_engine_family(const tsr_engine *e)
+{
+    return tsr_family_name(e->family);
+}
+
+const char *tsr_engine_device(const tsr_engine *e)
+{
+    return e->backend->name;
+}
+
+int tsr_engine_is_inpainting(const tsr_engine *e)
+{
+    return e->in_channels != e->latent_channels;
+}
+
+int tsr_job_infotext(tsr_engine *e, tsr_job *j)
+{
+    if (!e->hash_done) {
+        /* A1111's "Model hash" is defined for single checkpoint files. */
+        e->hash_done = true;
+        if (tsr_model_layout_of(e->model) == TSR_LAYOUT_SINGLE_FILE &&
+            tsr_a1111_model_hash(tsr_model_path(e->model), e->model_hash) != TSR_OK) {
+            e->model_hash[0] = '\0';
+            tsr_error_clear();
+        }
+    }
+    tsr_a1111_info info;
+    tsr_a1111_info_init(&info);
+    info.prompt = j->prompt;
+    info.negative_prompt = j->negative;
+    info.steps = j->steps;
+    info.sampler = tsr_sampler_display_name(j->sampler_kind);
+    info.schedule_type = j->schedule == TSR_SCHEDULE_DEFAULT ? "Automatic"
+                                                             : tsr_schedule_display_name(j->schedule);
+    info.cfg_scale = j->cfg_scale;
+    info.seed = (int64_t)j->seed;
+    info.width = j->width;
+    info.height = j->height;
+    info.model_hash = e->model_hash[0] ? e->model_hash : NULL;
+    info.model = e->model_name;
+    info.denoising_strength = j->strength;
+    info.clip_skip = j->clip_skip;
+    info.rng = j->rng_kind == TSR_RNG_CUDA ? NULL : "CPU";
+    char version[32];
+    snprintf(version, sizeof version, "tessera %s", tsr_version());
+    info.version = version;
+    return tsr_a1111_parameters(&info, &j->parameters);
+}
