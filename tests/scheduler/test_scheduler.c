@@ -342,8 +342,6 @@ static int run_case(const cJSON *c, tsr_safetensors *st, bool nhwc)
                   : tsr_rng_randn(&rng, x, n)) < 0)
             goto out;
         tsr_sampler_scale_noise(s, x);
-        float ins = samples[0] != 0 ? tsr_sampler_init_noise_sigma(s) : 0;
-        (void)ins;
     }
     TO_NCHW(x, tmp);
     if (row_close("initial latents", tmp, samples, n, 1e-6)) {
@@ -355,13 +353,11 @@ static int run_case(const cJSON *c, tsr_safetensors *st, bool nhwc)
             fprintf(stderr, "%s: done early at %zu\n", name, k);
             goto out;
         }
-        double t = tsr_sampler_timestep(s);
         tsr_sampler_scale_input(s, x, in);
         TO_NCHW(in, tmp);
         /* diffusers' timestep: fractional ones differ by ~1e-5 (numpy's
          * float32 log is not libm's), checked above; keep that out of the
          * sampler comparison */
-        (void)t;
         fake_model(tmp, tsw[k], n, in);
         FROM_NCHW(in, mo);
         if (tsr_sampler_step(s, mo, x, &rng, x0) < 0) {
