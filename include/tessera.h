@@ -145,7 +145,7 @@ typedef struct tsr_step_info {
     int job;
     int step, steps;           /* user-visible steps done / total */
     double timestep;
-    int preview_width, preview_height; /* 1/8 of the image */
+    int preview_width, preview_height; /* the latent size (1/8 of the image for SD) */
     const uint8_t *preview_rgb;        /* RGB 8-bit, or NULL when previews are off */
     const float *x0;           /* the x0 prediction, latent NHWC */
     int latent_height, latent_width, latent_channels;
