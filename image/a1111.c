@@ -26,6 +26,17 @@
  *   the same double, which agrees with every UI value (A1111's API path,
  *   which prints "7.0", is the exception we do not follow).
  * - The whole string is strip()ped with Python's notion of whitespace.
+ *
+ * Names the caller should pass (A1111 1.9+ display names, so that readers
+ * map them back): sampler euler "Euler", euler_a "Euler a", heun "Heun",
+ * dpmpp_2m "DPM++ 2M", dpmpp_2m_sde "DPM++ 2M SDE", dpmpp_sde "DPM++ SDE",
+ * ddim "DDIM", lms "LMS", unipc "UniPC", lcm "LCM" (pndm has no A1111
+ * equivalent: "PNDM"); schedule type default "Automatic" (what A1111
+ * writes for its default), karras "Karras", exponential "Exponential",
+ * sgm_uniform "SGM Uniform".  Model is the checkpoint's file name without
+ * extension; Model hash is tsr_a1111_model_hash() (optional: it reads the
+ * whole file); RNG is "CPU" for --rng cpu and omitted for --rng cuda, which
+ * reproduces A1111's default GPU noise.
  */
 #include <math.h>
 #include <stdarg.h>
