@@ -209,6 +209,39 @@ def encode_all(vae, imgs, bs=64):
     return torch.cat(out)
 
 
+def polish_decoder(a, vae, imgs, latents, seed):
+    """Fine-tunes only the VAE decoder on whole 128x128 images.
+
+    The crops the VAE first learns from are cheap but leave flat colours off
+    (GroupNorm statistics of a crop differ from a whole picture's).  The encoder
+    is frozen, so the cached latents (and the UNet trained on them) stay valid;
+    the generator is separate so the UNet's random stream does not depend on
+    this phase."""
+    gen = torch.Generator().manual_seed(seed)
+    dec = list(vae.decoder.parameters()) + list(vae.post_quant_conv.parameters())
+    opt = torch.optim.AdamW(dec, lr=a.polish_lr, weight_decay=0.0)
+    vae.train()
+    t_last = time.time()
+    for step in range(a.polish_steps):
+        for g in opt.param_groups:
+            g["lr"] = a.polish_lr * 0.5 * (1 + math.cos(math.pi * step / a.polish_steps))
+        idx = torch.randint(0, imgs.shape[0], (a.polish_batch,), generator=gen)
+        x = to_tensor(imgs[idx.numpy()])
+        rec = vae.decode(latents[idx]).sample
+        l1 = (rec - x).abs().mean()
+        loss = l1 + F.mse_loss(rec, x)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(dec, 1.0)
+        opt.step()
+        if step % a.log_every == 0 or step == a.polish_steps - 1:
+            log(f"decoder polish step {step}/{a.polish_steps} l1 {l1.item():.4f} "
+                f"({time.time() - t_last:.1f}s)")
+            t_last = time.time()
+    vae.eval()
+    return vae
+
+
 # ---------------------------------------------------------------- 4. UNet + text encoder
 
 def make_text_encoder(a, tok):
@@ -362,6 +395,12 @@ def main():
     ap.add_argument("--offset-noise", type=float, default=0.05)
     ap.add_argument("--min-snr", type=float, default=5.0)
     ap.add_argument("--ema", type=float, default=0.995)
+    ap.add_argument("--polish-steps", type=int, default=500)
+    ap.add_argument("--polish-batch", type=int, default=2)
+    ap.add_argument("--polish-lr", type=float, default=5e-4)
+    ap.add_argument("--polish-only", action="store_true",
+                    help="with --reuse-vae: only polish work/vae's decoder (development)")
+    ap.add_argument("--skip-polish", action="store_true", help="development only")
     ap.add_argument("--log-every", type=int, default=100)
     ap.add_argument("--reuse-vae", action="store_true",
                     help="reuse work/vae + latents from an earlier run (development only)")
@@ -390,6 +429,12 @@ def main():
         latents = encode_all(vae, imgs)
         vae.save_pretrained(vae_dir)
         torch.save(latents, lat_path)
+    if a.polish_only:
+        vae = polish_decoder(a, vae, imgs, latents, a.seed + 1)
+        vae.save_pretrained(os.path.join(a.work, "vae-polished"))
+        return
+    if a.polish_steps > 0 and not a.skip_polish:
+        vae = polish_decoder(a, vae, imgs, latents, a.seed + 1)
     std = latents.std().item()
     vae.register_to_config(scaling_factor=float(1.0 / std))
     latents = latents / std
