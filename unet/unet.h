@@ -23,6 +23,9 @@
  * through the backend's query-chunked tsr_attention, so no Lq x Lk score
  * matrix is ever materialised, and the feed-forward runs over token chunks.
  *
+ * A tsr_unet runs one call at a time (its workspace is shared by calls):
+ * callers serialise, or create one per worker over the same weights.
+ *
  * Inputs and outputs are host pointers for now: the call uploads the
  * inputs into the workspace and downloads the output (a memmove on the CPU
  * backend).  A device-resident variant is left for the GPU pipeline.
