@@ -114,7 +114,7 @@ static int make_inputs(const tsr_unet_desc *d, int64_t batch, int64_t size, benc
                                               6 * (int64_t)d->addition_time_embed_dim
                                         : 0;
     if (d->text_time && pooled < 1)
-        return tsr_errorf(TSR_ERR_UNSUPPORTED, "bench unet: text_time config without 6 time ids");
+        return tsr_errorf(TSR_ERR_UNSUPPORTED, "text_time config without 6 time ids");
     memset(io, 0, sizeof *io);
     io->lat = malloc(lat * sizeof(float));
     io->t = malloc((size_t)batch * sizeof(float));
@@ -125,7 +125,7 @@ static int make_inputs(const tsr_unet_desc *d, int64_t batch, int64_t size, benc
         io->ids = malloc((size_t)batch * 6 * sizeof(float));
     }
     if (!io->lat || !io->t || !io->ctx || !io->out || (d->text_time && (!io->te || !io->ids)))
-        return tsr_errorf(TSR_ERR_NOMEM, "bench unet: cannot allocate the inputs");
+        return tsr_errorf(TSR_ERR_NOMEM, "cannot allocate the inputs");
     uint64_t s = 0x9E3779B97F4A7C15ull;
     fill_normal(io->lat, lat, &s);
     fill_normal(io->ctx, ctx, &s);
@@ -216,11 +216,11 @@ int tsr_bench_unet(int argc, char **argv)
     TSR_CHECK_GOTO(rc, make_inputs(&desc, batch, size, &io, &in), fail);
     times = calloc((size_t)iters, sizeof(double));
     if (!times) {
-        rc = tsr_errorf(TSR_ERR_NOMEM, "bench unet: out of memory");
+        rc = tsr_errorf(TSR_ERR_NOMEM, "out of memory");
         goto fail;
     }
     if (size / 8 % tsr_unet_size_multiple(u)) {
-        rc = tsr_errorf(TSR_ERR_INVALID, "bench unet: --size must be a multiple of %d",
+        rc = tsr_errorf(TSR_ERR_INVALID, "--size must be a multiple of %d",
                         8 * tsr_unet_size_multiple(u));
         goto fail;
     }
