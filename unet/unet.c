@@ -47,6 +47,13 @@ typedef struct unet_block {
     const tsr_tensor *sample_w, *sample_b; /* down/upsampler conv; NULL when absent */
 } unet_block;
 
+/* Skip stack: each entry remembers where in the arena it began. */
+typedef struct skip_stack {
+    tsr_tensor t[UNET_MAX_SKIPS];
+    size_t base[UNET_MAX_SKIPS];
+    int n;
+} skip_stack;
+
 struct tsr_unet {
     tsr_unet_desc d;
     tsr_backend *be; /* borrowed */
@@ -58,6 +65,7 @@ struct tsr_unet {
     unet_resnet mid_res[2];
     unet_transformer mid_tr;
     tsr_arena ws;       /* owned workspace */
+    skip_stack skips;   /* per-call bookkeeping, kept here so a call allocates nothing */
     int plan[5];        /* B, H, W, L, n_time_ids of the last plan */
 };
 
@@ -275,13 +283,6 @@ static int embed(tsr_unet *u, unet_run *r, const tsr_unet_inputs *in)
     return TSR_OK;
 }
 
-/* Skip stack: each entry remembers where in the arena it began. */
-typedef struct skip_stack {
-    tsr_tensor t[UNET_MAX_SKIPS];
-    size_t base[UNET_MAX_SKIPS];
-    int n;
-} skip_stack;
-
 /* Allocate a new activation at the top of the arena and push it. */
 static int push_new(tsr_arena *ws, skip_stack *s, int64_t b, int64_t h, int64_t w, int64_t c)
 {
@@ -348,9 +349,8 @@ static int unet_walk(tsr_unet *u, tsr_arena *ws, const tsr_unet_inputs *in, floa
     OP(tsr_backend_upload(be, r.context.data, in->context, tsr_tensor_nbytes(&r.context)));
     TSR_TRY(embed(u, &r, in));
 
-    skip_stack *s = calloc(1, sizeof *s);
-    if (!s)
-        return tsr_errorf(TSR_ERR_NOMEM, "unet: cannot allocate the skip list");
+    skip_stack *s = &u->skips;
+    s->n = 0;
     int rc;
 #define CK(expr) TSR_CHECK_GOTO(rc, (expr), done)
     tsr_tensor cur;
@@ -419,7 +419,6 @@ static int unet_walk(tsr_unet *u, tsr_arena *ws, const tsr_unet_inputs *in, floa
     rc = TSR_OK;
 done:
 #undef CK
-    free(s);
     return rc;
 }
 
