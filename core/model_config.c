@@ -82,6 +82,50 @@ static int get_block_types(const cJSON *j, const char *label, const char *key, i
     return TSR_OK;
 }
 
+/* UNet2DConditionModel options the SD families leave at their defaults.
+ * A config that changes one would be misread, so it is refused by name. */
+static int check_unet_defaults(const cJSON *j, const char *label)
+{
+    static const struct {
+        const char *key;
+        const char *str; /* expected string, or NULL for a number/bool */
+        double num;      /* expected number (bools: 0/1) */
+    } defaults[] = {
+        {"conv_in_kernel", NULL, 3},          {"conv_out_kernel", NULL, 3},
+        {"mid_block_scale_factor", NULL, 1},  {"resnet_out_scale_factor", NULL, 1},
+        {"resnet_time_scale_shift", "default", 0}, {"attention_type", "default", 0},
+        {"time_embedding_type", "positional", 0}, {"dual_cross_attention", NULL, 0},
+        {"only_cross_attention", NULL, 0},    {"resnet_skip_time_act", NULL, 0},
+        {"class_embeddings_concat", NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
+        const cJSON *v = tsr_json_member(j, defaults[i].key);
+        if (!v)
+            continue;
+        bool ok;
+        if (defaults[i].str)
+            ok = cJSON_IsString(v) && strcmp(v->valuestring, defaults[i].str) == 0;
+        else if (cJSON_IsBool(v))
+            ok = (cJSON_IsTrue(v) ? 1.0 : 0.0) == defaults[i].num;
+        else
+            ok = cJSON_IsNumber(v) && v->valuedouble == defaults[i].num;
+        if (!ok)
+            return tsr_errorf(TSR_ERR_UNSUPPORTED, "%s: \"%s\" other than its default is not supported",
+                              label, defaults[i].key);
+    }
+    /* options that only exist when set: any non-null value is a variant */
+    static const char *const absent[] = {"reverse_transformer_layers_per_block", "timestep_post_act",
+                                         "cross_attention_norm", "time_embedding_act_fn",
+                                         "time_embedding_dim", "encoder_hid_dim_type",
+                                         "mid_block_only_cross_attention"};
+    for (size_t i = 0; i < sizeof absent / sizeof absent[0]; i++) {
+        const cJSON *v = tsr_json_member(j, absent[i]);
+        if (v && !(cJSON_IsBool(v) && cJSON_IsFalse(v)))
+            return tsr_errorf(TSR_ERR_UNSUPPORTED, "%s: \"%s\" is not supported", label, absent[i]);
+    }
+    return TSR_OK;
+}
+
 int tsr_unet_desc_parse(const cJSON *j, const char *label_in, tsr_unet_desc *out)
 {
     const char *label = lbl(label_in);
@@ -145,6 +189,7 @@ int tsr_unet_desc_parse(const cJSON *j, const char *label_in, tsr_unet_desc *out
         if (tsr_json_has(j, unsupported[i]))
             return tsr_errorf(TSR_ERR_UNSUPPORTED, "%s: \"%s\" is not supported", label,
                               unsupported[i]);
+    TSR_TRY(check_unet_defaults(j, label));
     const char *add = NULL;
     TSR_TRY(tsr_json_get_string(j, label, "addition_embed_type", NULL, &add));
     if (add) {

@@ -17,6 +17,7 @@
 #include "core/json.h"
 #include "core/ldm_names.h"
 #include "core/model.h"
+#include "core/model_config.h"
 #include "test.h"
 
 static const char *data(const char *rel)
@@ -450,7 +451,46 @@ static int test_ldm_names_reverse(void)
     return 0;
 }
 
+/* UNet options the SD families leave at their defaults: the defaults (and
+ * nulls, as diffusers writes them) parse; anything else is refused by name
+ * rather than misread. */
+static int test_unet_config_variants(void)
+{
+    static const char *base = "{\"block_out_channels\": [32, 64], \"norm_num_groups\": 8, "
+                              "\"attention_head_dim\": 2, \"cross_attention_dim\": 16";
+    static const struct {
+        const char *extra;
+        int want;
+    } cases[] = {
+        {"", TSR_OK},
+        {", \"conv_in_kernel\": 3, \"resnet_time_scale_shift\": \"default\", "
+         "\"mid_block_scale_factor\": 1, \"dual_cross_attention\": false, "
+         "\"reverse_transformer_layers_per_block\": null, \"timestep_post_act\": null",
+         TSR_OK},
+        {", \"conv_in_kernel\": 5", TSR_ERR_UNSUPPORTED},
+        {", \"resnet_time_scale_shift\": \"scale_shift\"", TSR_ERR_UNSUPPORTED},
+        {", \"mid_block_scale_factor\": 1.5", TSR_ERR_UNSUPPORTED},
+        {", \"only_cross_attention\": true", TSR_ERR_UNSUPPORTED},
+        {", \"reverse_transformer_layers_per_block\": [[1], [2]]", TSR_ERR_UNSUPPORTED},
+        {", \"time_embedding_type\": \"fourier\"", TSR_ERR_UNSUPPORTED},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[1024];
+        snprintf(text, sizeof text, "%s%s}", base, cases[i].extra);
+        cJSON *j = cJSON_Parse(text);
+        ASSERT_TRUE(j != NULL);
+        tsr_unet_desc d;
+        int rc = tsr_unet_desc_parse(j, "unet/config.json", &d);
+        cJSON_Delete(j);
+        if (rc != cases[i].want)
+            TSR_FAIL("case %zu (%s): got %d, want %d (%s)", i, cases[i].extra, rc, cases[i].want,
+                     tsr_last_error());
+    }
+    return 0;
+}
+
 static const tsr_test_entry tests[] = {
+    {"unet_config_variants", test_unet_config_variants},
     {"open_folders", test_open_folders},
     {"single_matches_folder", test_single_matches_folder},
     {"pickle_refused", test_pickle_refused},
