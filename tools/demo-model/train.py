@@ -292,7 +292,10 @@ class Tokens:
         return torch.tensor(rows, dtype=torch.long)
 
 
-def train_unet(a, tok, latents, scenes, gen):
+def train_unet(a, tok, latents, scenes, seed):
+    # Its own generator, so this phase does not depend on the VAE phases.
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
     unet = make_unet(a)
     te = make_text_encoder(a, tok)
     log(f"unet: {sum(p.numel() for p in unet.parameters()) / 1e6:.2f}M params, "
@@ -388,7 +391,7 @@ def main():
     ap.add_argument("--unet-layers", type=int, default=1)
     ap.add_argument("--unet-heads", type=int, default=4)
     ap.add_argument("--unet-groups", type=int, default=8)
-    ap.add_argument("--unet-steps", type=int, default=900)
+    ap.add_argument("--unet-steps", type=int, default=450)
     ap.add_argument("--unet-lr", type=float, default=1e-3)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--cond-drop", type=float, default=0.1)
@@ -440,7 +443,7 @@ def main():
     latents = latents / std
     log(f"latents: {tuple(latents.shape)}, std {std:.4f} -> scaling_factor {1 / std:.4f}")
 
-    unet, te = train_unet(a, tok, latents, scenes, gen)
+    unet, te = train_unet(a, tok, latents, scenes, a.seed + 2)
     export(a, vae, unet, te, tok)
     log("done")
 
