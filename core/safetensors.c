@@ -175,6 +175,19 @@ bool tsr_st_data_aligned(const tsr_safetensors *st, const tsr_st_entry *e)
     return a == 0 || ((uintptr_t)tsr_st_data(st, e) % a) == 0;
 }
 
+void tsr_st_release(const tsr_safetensors *st, const tsr_st_entry *e)
+{
+    if (!st->mapped || e->nbytes == 0)
+        return;
+    /* only whole pages inside the tensor: neighbours may still be needed */
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t begin = (uintptr_t)tsr_st_data(st, e), end = begin + (uintptr_t)e->nbytes;
+    begin = (begin + page - 1) & ~(page - 1);
+    end &= ~(page - 1);
+    if (end > begin)
+        madvise((void *)begin, end - begin, MADV_DONTNEED);
+}
+
 uint64_t tsr_st_data_size(const tsr_safetensors *st)
 {
     return st->data_size;

@@ -93,6 +93,10 @@ uint64_t tsr_st_data_size(const tsr_safetensors *st);
  * every tensor is aligned, but the format does not require it: when this is
  * false, read elements with memcpy rather than through a typed pointer. */
 bool tsr_st_data_aligned(const tsr_safetensors *st, const tsr_st_entry *e);
+/* Tell the kernel the mapped pages of this tensor will not be read soon
+ * (MADV_DONTNEED): they leave the process's RSS and are read back from the
+ * file if touched again.  For loaders that copy weights out once. */
+void tsr_st_release(const tsr_safetensors *st, const tsr_st_entry *e);
 
 const char *tsr_st_dtype_name(tsr_st_dtype dtype); /* "F16" */
 /* "F16" -> TSR_ST_F16; false for an unknown name. */

@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "core/model_internal.h"
+#include "core/pool.h"
 
 struct tsr_weights {
     tsr_backend *backend; /* borrowed */
@@ -50,14 +51,38 @@ static int entry_numel(const tsr_model *m, const char *name, const tsr_st_entry 
     return TSR_OK;
 }
 
-/* OIHW -> OHWI */
-static void permute_oihw(float *dst, const float *src, int64_t o, int64_t i, int64_t h, int64_t w)
+/* Conversion and permutation run on a pool created for the load: widening
+ * gigabytes of f16 on one core was most of an SDXL load. */
+typedef struct convert_job {
+    float *dst;
+    const void *src;
+    tsr_dtype dtype;
+    int64_t o, i, h, w; /* permute OIHW -> OHWI when h*w > 0 */
+} convert_job;
+
+#define CONVERT_GRAIN 65536
+
+static void convert_range(void *ctx, int64_t begin, int64_t end, int worker)
 {
-    for (int64_t a = 0; a < o; a++)
+    (void)worker;
+    const convert_job *j = ctx;
+    const size_t es = tsr_dtype_size(j->dtype);
+    tsr_convert_to_f32(j->dst + begin, (const char *)j->src + (size_t)begin * es, j->dtype,
+                       (size_t)(end - begin));
+}
+
+/* rows of the output: one output channel each */
+static void permute_range(void *ctx, int64_t begin, int64_t end, int worker)
+{
+    (void)worker;
+    const convert_job *j = ctx;
+    const float *src = j->src;
+    const int64_t i = j->i, h = j->h, w = j->w;
+    for (int64_t a = begin; a < end; a++)
         for (int64_t c = 0; c < i; c++)
             for (int64_t y = 0; y < h; y++)
                 for (int64_t x = 0; x < w; x++)
-                    dst[((a * h + y) * w + x) * i + c] = src[((a * i + c) * h + y) * w + x];
+                    j->dst[((a * h + y) * w + x) * i + c] = src[((a * i + c) * h + y) * w + x];
 }
 
 int tsr_weights_load(const tsr_model *m, tsr_component c, tsr_backend *backend,
@@ -71,6 +96,7 @@ int tsr_weights_load(const tsr_model *m, tsr_component c, tsr_backend *backend,
     int rc = TSR_OK;
     void *raw = NULL;
     float *f32 = NULL, *perm = NULL;
+    tsr_pool *pool = NULL;
     tsr_weights *w = calloc(1, sizeof *w);
     if (!w)
         return tsr_errorf(TSR_ERR_NOMEM, "weights: out of memory");
@@ -108,6 +134,7 @@ int tsr_weights_load(const tsr_model *m, tsr_component c, tsr_backend *backend,
         goto fail;
     }
     TSR_CHECK_GOTO(rc, tsr_arena_init(&w->arena, backend, total), fail);
+    TSR_CHECK_GOTO(rc, tsr_pool_create(0, &pool), fail);
 
     /* pass 2: convert, permute, place */
     char *np = w->name_block;
@@ -118,28 +145,39 @@ int tsr_weights_load(const tsr_model *m, tsr_component c, tsr_backend *backend,
         size_t numel = (size_t)tsr_st_numel(e);
         tsr_dtype dt = TSR_F32;
         tsr_st_dtype_to_tsr(e->dtype, &dt);
-        memcpy(raw, tsr_st_data(r->file, e), (size_t)e->nbytes);
-        tsr_convert_to_f32(f32, raw, dt, numel);
-        const float *src = f32;
-        int64_t ne[TSR_MAX_DIMS] = {1, 1, 1, 1};
-        int ndim = e->ndim ? e->ndim : 1;
-        for (int d = 0; d < e->ndim; d++)
-            ne[d] = e->shape[d];
-        if (e->ndim == 4) {
-            permute_oihw(perm, f32, e->shape[0], e->shape[1], e->shape[2], e->shape[3]);
-            ne[1] = e->shape[2];
-            ne[2] = e->shape[3];
-            ne[3] = e->shape[1];
-            src = perm;
-        }
         void *dst = tsr_arena_alloc(&w->arena, numel * 4);
         if (!dst) {
             rc = tsr_errorf(TSR_ERR_INTERNAL, "weights: arena sizing is wrong for %s", w->label);
             goto fail;
         }
-        if (host)
-            memcpy(dst, src, numel * 4);
-        else
+        const void *bytes = tsr_st_data(r->file, e);
+        if (!tsr_st_data_aligned(r->file, e)) { /* safetensors promises no alignment */
+            memcpy(raw, bytes, (size_t)e->nbytes);
+            bytes = raw;
+        }
+        int64_t ne[TSR_MAX_DIMS] = {1, 1, 1, 1};
+        int ndim = e->ndim ? e->ndim : 1;
+        for (int d = 0; d < e->ndim; d++)
+            ne[d] = e->shape[d];
+        /* host memory takes the converted values directly; 4-D conv weights
+         * go through f32 scratch to be permuted OIHW -> OHWI */
+        const bool conv = e->ndim == 4;
+        float *widened = host && !conv ? dst : f32;
+        convert_job cj = {widened, bytes, dt, 0, 0, 0, 0};
+        tsr_pool_parallel_for(pool, (int64_t)numel, CONVERT_GRAIN, convert_range, &cj);
+        tsr_st_release(r->file, e); /* the mapped pages have served */
+        const float *src = widened;
+        if (conv) {
+            float *permuted = host ? dst : perm;
+            convert_job pj = {permuted, f32, TSR_F32, e->shape[0], e->shape[1], e->shape[2],
+                              e->shape[3]};
+            tsr_pool_parallel_for(pool, e->shape[0], 1, permute_range, &pj);
+            ne[1] = e->shape[2];
+            ne[2] = e->shape[3];
+            ne[3] = e->shape[1];
+            src = permuted;
+        }
+        if (!host)
             TSR_CHECK_GOTO(rc, tsr_backend_upload(backend, dst, src, numel * 4), fail);
         w->tensors[i] = tsr_tensor_make(TSR_F32, ndim, ne, dst, backend);
         size_t len = strlen(r->name) + 1;
@@ -152,12 +190,14 @@ int tsr_weights_load(const tsr_model *m, tsr_component c, tsr_backend *backend,
     free(raw);
     free(f32);
     free(perm);
+    tsr_pool_destroy(pool);
     *out = w;
     return TSR_OK;
 fail:
     free(raw);
     free(f32);
     free(perm);
+    tsr_pool_destroy(pool);
     tsr_weights_free(w);
     return rc;
 }
