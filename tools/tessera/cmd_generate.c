@@ -83,6 +83,12 @@ static void on_step(void *user, const tsr_step_info *info)
     fflush(stderr);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 static int load_png(const char *flag, const char *path, int channels, tsr_image *img)
 {
     int rc = tsr_png_read(path, channels, img, NULL);
@@ -279,7 +285,9 @@ int tsr_cmd_generate(int argc, char **argv)
     eo.threads = (int)o.threads;
     eo.prediction = o.prediction;
     eo.taesd = o.taesd;
+    const double t_open = now_s();
     rc = tsr_engine_open(&eo, &engine);
+    const double load_s = now_s() - t_open;
     if (rc < 0) {
         fprintf(stderr, "tessera generate: --model %s: %s\n", o.model, tsr_last_error());
         goto usage;
@@ -324,10 +332,15 @@ int tsr_cmd_generate(int argc, char **argv)
     TSR_INFO("generating %d image%s of %lldx%lld on %s, seed %lld", n_jobs, n_jobs > 1 ? "s" : "",
              (long long)o.width, (long long)o.height, tsr_engine_device(engine), (long long)o.seed);
     pr.evals_total = n_jobs * (int)o.steps;
+    double step_s[2 * TSR_MAX_STEPS + 8];
+    int n_steps = 0;
     while (tsr_batch_active(batch) > 0) {
+        const double t0 = now_s();
         rc = tsr_batch_step(batch, NULL);
         if (rc < 0)
             goto fail;
+        if (n_steps < (int)(sizeof step_s / sizeof step_s[0]))
+            step_s[n_steps++] = now_s() - t0;
     }
     if (pr.tty)
         fprintf(stderr, "\n");
@@ -356,7 +369,11 @@ int tsr_cmd_generate(int argc, char **argv)
         }
         tsr_result_free(&res);
     }
-    TSR_INFO("%d image%s in %.1f s", n_jobs, n_jobs > 1 ? "s" : "", now_s() - pr.start);
+    /* the last UNet call also decodes: the median is the denoising step */
+    qsort(step_s, (size_t)n_steps, sizeof step_s[0], cmp_double);
+    TSR_INFO("%d image%s in %.2f s (load %.2f s, %d UNet calls, median %.3f s per call)", n_jobs,
+             n_jobs > 1 ? "s" : "", now_s() - pr.start, load_s, n_steps,
+             n_steps ? step_s[n_steps / 2] : 0.0);
     exit_code = failures ? TSR_EXIT_FAILURE : TSR_EXIT_OK;
     goto done;
 usage:
