@@ -85,6 +85,56 @@ PROMPT_XL = "a watercolor painting of a lighthouse at dusk"
 NEGATIVE = "blurry, low quality"
 
 
+SHARP = "sd1_sharp"
+
+
+def make_sharp_model():
+    """tests/data/models/sd1_sharp: the tiny SD1 model with its UNet and text
+    encoder re-initialised at unit gain.  diffusers' default initialisation
+    leaves the tiny UNet nearly deaf to its conditioning (cond - uncond
+    ~ 2e-5), so on the plain tiny models a wrong prompt, negative prompt or
+    guidance rescale would still pass the 2/255 comparison.  On this model
+    they move pixels by 10-35/255 (asserted below), so the cases run on it
+    can fail for conditioning bugs."""
+    import math
+    from diffusers import StableDiffusionPipeline
+    dst = os.path.join(ROOT, MODELS_REL, SHARP)
+    pipe = StableDiffusionPipeline.from_pretrained(os.path.join(ROOT, MODELS_REL, "sd1"),
+                                                   safety_checker=None,
+                                                   requires_safety_checker=False)
+    g = torch.Generator().manual_seed(0)
+
+    def reinit(module, gain):
+        with torch.no_grad():
+            for n, p in module.named_parameters():
+                if p.ndim >= 2:
+                    p.copy_(torch.randn(p.shape, generator=g) * gain / math.sqrt(p[0].numel()))
+                elif "norm" in n and n.endswith("weight"):
+                    p.copy_(1 + 0.1 * torch.randn(p.shape, generator=g))
+                else:
+                    p.copy_(0.1 * torch.randn(p.shape, generator=g))
+
+    reinit(pipe.unet, 1.6)
+    reinit(pipe.text_encoder, 1.3)
+    pipe.save_pretrained(dst, safe_serialization=True)
+    # the point of the model: conditioning must show in the pixels
+    pipe.set_progress_bar_config(disable=True)
+
+    def run(**kw):
+        args = dict(prompt=PROMPT, num_inference_steps=STEPS, width=SIZE, height=SIZE,
+                    generator=torch.Generator().manual_seed(1), output_type="np")
+        args.update(kw)
+        with torch.no_grad():
+            return pipe(**args).images[0] * 255
+
+    base = run()
+    for what, kw in (("prompt", {"prompt": "a blue dog"}), ("negative", {"negative_prompt": NEGATIVE}),
+                     ("guidance_rescale", {"guidance_rescale": 0.7})):
+        d = float(np.abs(run(**kw) - base).max())
+        assert d > 4 * TOLERANCE, f"{SHARP}: changing {what} moves pixels by only {d:.1f}"
+        print(f"{SHARP}: changing {what} moves pixels by up to {d:.1f}/255")
+
+
 def case(name, model, **kw):
     c = dict(name=name, model=model, kind="txt2img", prompt=PROMPT, negative=None,
              steps=STEPS, cfg=7.5, sampler="euler", schedule="default", seed=1000,
@@ -114,6 +164,18 @@ def build_cases():
     # non-square
     cases.append(case("sd1_wide", "sd1", sampler="dpmpp_2m", width=96, height=64, seed=306))
     # SD2-like v-prediction
+    # conditioning-sensitive model: prompt, negative, guidance and rescale show
+    cases.append(case("sharp_euler", SHARP, sampler="euler", seed=600))
+    cases.append(case("sharp_other_prompt", SHARP, sampler="euler", seed=600,
+                      prompt="a blue dog in the snow"))
+    cases.append(case("sharp_negative_dpmpp_2m", SHARP, sampler="dpmpp_2m", negative=NEGATIVE,
+                      seed=601))
+    cases.append(case("sharp_cfg3_euler_a", SHARP, sampler="euler_a", cfg=3.0, seed=602))
+    cases.append(case("sharp_rescale_heun_karras", SHARP, sampler="heun", schedule="karras",
+                      guidance_rescale=0.7, seed=603))
+    cases.append(case("sharp_img2img_ddim", SHARP, kind="img2img", sampler="ddim", strength=0.6,
+                      init="init.png", steps=8, seed=604))
+
     cases.append(case("sd2v_euler", "sd2v", sampler="euler", seed=400))
     cases.append(case("sd2v_dpmpp_2m", "sd2v", sampler="dpmpp_2m", seed=401))
     cases.append(case("sd2v_euler_a_rescale", "sd2v", sampler="euler_a", guidance_rescale=0.7,
@@ -343,6 +405,8 @@ def main():
     torch.set_num_threads(args.threads)
     only = set(filter(None, args.only.split(",")))
     os.makedirs(OUT, exist_ok=True)
+    if not only or any(n.startswith("sharp_") for n in only):
+        make_sharp_model()
     init_img, mask_img = make_inputs()
     init_img.save(os.path.join(OUT, "init.png"))
     mask_img.save(os.path.join(OUT, "mask.png"))
