@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/file.h"
 
 #define ST_MAX_EXACT 9007199254740992.0 /* 2^53: the reader's limit on numbers */
 #define ST_METADATA_KEY "__metadata__"
@@ -234,47 +235,7 @@ static int build_header(const char *path, const tsr_st_write_entry *entries, siz
     return TSR_OK;
 }
 
-static int write_all(int fd, const void *data, uint64_t n, const char *path)
-{
-    const uint8_t *p = data;
-    while (n > 0) {
-        size_t chunk = n > (1u << 30) ? (1u << 30) : (size_t)n;
-        ssize_t w = write(fd, p, chunk);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return tsr_errorf(TSR_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-        }
-        if (w == 0)
-            return tsr_errorf(TSR_ERR_IO, "%s: write made no progress", path);
-        p += w;
-        n -= (uint64_t)w;
-    }
-    return TSR_OK;
-}
 
-/* Best effort: make the rename durable. */
-static void sync_parent_dir(const char *path)
-{
-    char *dir = strdup(path);
-    if (!dir)
-        return;
-    char *slash = strrchr(dir, '/');
-    const char *d = ".";
-    if (slash) {
-        if (slash == dir)
-            slash[1] = '\0';
-        else
-            *slash = '\0';
-        d = dir;
-    }
-    int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-    free(dir);
-}
 
 int tsr_st_write(const char *path, const tsr_st_write_entry *entries, size_t n,
                  const char *const *metadata)
@@ -285,56 +246,24 @@ int tsr_st_write(const char *path, const tsr_st_write_entry *entries, size_t n,
     TSR_TRY(validate_write(path, entries, n, metadata, &total));
 
     int rc = TSR_OK;
-    int fd = -1;
-    char *tmp = NULL;
     sbuf hdr = {0};
+    tsr_atomic_file f = {-1, NULL, NULL};
     TSR_CHECK_GOTO(rc, build_header(path, entries, n, metadata, &hdr), cleanup);
-
-    size_t plen = strlen(path);
-    tmp = malloc(plen + 5);
-    if (!tmp) {
-        rc = tsr_errorf(TSR_ERR_NOMEM, "%s: no memory", path);
-        goto cleanup;
-    }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        rc = tsr_errorf(TSR_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        goto cleanup;
-    }
+    TSR_CHECK_GOTO(rc, tsr_atomic_open(&f, path), cleanup);
     uint8_t len8[8];
     for (int i = 0; i < 8; i++)
         len8[i] = (uint8_t)((uint64_t)hdr.len >> (8 * i));
-    TSR_CHECK_GOTO(rc, write_all(fd, len8, 8, tmp), cleanup);
-    TSR_CHECK_GOTO(rc, write_all(fd, hdr.p, hdr.len, tmp), cleanup);
+    TSR_CHECK_GOTO(rc, tsr_atomic_write(&f, len8, 8), cleanup);
+    TSR_CHECK_GOTO(rc, tsr_atomic_write(&f, hdr.p, hdr.len), cleanup);
     for (size_t i = 0; i < n; i++) {
         uint64_t nb = write_entry_nbytes(&entries[i]);
         if (nb)
-            TSR_CHECK_GOTO(rc, write_all(fd, entries[i].data, nb, tmp), cleanup);
+            TSR_CHECK_GOTO(rc, tsr_atomic_write(&f, entries[i].data, nb), cleanup);
     }
-    if (fsync(fd) != 0) {
-        rc = tsr_errorf(TSR_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
-        goto cleanup;
-    }
-    int cfd = fd;
-    fd = -1;
-    if (close(cfd) != 0) {
-        rc = tsr_errorf(TSR_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
-        goto cleanup;
-    }
-    if (rename(tmp, path) != 0) {
-        rc = tsr_errorf(TSR_ERR_IO, "%s: cannot rename %s into place: %s", path, tmp,
-                        strerror(errno));
-        goto cleanup;
-    }
-    sync_parent_dir(path);
+    rc = tsr_atomic_commit(&f); /* releases f either way */
 cleanup:
-    if (fd >= 0)
-        close(fd);
-    if (rc < 0 && tmp)
-        unlink(tmp);
-    free(tmp);
+    if (f.path)
+        tsr_atomic_abort(&f);
     free(hdr.p);
     return rc;
 }

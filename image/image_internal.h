@@ -27,8 +27,5 @@ char *tsr_latin1_to_utf8(const char *s, size_t len);
  * NUL-terminated; owned (free()) or NULL on OOM. */
 char *tsr_utf8_to_latin1(const char *s, size_t len);
 
-/* Write `len` bytes to "<path>.tmp", fsync, rename over `path`; on failure
- * the temporary file is removed.  Raises a message naming `path`. */
-int tsr_image_write_file_atomic(const char *path, const void *data, size_t len);
 
 #endif

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "image/image.h"
 #include "image/image_internal.h"
 
@@ -227,7 +228,7 @@ int tsr_png_write(const char *path, const tsr_image *img, const tsr_png_text *te
     int rc = tsr_png_write_memory(img, texts, n, &buf, &len);
     if (rc < 0)
         return tsr_error_prefix(rc, "%s", path);
-    rc = tsr_image_write_file_atomic(path, buf, len);
+    rc = tsr_write_file_atomic(path, buf, len);
     free(buf);
     return rc;
 }
