@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "args.h"
+#include "cli_util.h"
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "commands.h"
@@ -32,61 +33,10 @@
 
 int tsr_bench_unet(int argc, char **argv);
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
-/* VmRSS / VmHWM from /proc/self/status in MiB; -1 when unavailable. */
-static double status_mib(const char *key)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f)
-        return -1;
-    char line[256];
-    double v = -1;
-    size_t klen = strlen(key);
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, key, klen) == 0 && line[klen] == ':') {
-            v = strtod(line + klen + 1, NULL) / 1024.0;
-            break;
-        }
-    fclose(f);
-    return v;
-}
 
-/* Reset VmHWM to the current RSS (Linux >= 4.0). */
-static bool reset_peak(void)
-{
-    FILE *f = fopen("/proc/self/clear_refs", "w");
-    if (!f)
-        return false;
-    bool ok = fputs("5", f) >= 0;
-    return fclose(f) == 0 && ok;
-}
 
-static void fill_normal(float *p, size_t n, uint64_t *s)
-{
-    for (size_t i = 0; i < n; i += 2) {
-        double u[2];
-        for (int k = 0; k < 2; k++) {
-            *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-            u[k] = ((double)(*s >> 11) + 0.5) / 9007199254740992.0;
-        }
-        double r = sqrt(-2.0 * log(u[0])), a = 6.283185307179586 * u[1];
-        p[i] = (float)(r * cos(a));
-        if (i + 1 < n)
-            p[i + 1] = (float)(r * sin(a));
-    }
-}
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* Owned buffers of the run. */
 typedef struct bench_io {
@@ -127,8 +77,8 @@ static int make_inputs(const tsr_unet_desc *d, int64_t batch, int64_t size, benc
     if (!io->lat || !io->t || !io->ctx || !io->out || (d->text_time && (!io->te || !io->ids)))
         return tsr_errorf(TSR_ERR_NOMEM, "cannot allocate the inputs");
     uint64_t s = 0x9E3779B97F4A7C15ull;
-    fill_normal(io->lat, lat, &s);
-    fill_normal(io->ctx, ctx, &s);
+    tsr_cli_fill_normal(io->lat, lat, &s);
+    tsr_cli_fill_normal(io->ctx, ctx, &s);
     for (int64_t r = 0; r < batch; r++) {
         io->t[r] = (float)(999 - (37 * r) % 1000); /* rows at different steps */
         if (d->text_time) {
@@ -137,7 +87,7 @@ static int make_inputs(const tsr_unet_desc *d, int64_t batch, int64_t size, benc
         }
     }
     if (d->text_time)
-        fill_normal(io->te, (size_t)(batch * pooled), &s);
+        tsr_cli_fill_normal(io->te, (size_t)(batch * pooled), &s);
     *in = (tsr_unet_inputs){.batch = (int)batch, .height = (int)h, .width = (int)h,
                             .channels = d->in_channels, .context_len = (int)L,
                             .latents = io->lat, .timesteps = io->t, .context = io->ctx,
@@ -197,7 +147,7 @@ int tsr_bench_unet(int argc, char **argv)
     bench_io io = {0};
     double *times = NULL;
     tsr_unet_inputs in;
-    double t0 = now_s();
+    double t0 = tsr_cli_now();
     TSR_CHECK_GOTO(rc, tsr_backend_cpu_create((int)threads, &be), fail);
     TSR_CHECK_GOTO(rc, tsr_model_open(model_path, &m), fail);
     const tsr_unet_desc *dm = tsr_model_unet_desc(m);
@@ -210,9 +160,9 @@ int tsr_bench_unet(int argc, char **argv)
     tsr_model_close(m); /* weights outlive the model; drop the file mappings */
     m = NULL;
     TSR_CHECK_GOTO(rc, tsr_unet_create(&desc, w, be, &u), fail);
-    const double load_s = now_s() - t0;
-    const double load_peak = status_mib("VmHWM"), rss_loaded = status_mib("VmRSS");
-    const bool call_peak_ok = reset_peak();
+    const double load_s = tsr_cli_now() - t0;
+    const double load_peak = tsr_cli_proc_mib("VmHWM"), rss_loaded = tsr_cli_proc_mib("VmRSS");
+    const bool call_peak_ok = tsr_cli_reset_peak_rss();
     TSR_CHECK_GOTO(rc, make_inputs(&desc, batch, size, &io, &in), fail);
     times = calloc((size_t)iters, sizeof(double));
     if (!times) {
@@ -226,18 +176,18 @@ int tsr_bench_unet(int argc, char **argv)
     }
     double first_s = 0;
     for (int64_t i = 0; i < warmup + iters; i++) {
-        double ts = now_s();
+        double ts = tsr_cli_now();
         TSR_CHECK_GOTO(rc, tsr_unet_forward(u, &in, io.out), fail);
-        double dt = now_s() - ts;
+        double dt = tsr_cli_now() - ts;
         if (i == 0)
             first_s = dt;
         if (i >= warmup)
             times[i - warmup] = dt;
     }
-    const double peak = status_mib("VmHWM");
+    const double peak = tsr_cli_proc_mib("VmHWM");
     const double call_peak = call_peak_ok ? peak : -1;
     const double total_peak = peak > load_peak ? peak : load_peak;
-    qsort(times, (size_t)iters, sizeof(double), cmp_double);
+    qsort(times, (size_t)iters, sizeof(double), tsr_cli_cmp_double);
     const double med = iters % 2 ? times[iters / 2]
                                  : 0.5 * (times[iters / 2 - 1] + times[iters / 2]);
     int nthreads = 0;

@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "args.h"
+#include "cli_util.h"
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "commands.h"
@@ -29,55 +30,10 @@
 
 int tsr_bench_vae(int argc, char **argv);
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
-/* VmRSS or VmHWM from /proc/self/status, in MiB (-1 when unavailable). */
-static double proc_mib(const char *key)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f)
-        return -1;
-    char line[256];
-    double v = -1;
-    size_t kl = strlen(key);
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
-            v = strtod(line + kl + 1, NULL) / 1024.0;
-            break;
-        }
-    fclose(f);
-    return v;
-}
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
-static double median(double *t, int n)
-{
-    qsort(t, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
 
-static void fill_normal(float *p, size_t n)
-{
-    uint64_t s = 0x2545F4914F6CDD1Dull;
-    for (size_t i = 0; i < n; i++) {
-        double u[2];
-        for (int k = 0; k < 2; k++) {
-            s = s * 6364136223846793005ull + 1442695040888963407ull;
-            u[k] = ((double)(s >> 11) + 0.5) / 9007199254740992.0;
-        }
-        p[i] = (float)(sqrt(-2.0 * log(u[0])) * cos(6.283185307179586 * u[1]));
-    }
-}
 
 int tsr_bench_vae(int argc, char **argv)
 {
@@ -140,9 +96,9 @@ int tsr_bench_vae(int argc, char **argv)
         rc = tsr_errorf(TSR_ERR_NOT_FOUND, "%s has no VAE", model_dir);
         goto fail;
     }
-    double t_load = now_s();
+    double t_load = tsr_cli_now();
     TSR_CHECK_GOTO(rc, tsr_weights_load(model, TSR_COMP_VAE, be, &w), fail);
-    t_load = now_s() - t_load;
+    t_load = tsr_cli_now() - t_load;
     TSR_CHECK_GOTO(rc, tsr_vae_create(tsr_model_vae_desc(model), w, be, &vae), fail);
     const int f = tsr_vae_factor(vae), C = tsr_vae_get_desc(vae)->latent_channels;
     if (size % f) {
@@ -157,21 +113,22 @@ int tsr_bench_vae(int argc, char **argv)
         rc = tsr_errorf(TSR_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    fill_normal(lat, nl);
+    uint64_t seed = 0x2545F4914F6CDD1Dull;
+    tsr_cli_fill_normal(lat, nl, &seed);
     for (size_t i = 0; i < ni; i++) /* touch the output so it counts before the decode */
         img[i] = 0;
-    const double rss_before = proc_mib("VmRSS");
+    const double rss_before = tsr_cli_proc_mib("VmRSS");
     const tsr_vae_tiling tl = {(int)tile, 0};
     for (int64_t i = 0; i < warmup + iters; i++) {
-        double t0 = now_s();
+        double t0 = tsr_cli_now();
         rc = tsr_vae_decode_tiled(vae, lat, (int)batch, h, h, &tl, img);
         if (rc < 0)
             goto fail;
         if (i >= warmup)
-            times[i - warmup] = now_s() - t0;
+            times[i - warmup] = tsr_cli_now() - t0;
     }
-    const double med = median(times, (int)iters), best = times[0];
-    const double peak = proc_mib("VmHWM");
+    const double med = tsr_cli_median(times, (int)iters), best = times[0];
+    const double peak = tsr_cli_proc_mib("VmHWM");
 
     double lin_ms = -1, taesd_ms = -1;
     if (preview) {
@@ -181,19 +138,19 @@ int tsr_bench_vae(int argc, char **argv)
             goto fail;
         }
         const int reps = 50;
-        double t0 = now_s();
+        double t0 = tsr_cli_now();
         for (int i = 0; i < reps; i++)
             TSR_CHECK_GOTO(rc, tsr_preview_linear(TSR_FAMILY_SD1, lat, h, h, C, NULL, rgb), fail);
-        lin_ms = (now_s() - t0) / reps * 1e3;
+        lin_ms = (tsr_cli_now() - t0) / reps * 1e3;
         if (taesd_path) {
             TSR_CHECK_GOTO(rc, tsr_taesd_open(taesd_path, be, &taesd), fail);
             TSR_CHECK_GOTO(rc, tsr_taesd_preview(taesd, lat, h, h, rgb), fail); /* warm-up */
             for (int64_t i = 0; i < iters; i++) {
-                t0 = now_s();
+                t0 = tsr_cli_now();
                 TSR_CHECK_GOTO(rc, tsr_taesd_preview(taesd, lat, h, h, rgb), fail);
-                times[i] = now_s() - t0;
+                times[i] = tsr_cli_now() - t0;
             }
-            taesd_ms = median(times, (int)iters) * 1e3;
+            taesd_ms = tsr_cli_median(times, (int)iters) * 1e3;
         }
     }
     if (json) {

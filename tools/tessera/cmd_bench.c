@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "args.h"
+#include "cli_util.h"
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "commands.h"
@@ -58,18 +59,7 @@ static const bench_shape shapes[] = {
     {"attention self 256x256 8x160", B_ATTN, 2, 256, 256, 8, 160, 0, 0, 0},
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* Owned buffers of one benchmark; freed by bufs_free. */
 typedef struct bench_bufs {
@@ -216,9 +206,9 @@ static int bench_ops(int argc, char **argv)
         if (rc == 0)
             rc = run_once(be, s, &bb, &flops); /* warm-up: scratch growth, page faults */
         for (int64_t it = 0; rc == 0 && it < iters; it++) {
-            double t0 = now_s();
+            double t0 = tsr_cli_now();
             rc = run_once(be, s, &bb, &flops);
-            times[it] = now_s() - t0;
+            times[it] = tsr_cli_now() - t0;
         }
         bufs_free(&bb);
         if (rc < 0) {
@@ -226,7 +216,7 @@ static int bench_ops(int argc, char **argv)
             status = TSR_EXIT_FAILURE;
             break;
         }
-        qsort(times, (size_t)iters, sizeof(double), cmp_double);
+        qsort(times, (size_t)iters, sizeof(double), tsr_cli_cmp_double);
         double med = iters % 2 ? times[iters / 2] : 0.5 * (times[iters / 2 - 1] + times[iters / 2]);
         double gflops = flops / med * 1e-9;
         if (json)

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "args.h"
+#include "cli_util.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -48,12 +49,6 @@ typedef struct progress {
     int write_errors;
 } progress;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void on_step(void *user, const tsr_step_info *info)
 {
@@ -70,7 +65,7 @@ static void on_step(void *user, const tsr_step_info *info)
     }
     if (!pr->tty)
         return;
-    const double elapsed = now_s() - pr->start;
+    const double elapsed = tsr_cli_now() - pr->start;
     const double rate = elapsed > 0 ? pr->evals_done / elapsed : 0;
     const double eta = rate > 0 ? (pr->evals_total - pr->evals_done) / rate : 0;
     const int width = 30, filled = pr->evals_total ? width * pr->evals_done / pr->evals_total : 0;
@@ -83,11 +78,6 @@ static void on_step(void *user, const tsr_step_info *info)
     fflush(stderr);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static int load_png(const char *flag, const char *path, int channels, tsr_image *img)
 {
@@ -285,9 +275,9 @@ int tsr_cmd_generate(int argc, char **argv)
     eo.threads = (int)o.threads;
     eo.prediction = o.prediction;
     eo.taesd = o.taesd;
-    const double t_open = now_s();
+    const double t_open = tsr_cli_now();
     rc = tsr_engine_open(&eo, &engine);
-    const double load_s = now_s() - t_open;
+    const double load_s = tsr_cli_now() - t_open;
     if (rc < 0) {
         fprintf(stderr, "tessera generate: --model %s: %s\n", o.model, tsr_last_error());
         goto usage;
@@ -328,19 +318,19 @@ int tsr_cmd_generate(int argc, char **argv)
     }
     pr.evals_total = 0;
     /* evaluations per image are known once submitted; count them */
-    pr.start = now_s();
+    pr.start = tsr_cli_now();
     TSR_INFO("generating %d image%s of %lldx%lld on %s, seed %lld", n_jobs, n_jobs > 1 ? "s" : "",
              (long long)o.width, (long long)o.height, tsr_engine_device(engine), (long long)o.seed);
     pr.evals_total = n_jobs * (int)o.steps;
     double step_s[2 * TSR_MAX_STEPS + 8];
     int n_steps = 0;
     while (tsr_batch_active(batch) > 0) {
-        const double t0 = now_s();
+        const double t0 = tsr_cli_now();
         rc = tsr_batch_step(batch, NULL);
         if (rc < 0)
             goto fail;
         if (n_steps < (int)(sizeof step_s / sizeof step_s[0]))
-            step_s[n_steps++] = now_s() - t0;
+            step_s[n_steps++] = tsr_cli_now() - t0;
     }
     if (pr.tty)
         fprintf(stderr, "\n");
@@ -370,9 +360,9 @@ int tsr_cmd_generate(int argc, char **argv)
         tsr_result_free(&res);
     }
     /* the last UNet call also decodes: the median is the denoising step */
-    qsort(step_s, (size_t)n_steps, sizeof step_s[0], cmp_double);
+    qsort(step_s, (size_t)n_steps, sizeof step_s[0], tsr_cli_cmp_double);
     TSR_INFO("%d image%s in %.2f s (load %.2f s, %d UNet calls, median %.3f s per call)", n_jobs,
-             n_jobs > 1 ? "s" : "", now_s() - pr.start, load_s, n_steps,
+             n_jobs > 1 ? "s" : "", tsr_cli_now() - pr.start, load_s, n_steps,
              n_steps ? step_s[n_steps / 2] : 0.0);
     exit_code = failures ? TSR_EXIT_FAILURE : TSR_EXIT_OK;
     goto done;
