@@ -307,7 +307,10 @@ def main():
         with open(a.heldout, "w") as f:
             json.dump({"note": "held-out (colour, region, background) triples never seen in "
                                "training; written by tools/demo-model/dataset.py",
-                       "image_size": SIZE, "prompts": heldout_prompts()}, f, indent=1)
+                       "image_size": SIZE,
+                       "palette": {c: list(v) for c, v in COLOURS.items()},
+                       "region_centres": {r: list(region_centre(r)) for r in REGION_NAMES},
+                       "prompts": heldout_prompts()}, f, indent=1)
             f.write("\n")
     if a.preview:
         os.makedirs(a.preview, exist_ok=True)
