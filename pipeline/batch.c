@@ -301,8 +301,14 @@ static int encode_prompts(tsr_engine *e, tsr_job *j, const tsr_image_params *p)
             return tsr_errorf(TSR_ERR_NOMEM, "out of memory");
         return TSR_OK;
     }
-    const char *neg = p->negative_prompt ? p->negative_prompt : "";
-    TSR_TRY(tsr_text_cond_encode(e->cond, &neg, 1, p->clip_skip, &j->uncond));
+    if (!p->negative_prompt || !*p->negative_prompt) {
+        /* the empty prompt's conditioning is computed once per model */
+        const tsr_text_embedding *empty;
+        TSR_TRY(tsr_text_cond_empty(e->cond, p->clip_skip, &empty));
+        TSR_TRY(tsr_text_embedding_copy(&j->uncond, empty));
+    } else {
+        TSR_TRY(tsr_text_cond_encode(e->cond, &p->negative_prompt, 1, p->clip_skip, &j->uncond));
+    }
     /* a prompt and its negative share one length: pad the shorter with
      * empty-prompt windows, as A1111 does */
     const int n = j->cond.n_tokens > j->uncond.n_tokens ? j->cond.n_tokens : j->uncond.n_tokens;

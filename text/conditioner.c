@@ -47,6 +47,25 @@ void tsr_text_embedding_free(tsr_text_embedding *e)
     memset(e, 0, sizeof *e);
 }
 
+int tsr_text_embedding_copy(tsr_text_embedding *dst, const tsr_text_embedding *src)
+{
+    memset(dst, 0, sizeof *dst);
+    const size_t nc = (size_t)src->n_tokens * src->dim, np = (size_t)src->pooled_dim;
+    dst->context = malloc(nc * sizeof(float));
+    dst->pooled = np ? malloc(np * sizeof(float)) : NULL;
+    if (!dst->context || (np && !dst->pooled)) {
+        tsr_text_embedding_free(dst);
+        return tsr_errorf(TSR_ERR_NOMEM, "text conditioner: out of memory");
+    }
+    memcpy(dst->context, src->context, nc * sizeof(float));
+    if (np)
+        memcpy(dst->pooled, src->pooled, np * sizeof(float));
+    dst->n_tokens = src->n_tokens;
+    dst->dim = src->dim;
+    dst->pooled_dim = src->pooled_dim;
+    return TSR_OK;
+}
+
 void tsr_text_cond_free(tsr_text_cond *c)
 {
     if (!c)

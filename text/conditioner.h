@@ -38,6 +38,8 @@ typedef struct tsr_text_embedding {
 } tsr_text_embedding;
 
 void tsr_text_embedding_free(tsr_text_embedding *e);
+/* Deep copy; *dst is overwritten (owned by the caller). */
+int tsr_text_embedding_copy(tsr_text_embedding *dst, const tsr_text_embedding *src);
 
 /* Load tokenizers and encoders of `model` onto `backend` (both borrowed,
  * must outlive the conditioner).  Single files without tokenizer folders
