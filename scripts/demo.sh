@@ -1,12 +1,10 @@
 #!/usr/bin/env bash
 # scripts/demo.sh - from a fresh Debian 12 machine: install the system
-# packages, build, and run Tessera's main job on what the project ships.
+# packages, build, and generate images with Tessera's built-in demo model
+# (models/demo: a small text-to-image model the project trains itself,
+# tools/demo-model/), then show what the engine reads and writes.
 #
-# Today that is the model-file and text side of the engine on the tiny
-# reference models in tests/data/models: inspect a diffusers folder and the
-# same model as a single LDM-named file, convert between the two, tokenize
-# and encode prompts with A1111 syntax, and time the CPU ops at SD 1.5
-# shapes.  Image generation joins here when the pipeline lands.
+# Nothing is downloaded.  Images land in out/demo/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,25 +16,43 @@ mkdir -p "$OUT"
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-step "What a model is: a diffusers folder and the same model as one LDM-named file"
-$T inspect tests/data/models/sdxl
-$T inspect tests/data/models/sd2v.safetensors
+step "Text to image with the built-in demo model (models/demo, 128x128, CPU)"
+i=0
+while IFS= read -r prompt; do
+  $T --log-level warn generate --prompt "$prompt" --seed $((100 + i)) --quiet \
+     --output "$OUT/demo-$i.png"
+  printf '   "%s"\n' "$prompt"
+  i=$((i + 1))
+done <<'PROMPTS'
+a large red circle in the centre on a white background
+a small yellow star in the top left corner on a blue background
+a green triangle on the right on black
+two purple squares on an orange background
+PROMPTS
 
-step "Convert the folder to a single file and back; both describe the same tensors"
-$T convert --to single tests/data/models/sd1 "$OUT/sd1.safetensors"
-$T convert --to diffusers "$OUT/sd1.safetensors" "$OUT/sd1-roundtrip"
-$T inspect --tensors tests/data/models/sd1 | sed 1d > "$OUT/a.txt"
-$T inspect --tensors "$OUT/sd1-roundtrip" | sed 1d > "$OUT/b.txt"
-if cmp -s "$OUT/a.txt" "$OUT/b.txt"; then echo "round trip: identical tensors ($(wc -l < "$OUT/a.txt") lines)"; else
-  echo "round trip differs" >&2; exit 1; fi
+step "Watch an image form: a preview PNG per step (latent size) in $OUT/previews/"
+$T --log-level warn generate --prompt "a blue ring at the bottom on a yellow background" \
+   --seed 7 --quiet --preview-dir "$OUT/previews" --output "$OUT/forming.png"
+ls "$OUT/previews" | head -3; echo "   ..."
 
-step "Tokenize prompts with the real CLIP vocabulary (A1111 syntax, 75-token windows)"
-$T tokenize "a photo of a cat" "a (red:1.3) fox in the [snow]" | cut -c1-120
+step "A batch shares UNet calls; image i uses seed s+i (A1111's convention)"
+$T --log-level info generate --prompt "a white cross on a red background" --seed 40 \
+   --batch-size 3 --quiet --output "$OUT/batch.png"
 
-step "Prompt conditioning on the tiny SDXL model (two encoders, pooled projection)"
-$T encode --model tests/data/models/sdxl "a (red:1.3) fox in the snow" "first window BREAK second window"
+step "The PNGs carry A1111 'parameters' metadata"
+python3 - "$OUT/demo-0.png" <<'PY' 2>/dev/null || strings "$OUT/demo-0.png" | grep -A3 -m1 parameters
+import sys, zlib, struct
+data = open(sys.argv[1], "rb").read()[8:]
+while data:
+    n, kind = struct.unpack(">I4s", data[:8]); body = data[8:8 + n]; data = data[12 + n:]
+    if kind == b"tEXt" and body.startswith(b"parameters\0"):
+        print(body.split(b"\0", 1)[1].decode("latin-1"))
+PY
 
-step "CPU op throughput at SD 1.5 UNet shapes (see docs/perf.md for PyTorch side by side)"
-$T bench ops --iters 1 --filter "conv 3x3 32x32"
+step "Model files: the demo folder, and the same model as one LDM-named file"
+$T inspect models/demo
+$T convert --to single models/demo "$OUT/demo-model.safetensors" >/dev/null
+$T inspect "$OUT/demo-model.safetensors" | head -3
 
-printf '\nDone. Outputs in %s/.  Image generation (tessera generate) arrives with the pipeline.\n' "$OUT"
+printf '\nDone. Images: %s/demo-*.png, %s/batch-*.png, previews in %s/previews/.\n' "$OUT" "$OUT" "$OUT"
+echo "Real checkpoints: see README.md (\"Using real checkpoints\")."

@@ -282,6 +282,10 @@ int tsr_cmd_generate(int argc, char **argv)
         fprintf(stderr, "tessera generate: --model %s: %s\n", o.model, tsr_last_error());
         goto usage;
     }
+    if (!o.width)
+        o.width = tsr_engine_default_size(engine);
+    if (!o.height)
+        o.height = tsr_engine_default_size(engine);
     const int rows = (int)(o.cfg > 1 ? 2 * o.batch : o.batch);
     TSR_CHECK_GOTO(rc, tsr_batch_create(engine, rows, &batch), fail);
     progress pr = {isatty(STDERR_FILENO) && !o.quiet, (int)o.batch, 0, 0, 0, o.preview_dir,
