@@ -187,6 +187,11 @@ int tsr_backend_upload(tsr_backend *b, void *dst, const void *src_host, size_t b
 int tsr_backend_download(tsr_backend *b, void *dst_host, const void *src, size_t bytes);
 int tsr_backend_sync(tsr_backend *b);
 bool tsr_backend_supports(tsr_backend *b, tsr_op op, tsr_dtype dtype);
+/* The first op the backend cannot run (in f32 or f16), or NULL when it runs
+ * them all.  Model code needs every op on one backend: "auto" only picks a
+ * backend with none missing, and opening a model on one that has gaps fails
+ * with its name. */
+const char *tsr_backend_missing_op(tsr_backend *b);
 
 /* ops: validate shapes, then dispatch (see the contracts above) */
 int tsr_conv2d(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, const tsr_tensor *bias,

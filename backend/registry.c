@@ -41,9 +41,17 @@ int tsr_backend_open(const char *spec, int n_threads, tsr_backend **out)
     *out = NULL;
     if (!spec || !*spec || strcmp(spec, "auto") == 0) {
 #ifdef TSR_HAVE_CUDA
-        if (tsr_cuda_device_count() > 0 && open_cuda(0, out) == TSR_OK)
-            return TSR_OK;
-        TSR_INFO("no usable CUDA device; running on the CPU");
+        if (tsr_cuda_device_count() > 0 && open_cuda(0, out) == TSR_OK) {
+            const char *missing = tsr_backend_missing_op(*out);
+            if (!missing)
+                return TSR_OK;
+            TSR_INFO("%s cannot run %s yet; running on the CPU", (*out)->name, missing);
+            tsr_backend_destroy(*out);
+            *out = NULL;
+        } else {
+            TSR_INFO("no usable CUDA device; running on the CPU");
+        }
+        tsr_error_clear();
 #endif
         return tsr_backend_cpu_create(n_threads, out);
     }
@@ -100,6 +108,15 @@ int tsr_backend_download(tsr_backend *b, void *dst_host, const void *src, size_t
 int tsr_backend_sync(tsr_backend *b)
 {
     return b->iface->sync ? b->iface->sync(b) : TSR_OK;
+}
+
+const char *tsr_backend_missing_op(tsr_backend *b)
+{
+    for (int op = 0; op < TSR_OP_COUNT; op++)
+        if (!tsr_backend_supports(b, (tsr_op)op, TSR_F32) &&
+            !tsr_backend_supports(b, (tsr_op)op, TSR_F16))
+            return tsr_op_name((tsr_op)op);
+    return NULL;
 }
 
 bool tsr_backend_supports(tsr_backend *b, tsr_op op, tsr_dtype dtype)

@@ -93,6 +93,12 @@ int tsr_engine_open(const tsr_engine_options *o, tsr_engine **out)
         return tsr_errorf(TSR_ERR_NOMEM, "cannot allocate the engine");
     int rc;
     TSR_CHECK_GOTO(rc, tsr_backend_open(o->device, o->threads, &e->backend), fail);
+    const char *missing = tsr_backend_missing_op(e->backend);
+    if (missing) {
+        rc = tsr_errorf(TSR_ERR_UNSUPPORTED, "%s cannot run %s yet; use --device cpu (or auto)",
+                        e->backend->name, missing);
+        goto fail;
+    }
     TSR_CHECK_GOTO(rc, tsr_model_open(o->model, &e->model), fail);
     const char *path = tsr_model_path(e->model);
     for (int c = TSR_COMP_UNET; c <= TSR_COMP_VAE; c++)

@@ -192,6 +192,7 @@ static int test_backend_open_cpu(void)
     ASSERT_OK(tsr_backend_open("cpu", 2, &b));
     ASSERT_EQ(b->kind, TSR_BACKEND_CPU);
     ASSERT_TRUE(b->host_visible);
+    ASSERT_TRUE(tsr_backend_missing_op(b) == NULL);
     float *p = tsr_backend_alloc(b, 1000);
     ASSERT_TRUE(p && (uintptr_t)p % 64 == 0);
     float src[4] = {1, 2, 3, 4}, dst[4] = {0};
@@ -224,6 +225,8 @@ static int test_backend_auto_falls_back(void)
     tsr_backend *b;
     ASSERT_OK(tsr_backend_open("auto", 1, &b));
     ASSERT_TRUE(b->kind == TSR_BACKEND_CPU || b->kind == TSR_BACKEND_CUDA);
+    /* whatever auto picks can run every op the models need */
+    ASSERT_TRUE(tsr_backend_missing_op(b) == NULL);
     tsr_backend_destroy(b);
     return 0;
 }

@@ -82,6 +82,11 @@ int tsr_cmd_encode(int argc, char **argv)
         return TSR_EXIT_FAILURE;
     }
     TSR_CHECK_GOTO(rc, tsr_backend_open(device, (int)threads, &be), fail);
+    if (tsr_backend_missing_op(be)) {
+        rc = tsr_errorf(TSR_ERR_UNSUPPORTED, "%s cannot run %s yet; use --device cpu", be->name,
+                        tsr_backend_missing_op(be));
+        goto fail;
+    }
     TSR_CHECK_GOTO(rc, tsr_model_open(model_path, &model), fail);
     TSR_CHECK_GOTO(rc, tsr_text_cond_open(model, be, &cond), fail);
     TSR_CHECK_GOTO(rc, tsr_text_cond_encode(cond, prompts, n, (int)clip_skip, emb), fail);

@@ -279,7 +279,8 @@ int tsr_cmd_generate(int argc, char **argv)
     rc = tsr_engine_open(&eo, &engine);
     const double load_s = tsr_cli_now() - t_open;
     if (rc < 0) {
-        fprintf(stderr, "tessera generate: --model %s: %s\n", o.model, tsr_last_error());
+        /* the detail names the model path or the device that failed */
+        fprintf(stderr, "tessera generate: %s\n", tsr_last_error());
         goto usage;
     }
     if (!o.width)
