@@ -41,7 +41,9 @@
  *   scale       y = x * s; y may alias x.
  *   concat      along the last (channel) dim: a [...,Ca], b [...,Cb] ->
  *               y [...,Ca+Cb]; leading dims equal.
- *   upsample    nearest 2x: x NHWC [N,H,W,C] -> y [N,2H,2W,C].
+ *   upsample    nearest to y's size: x NHWC [N,H,W,C] -> y [N,Ho,Wo,C], source
+ *               row floor(i * H / Ho) and column floor(j * W / Wo) (torch's
+ *               "nearest"); tsr_upsample_nearest2x is the Ho = 2H case.
  *   timestep_embedding  t [N] f32 -> y [N, dim], as diffusers'
  *               get_timestep_embedding (max_period 10000).
  *   embedding   ids [...] i32, table [V, D] -> y [..., D]; out-of-range ids
@@ -69,7 +71,7 @@ typedef enum tsr_op {
     TSR_OP_BINARY,
     TSR_OP_SCALE,
     TSR_OP_CONCAT,
-    TSR_OP_UPSAMPLE_NEAREST2X,
+    TSR_OP_UPSAMPLE_NEAREST,
     TSR_OP_TIMESTEP_EMBEDDING,
     TSR_OP_EMBEDDING,
     TSR_OP_COUNT
@@ -154,7 +156,7 @@ typedef struct tsr_backend_iface {
                   tsr_tensor *y);
     int (*scale)(tsr_backend *b, const tsr_tensor *x, float s, tsr_tensor *y);
     int (*concat)(tsr_backend *b, const tsr_tensor *a, const tsr_tensor *bt, tsr_tensor *y);
-    int (*upsample_nearest2x)(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y);
+    int (*upsample_nearest)(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y);
     int (*timestep_embedding)(tsr_backend *b, const tsr_tensor *t, const tsr_timestep_params *p,
                               tsr_tensor *y);
     int (*embedding)(tsr_backend *b, const tsr_tensor *ids, const tsr_tensor *table,
@@ -213,6 +215,7 @@ int tsr_binary(tsr_backend *b, tsr_binary_kind kind, const tsr_tensor *a, const 
                tsr_tensor *y);
 int tsr_scale(tsr_backend *b, const tsr_tensor *x, float s, tsr_tensor *y);
 int tsr_concat(tsr_backend *b, const tsr_tensor *a, const tsr_tensor *bt, tsr_tensor *y);
+int tsr_upsample_nearest(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y);
 int tsr_upsample_nearest2x(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y);
 int tsr_timestep_embedding(tsr_backend *b, const tsr_tensor *t, const tsr_timestep_params *p,
                            tsr_tensor *y);

@@ -38,7 +38,7 @@ const char *tsr_op_name(tsr_op op)
         [TSR_OP_BINARY] = "binary",
         [TSR_OP_SCALE] = "scale",
         [TSR_OP_CONCAT] = "concat",
-        [TSR_OP_UPSAMPLE_NEAREST2X] = "upsample_nearest2x",
+        [TSR_OP_UPSAMPLE_NEAREST] = "upsample_nearest",
         [TSR_OP_TIMESTEP_EMBEDDING] = "timestep_embedding",
         [TSR_OP_EMBEDDING] = "embedding",
     };
@@ -474,20 +474,37 @@ int tsr_concat(tsr_backend *b, const tsr_tensor *a, const tsr_tensor *bt, tsr_te
     return b->iface->concat(b, a, bt, y);
 }
 
+/* Nearest resize to y's spatial size (any size >= 1): diffusers' UNet
+ * upsamples to the size of the skip it meets, which is 2H - 1 after an odd
+ * downsample. */
+int tsr_upsample_nearest(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y)
+{
+    const char *op = "upsample_nearest";
+    TSR_TRY(check_tensor(op, "x", x));
+    TSR_TRY(check_float(op, "x", x, x->dtype));
+    TSR_TRY(check_tensor(op, "y", y));
+    TSR_TRY(check_float(op, "y", y, x->dtype));
+    TSR_TRY(check_rank(op, "x", x, 4, 4));
+    TSR_TRY(check_rank(op, "y", y, 4, 4));
+    if (y->ne[1] > INT_MAX / 2 || y->ne[2] > INT_MAX / 2)
+        return tsr_errorf(TSR_ERR_RANGE, "%s: y is too large", op);
+    int64_t ne[4] = {x->ne[0], y->ne[1], y->ne[2], x->ne[3]};
+    TSR_TRY(check_out(op, y, 4, ne, "x", x));
+    TSR_TRY(check_overlap(op, y, "x", x, false));
+    TSR_TRY(dispatch_check(b, TSR_OP_UPSAMPLE_NEAREST, x->dtype, FN_PTR(b, upsample_nearest)));
+    return b->iface->upsample_nearest(b, x, y);
+}
+
 int tsr_upsample_nearest2x(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y)
 {
     const char *op = "upsample_nearest2x";
     TSR_TRY(check_tensor(op, "x", x));
-    TSR_TRY(check_float(op, "x", x, x->dtype));
-    TSR_TRY(check_float(op, "y", y, x->dtype));
     TSR_TRY(check_rank(op, "x", x, 4, 4));
-    if (x->ne[1] > INT_MAX / 2 || x->ne[2] > INT_MAX / 2)
+    if (x->ne[1] > INT_MAX / 4 || x->ne[2] > INT_MAX / 4)
         return tsr_errorf(TSR_ERR_RANGE, "%s: x is too large", op);
     int64_t ne[4] = {x->ne[0], 2 * x->ne[1], 2 * x->ne[2], x->ne[3]};
     TSR_TRY(check_out(op, y, 4, ne, "x", x));
-    TSR_TRY(check_overlap(op, y, "x", x, false));
-    TSR_TRY(dispatch_check(b, TSR_OP_UPSAMPLE_NEAREST2X, x->dtype, FN_PTR(b, upsample_nearest2x)));
-    return b->iface->upsample_nearest2x(b, x, y);
+    return tsr_upsample_nearest(b, x, y);
 }
 
 int tsr_timestep_embedding(tsr_backend *b, const tsr_tensor *t, const tsr_timestep_params *p,

@@ -160,7 +160,7 @@ static int check_params(const tsr_engine *e, const tsr_image_params *p, int *w, 
                           *h);
     if (*w % m || *h % m)
         return tsr_errorf(TSR_ERR_INVALID,
-                          "this model's UNet needs width and height in multiples of %d, got %dx%d",
+                          "this model's VAE needs width and height in multiples of %d, got %dx%d",
                           m, *w, *h);
     if (p->steps < 1 || p->steps > TSR_MAX_STEPS)
         return tsr_errorf(TSR_ERR_INVALID, "steps must be within 1..%d, got %d", TSR_MAX_STEPS,

@@ -144,7 +144,7 @@ int tsr_engine_open(const tsr_engine_options *o, tsr_engine **out)
         goto fail;
     }
     e->vae_factor = tsr_vae_factor(e->vae);
-    e->size_multiple = e->vae_factor * tsr_unet_size_multiple(e->unet);
+    e->size_multiple = e->vae_factor; /* the UNet takes any latent size */
 
     bool force_zeros = false;
     const cJSON *index = tsr_model_index(e->model);

@@ -34,7 +34,7 @@ struct tsr_engine {
     int in_channels;        /* UNet input: 4, or 9 to inpaint */
     int latent_channels;    /* VAE latent channels */
     int vae_factor;         /* 8 */
-    int size_multiple;      /* image sides must be multiples of this */
+    int size_multiple;      /* image sides must be multiples of this (the VAE factor) */
     int default_size;
     char model_name[256];   /* file or folder stem, for the infotext */
     char model_hash[11];    /* A1111 AutoV2 hash of a single file; "" unknown */

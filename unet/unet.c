@@ -222,7 +222,6 @@ void tsr_unet_free(tsr_unet *u)
 
 const tsr_unet_desc *tsr_unet_get_desc(const tsr_unet *u) { return &u->d; }
 size_t tsr_unet_workspace_bytes(const tsr_unet *u) { return u->ws.cap; }
-int tsr_unet_size_multiple(const tsr_unet *u) { return 1 << (u->d.n_blocks - 1); }
 
 /* ------------------------------------------------------------ forward */
 
@@ -370,8 +369,8 @@ static int unet_walk(tsr_unet *u, tsr_arena *ws, const tsr_unet_inputs *in, floa
             cur = *o;
         }
         if (b->sample_w) {
-            H /= 2;
-            W /= 2;
+            H = (H + 1) / 2; /* conv 3x3, stride 2, pad 1 */
+            W = (W + 1) / 2;
             CK(push_new(ws, s, B, H, W, cur.ne[3]));
             tsr_tensor *o = &s->t[s->n - 1];
             if (!ws->measuring)
@@ -393,13 +392,15 @@ static int unet_walk(tsr_unet *u, tsr_arena *ws, const tsr_unet_inputs *in, floa
         for (int j = 0; j < b->n_res; j++)
             CK(up_layer(&r, b, j, s, &cur));
         if (b->sample_w) {
-            H *= 2;
-            W *= 2;
+            /* to the size of the skip this level meets (2H, or 2H - 1 after
+             * an odd downsample), as diffusers' upsample_size does */
+            H = s->t[s->n - 1].ne[1];
+            W = s->t[s->n - 1].ne[2];
             tsr_tensor up, o;
             CK(unet_alloc4(ws, &up, B, H, W, cur.ne[3]));
             CK(unet_alloc4(ws, &o, B, H, W, cur.ne[3]));
             if (!ws->measuring) {
-                CK(tsr_upsample_nearest2x(be, &cur, &up));
+                CK(tsr_upsample_nearest(be, &cur, &up));
                 CK(tsr_conv2d(be, &up, b->sample_w, b->sample_b, &p3, &o));
             }
             cur = o;
@@ -436,16 +437,10 @@ static int check_inputs(const tsr_unet *u, const tsr_unet_inputs *in)
                           d->in_channels,
                           d->in_channels == 9 ? " (inpainting: latents + mask + masked image)"
                                               : "");
-    const int m = tsr_unet_size_multiple(u);
     if (in->height < 1 || in->width < 1 || in->height > TSR_UNET_MAX_SIZE ||
         in->width > TSR_UNET_MAX_SIZE)
         return tsr_errorf(TSR_ERR_INVALID, "unet: latent size %dx%d outside 1..%d", in->height,
                           in->width, TSR_UNET_MAX_SIZE);
-    if (in->height % m || in->width % m)
-        return tsr_errorf(TSR_ERR_INVALID,
-                          "unet: latent size %dx%d is not divisible by %d (%d down blocks); "
-                          "image sizes must be multiples of %d pixels with an 8x VAE",
-                          in->height, in->width, m, d->n_blocks, 8 * m);
     if (in->context_len < 1 || in->context_len > TSR_UNET_MAX_CONTEXT)
         return tsr_errorf(TSR_ERR_INVALID, "unet: context length %d outside 1..%d",
                           in->context_len, TSR_UNET_MAX_CONTEXT);

@@ -53,7 +53,7 @@ typedef struct tsr_unet tsr_unet;
 
 typedef struct tsr_unet_inputs {
     int batch;       /* rows B, 1..TSR_UNET_MAX_BATCH */
-    int height;      /* latent H, divisible by 2^(n_blocks-1) */
+    int height;      /* latent H (any size: odd sizes follow diffusers' upsample_size) */
     int width;       /* latent W, same */
     int channels;    /* latent channels given: must equal in_channels (4, or 9 to inpaint) */
     int context_len; /* L, tokens per row */
@@ -85,7 +85,5 @@ int tsr_unet_plan(tsr_unet *u, const tsr_unet_inputs *in);
 const tsr_unet_desc *tsr_unet_get_desc(const tsr_unet *u);
 /* Bytes of the workspace currently allocated (0 before the first plan). */
 size_t tsr_unet_workspace_bytes(const tsr_unet *u);
-/* Spatial factor H and W must be divisible by: 2^(n_blocks-1). */
-int tsr_unet_size_multiple(const tsr_unet *u);
 
 #endif

@@ -140,7 +140,7 @@ static const tsr_backend_iface cpu_iface = {
     .binary = tsr_cpu_binary,
     .scale = tsr_cpu_scale,
     .concat = tsr_cpu_concat,
-    .upsample_nearest2x = tsr_cpu_upsample_nearest2x,
+    .upsample_nearest = tsr_cpu_upsample_nearest,
     .timestep_embedding = tsr_cpu_timestep_embedding,
     .embedding = tsr_cpu_embedding,
 };

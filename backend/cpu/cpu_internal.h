@@ -66,7 +66,7 @@ int tsr_cpu_binary(tsr_backend *b, tsr_binary_kind kind, const tsr_tensor *a, co
                    tsr_tensor *y);
 int tsr_cpu_scale(tsr_backend *b, const tsr_tensor *x, float s, tsr_tensor *y);
 int tsr_cpu_concat(tsr_backend *b, const tsr_tensor *a, const tsr_tensor *bt, tsr_tensor *y);
-int tsr_cpu_upsample_nearest2x(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y);
+int tsr_cpu_upsample_nearest(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y);
 int tsr_cpu_timestep_embedding(tsr_backend *b, const tsr_tensor *t, const tsr_timestep_params *p,
                                tsr_tensor *y);
 int tsr_cpu_embedding(tsr_backend *b, const tsr_tensor *ids, const tsr_tensor *table,

@@ -272,37 +272,37 @@ int tsr_cpu_concat(tsr_backend *b, const tsr_tensor *a, const tsr_tensor *bt, ts
     return TSR_OK;
 }
 
-/* ---- nearest 2x upsample, NHWC ---- */
+/* ---- nearest upsample to y's size, NHWC ---- */
 
 typedef struct up_job {
     const float *x;
     float *y;
-    int64_t h, w, c;
+    int64_t h, w, c, ho, wo;
 } up_job;
 
+/* torch's "nearest": source index floor(dst * in / out), exact in integers */
 static void up_task(void *ctx_, int64_t begin, int64_t end, int worker)
 {
     (void)worker;
     const up_job *j = ctx_;
-    size_t px = (size_t)j->c * sizeof(float);
-    int64_t yrow = 2 * j->w * j->c;
+    const size_t px = (size_t)j->c * sizeof(float);
+    const int64_t yrow = j->wo * j->c;
     for (int64_t r = begin; r < end; r++) {
-        /* r = n*H + ih: writes output rows 2*ih and 2*ih+1 */
-        const float *src = j->x + r * j->w * j->c;
-        float *dst = j->y + r * 2 * yrow;
-        for (int64_t iw = 0; iw < j->w; iw++) {
-            memcpy(dst + (2 * iw) * j->c, src + iw * j->c, px);
-            memcpy(dst + (2 * iw + 1) * j->c, src + iw * j->c, px);
-        }
-        memcpy(dst + yrow, dst, (size_t)yrow * sizeof(float));
+        /* r = n*Ho + oh */
+        const int64_t n = r / j->ho, oh = r % j->ho, ih = oh * j->h / j->ho;
+        const float *src = j->x + (n * j->h + ih) * j->w * j->c;
+        float *dst = j->y + r * yrow;
+        for (int64_t ow = 0; ow < j->wo; ow++)
+            memcpy(dst + ow * j->c, src + (ow * j->w / j->wo) * j->c, px);
     }
 }
 
-int tsr_cpu_upsample_nearest2x(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y)
+int tsr_cpu_upsample_nearest(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y)
 {
-    up_job j = {.x = x->data, .y = y->data, .h = x->ne[1], .w = x->ne[2], .c = x->ne[3]};
-    tsr_pool_parallel_for(cpu_ctx_of(b)->pool, x->ne[0] * j.h, tsr_cpu_grain(4 * j.w * j.c, ELEM_GRAIN),
-                          up_task, &j);
+    up_job j = {.x = x->data, .y = y->data, .h = x->ne[1], .w = x->ne[2], .c = x->ne[3],
+                .ho = y->ne[1], .wo = y->ne[2]};
+    tsr_pool_parallel_for(cpu_ctx_of(b)->pool, x->ne[0] * j.ho,
+                          tsr_cpu_grain(j.wo * j.c, ELEM_GRAIN), up_task, &j);
     return TSR_OK;
 }
 

@@ -399,6 +399,16 @@ static int test_upsample(void)
     CLOSE(g);
 }
 
+static int test_upsample_size(void)
+{
+    OPEN(g, "upsample_nearest");
+    FOR_CASES(g, "upsample_nearest", {
+        NEED(g, c, "x", x);
+        rc = tsr_upsample_nearest(b, &x, &y);
+    });
+    CLOSE(g);
+}
+
 static int test_timestep_embedding(void)
 {
     OPEN(g, "timestep_embedding");
@@ -443,6 +453,7 @@ static const tsr_test_entry tests[] = {
     {"scale", test_scale},
     {"concat", test_concat},
     {"upsample_nearest2x", test_upsample},
+    {"upsample_nearest", test_upsample_size},
     {"timestep_embedding", test_timestep_embedding},
     {"embedding", test_embedding},
     {"embedding_range", test_embedding_range},

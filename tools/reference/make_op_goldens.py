@@ -288,6 +288,17 @@ def upsample():
     return f
 
 
+def upsample_size():
+    """nearest to an explicit size, as diffusers' UNet upsamples to a skip's
+    size after an odd downsample (2H - 1), and a shrink for completeness"""
+    f = File("upsample_nearest")
+    x = randn(2, 3, 5, 7)
+    for name, size in (("odd_skip", (9, 13)), ("mixed", (10, 13)), ("shrink", (3, 4))):
+        y = nhwc(F.interpolate(nchw(x), size=size, mode="nearest"))
+        f.case(name, {}, x=x, y=y)
+    return f
+
+
 def timestep():
     from diffusers.models.embeddings import get_timestep_embedding
 
@@ -315,7 +326,7 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     total = 0
     for make in [conv2d, linear, matmul, group_norm, layer_norm, softmax, attention, unary, geglu,
-                 binary, scale, concat, upsample, timestep, embedding]:
+                 binary, scale, concat, upsample, upsample_size, timestep, embedding]:
         f = make()
         size = f.write()
         total += size

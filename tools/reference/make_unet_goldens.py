@@ -130,6 +130,10 @@ def main():
                        "unet": ["diffusers", "UNet2DConditionModel"]}, f, indent=2)
             f.write("\n")
         make_case(name, unet, nt, 200 + i, H=8, W=16 if i == 0 else 8)
+        if name == "sd1_3block":
+            # odd sizes: 10x14 -> 5x7 -> 3x4; the up path resizes to each
+            # skip's size (diffusers' forward_upsample_size)
+            make_case(name + "_odd", unet, nt, 300, H=10, W=14)
     return 0
 
 

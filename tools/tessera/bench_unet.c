@@ -169,11 +169,6 @@ int tsr_bench_unet(int argc, char **argv)
         rc = tsr_errorf(TSR_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    if (size / 8 % tsr_unet_size_multiple(u)) {
-        rc = tsr_errorf(TSR_ERR_INVALID, "--size must be a multiple of %d",
-                        8 * tsr_unet_size_multiple(u));
-        goto fail;
-    }
     double first_s = 0;
     for (int64_t i = 0; i < warmup + iters; i++) {
         double ts = tsr_cli_now();
