@@ -23,6 +23,7 @@ Pinned: torch 2.9.1, diffusers 0.35.2, numpy 2.3.4, Pillow (tools/setup-venv.sh)
 Usage:
   python tools/demo-model/score.py --images DIR                 # score NNN.png files
   python tools/demo-model/score.py --generate DIR --model models/demo --cfg 7.5 --steps 20
+  python tools/demo-model/score.py --tessera build/bin/tessera --tessera-out DIR [--tessera-cfg 1]
 """
 
 import argparse
@@ -99,6 +100,23 @@ def generate(a, items):
         img.save(os.path.join(a.generate, f"{i:03d}.png"))
 
 
+def generate_tessera(a, items):
+    """Renders with the C engine: `tessera generate` per prompt, seeded per
+    prompt; --steps/--cfg are passed only when given (else tessera's defaults)."""
+    import subprocess
+    os.makedirs(a.tessera_out, exist_ok=True)
+    for i, it in enumerate(items):
+        cmd = [a.tessera, "generate", "--model", a.model, "--prompt", it["prompt"],
+               "--seed", str(it["seed"]), "--width", str(dataset.SIZE),
+               "--height", str(dataset.SIZE), "--quiet",
+               "--output", os.path.join(a.tessera_out, f"{i:03d}.png")]
+        if a.tessera_steps:
+            cmd += ["--steps", str(a.tessera_steps)]
+        if a.tessera_cfg is not None:
+            cmd += ["--cfg-scale", str(a.tessera_cfg)]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description="score demo-model images for held-out prompts")
@@ -110,12 +128,19 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--limit", type=int, default=0, help="only the first N prompts (testing)")
+    ap.add_argument("--tessera", help="path of the tessera binary: render with the C engine")
+    ap.add_argument("--tessera-out", help="with --tessera: render into this folder, then score")
+    ap.add_argument("--tessera-steps", type=int, default=0, help="default: tessera's own")
+    ap.add_argument("--tessera-cfg", type=float, default=None, help="default: tessera's own")
     a = ap.parse_args()
     with open(a.heldout) as f:
         items = json.load(f)["prompts"]
     if a.limit > 0:
         items = items[:a.limit]
-    if a.generate:
+    if a.tessera and a.tessera_out:
+        generate_tessera(a, items)
+        score_dir(a.tessera_out, items)
+    elif a.generate:
         generate(a, items)
         score_dir(a.generate, items)
     elif a.images:

@@ -163,27 +163,41 @@ def make_vae(a):
 
 
 def train_vae(a, imgs, gen):
+    """Trains the AutoencoderKL on whole 128x128 images (L1 + MSE + tiny KL).
+
+    Whole images, not crops: GroupNorm statistics depend on the whole picture,
+    and a VAE trained on crops was measured to shift flat colours (white ->
+    pink, yellow -> orange).  The KL weight is tiny (1e-6) so the latents keep
+    the exact colour; the UNet only needs them to be smooth enough to learn."""
     vae = make_vae(a)
     log(f"vae: {sum(p.numel() for p in vae.parameters()) / 1e6:.2f}M params")
     opt = torch.optim.AdamW(vae.parameters(), lr=a.vae_lr, weight_decay=0.0)
     n = imgs.shape[0]
+    small = None
+    if a.vae_pre_steps > 0:
+        # Whole images box-filtered to vae_pre_size: the same picture (so the
+        # same GroupNorm statistics, unlike crops) at a quarter of the cost,
+        # for the long first stretch; the last vae_steps run at full size.
+        small = F.avg_pool2d(to_tensor(imgs), dataset.SIZE // a.vae_pre_size)
     vae.train()
     t_last = time.time()
-    for step in range(a.vae_steps):
-        lr = a.vae_lr * min(1.0, (step + 1) / 100) * (0.1 + 0.9 * 0.5 *
-                                                       (1 + math.cos(math.pi * step / a.vae_steps)))
+    total = a.vae_pre_steps + a.vae_steps
+    for step in range(total):
+        lr = a.vae_lr * min(1.0, (step + 1) / 50) * (0.05 + 0.95 * 0.5 *
+                                                      (1 + math.cos(math.pi * step / total)))
         for g in opt.param_groups:
             g["lr"] = lr
         idx = torch.randint(0, n, (a.vae_batch,), generator=gen)
-        x = to_tensor(imgs[idx.numpy()])
-        if a.vae_crop < dataset.SIZE:
-            # The VAE is fully convolutional: small random crops teach it edges and
-            # colours at a fraction of the cost of whole images.
-            oy, ox = (torch.randint(0, (dataset.SIZE - a.vae_crop) // 8 + 1, (2,),
-                                    generator=gen) * 8).tolist()
-            x = x[:, :, oy:oy + a.vae_crop, ox:ox + a.vae_crop]
+        if step < a.vae_pre_steps:
+            x = small[idx]
+        else:
+            x = to_tensor(imgs[idx.numpy()])
         post = vae.encode(x).latent_dist
-        z = post.sample(generator=gen)
+        # Decode the posterior mean, not a sample: at init the posterior std is
+        # ~1 against means of ~0.1, so sampled latents carry no signal and the
+        # decoder settles on the mean colour (measured: l1 stuck at 60-70/255
+        # after 200 steps).  The UNet is trained on the means anyway.
+        z = post.mean
         rec = vae.decode(z).sample
         l1 = (rec - x).abs().mean()
         mse = F.mse_loss(rec, x)
@@ -193,12 +207,52 @@ def train_vae(a, imgs, gen):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
         opt.step()
-        if step % a.log_every == 0 or step == a.vae_steps - 1:
-            log(f"vae step {step}/{a.vae_steps} l1 {l1.item():.4f} mse {mse.item():.5f} "
-                f"kl {kl.item():.3f} ({time.time() - t_last:.1f}s)")
+        if step % a.log_every == 0 or step == total - 1:
+            log(f"vae step {step}/{total} ({x.shape[-1]}px) l1 {l1.item() * 127.5:.2f}/255 "
+                f"mse {mse.item():.5f} kl {kl.item():.3f} ({time.time() - t_last:.1f}s)")
             t_last = time.time()
     vae.eval()
     return vae
+
+
+@torch.no_grad()
+def check_vae(a, vae):
+    """Measures the VAE before any UNet time is spent on its latents.
+
+    Returns (and logs) the mean absolute reconstruction error, in 1/255 units,
+    on 64 images the VAE never saw (indices past the training set), and for
+    every palette colour the worst channel error of a flat 128x128 image of
+    that colour after a round trip, plus whether the decoded mean colour is
+    still nearest to its own palette entry."""
+    n = 64
+    imgs = np.stack([dataset.sample(a.n_images + 100000 + i, a.seed)[0] for i in range(n)])
+    errs = []
+    for i in range(0, n, 16):
+        x = to_tensor(imgs[i:i + 16])
+        rec = vae.decode(vae.encode(x).latent_dist.mean).sample.clamp(-1, 1)
+        errs.append((rec - x).abs().mean(dim=(1, 2, 3)) * 127.5)
+    err = torch.cat(errs)
+    names = list(dataset.COLOURS)
+    pal = torch.tensor([dataset.COLOURS[c] for c in names], dtype=torch.float32)
+    flat = pal[:, :, None, None].expand(-1, -1, dataset.SIZE, dataset.SIZE) / 127.5 - 1.0
+    rec = vae.decode(vae.encode(flat).latent_dist.mean).sample.clamp(-1, 1)
+    rec = (rec + 1.0) * 127.5
+    mean_rgb = rec.mean(dim=(2, 3))
+    worst = (rec - pal[:, :, None, None]).abs().amax(dim=(1, 2, 3))
+    nearest = ((mean_rgb[:, None, :] - pal[None, :, :]) ** 2).sum(-1).argmin(1)
+    report = {"heldout_mean_abs_255": float(err.mean()), "heldout_worst_image_255":
+              float(err.max()), "palette": {}}
+    for k, c in enumerate(names):
+        report["palette"][c] = {"mean_rgb": [round(float(v), 1) for v in mean_rgb[k]],
+                                "worst_abs_255": round(float(worst[k]), 1),
+                                "kept": bool(int(nearest[k]) == k)}
+    log(f"vae check: held-out mean abs error {report['heldout_mean_abs_255']:.2f}/255 "
+        f"(worst image {report['heldout_worst_image_255']:.2f}); palette kept "
+        f"{sum(v['kept'] for v in report['palette'].values())}/{len(names)}, worst flat "
+        f"error {max(v['worst_abs_255'] for v in report['palette'].values()):.1f}/255")
+    for c, v in report["palette"].items():
+        log(f"  {c:7s} {dataset.COLOURS[c]} -> {v['mean_rgb']} worst {v['worst_abs_255']}")
+    return report
 
 
 @torch.no_grad()
@@ -207,39 +261,6 @@ def encode_all(vae, imgs, bs=64):
     for i in range(0, imgs.shape[0], bs):
         out.append(vae.encode(to_tensor(imgs[i:i + bs])).latent_dist.mean)
     return torch.cat(out)
-
-
-def polish_decoder(a, vae, imgs, latents, seed):
-    """Fine-tunes only the VAE decoder on whole 128x128 images.
-
-    The crops the VAE first learns from are cheap but leave flat colours off
-    (GroupNorm statistics of a crop differ from a whole picture's).  The encoder
-    is frozen, so the cached latents (and the UNet trained on them) stay valid;
-    the generator is separate so the UNet's random stream does not depend on
-    this phase."""
-    gen = torch.Generator().manual_seed(seed)
-    dec = list(vae.decoder.parameters()) + list(vae.post_quant_conv.parameters())
-    opt = torch.optim.AdamW(dec, lr=a.polish_lr, weight_decay=0.0)
-    vae.train()
-    t_last = time.time()
-    for step in range(a.polish_steps):
-        for g in opt.param_groups:
-            g["lr"] = a.polish_lr * 0.5 * (1 + math.cos(math.pi * step / a.polish_steps))
-        idx = torch.randint(0, imgs.shape[0], (a.polish_batch,), generator=gen)
-        x = to_tensor(imgs[idx.numpy()])
-        rec = vae.decode(latents[idx]).sample
-        l1 = (rec - x).abs().mean()
-        loss = l1 + F.mse_loss(rec, x)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(dec, 1.0)
-        opt.step()
-        if step % a.log_every == 0 or step == a.polish_steps - 1:
-            log(f"decoder polish step {step}/{a.polish_steps} l1 {l1.item():.4f} "
-                f"({time.time() - t_last:.1f}s)")
-            t_last = time.time()
-    vae.eval()
-    return vae
 
 
 # ---------------------------------------------------------------- 4. UNet + text encoder
@@ -292,7 +313,7 @@ class Tokens:
         return torch.tensor(rows, dtype=torch.long)
 
 
-def train_unet(a, tok, latents, scenes, seed):
+def train_unet(a, tok, latents, scenes, seed, snapshot=None):
     # Its own generator, so this phase does not depend on the VAE phases.
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
@@ -348,12 +369,15 @@ def train_unet(a, tok, latents, scenes, seed):
             t_last = time.time()
             log(f"unet step {step}/{a.unet_steps} loss {loss.item():.4f} lr {lr:.2e} "
                 f"({dt:.1f}s)")
+        if snapshot and a.snapshot_every and (step + 1) % a.snapshot_every == 0 and \
+                step + 1 < a.unet_steps:
+            snapshot(ema_u, ema_t, step + 1)
     return ema_u, ema_t
 
 
 # ---------------------------------------------------------------- 5. export
 
-def export(a, vae, unet, te, tok):
+def export(a, vae, unet, te, tok, out=None):
     scheduler = DDIMScheduler(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012,
                               beta_schedule="scaled_linear", clip_sample=False,
                               set_alpha_to_one=False, steps_offset=1,
@@ -361,13 +385,15 @@ def export(a, vae, unet, te, tok):
     pipe = StableDiffusionPipeline(vae=vae, text_encoder=te, tokenizer=tok, unet=unet,
                                    scheduler=scheduler, safety_checker=None,
                                    feature_extractor=None, requires_safety_checker=False)
+    out = out or a.out
+    pipe = copy.deepcopy(pipe) if out != a.out else pipe  # a snapshot keeps training in fp32
     pipe.to(torch.float16)
-    pipe.save_pretrained(a.out, safe_serialization=True)
+    pipe.save_pretrained(out, safe_serialization=True)
     total = 0
-    for root, _, files in os.walk(a.out):
+    for root, _, files in os.walk(out):
         for f in files:
             total += os.path.getsize(os.path.join(root, f))
-    log(f"exported to {a.out}: {total / 1e6:.2f} MB")
+    log(f"exported to {out}: {total / 1e6:.2f} MB")
 
 
 def main():
@@ -377,13 +403,15 @@ def main():
     ap.add_argument("--seed", type=int, default=dataset.SEED)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--n-images", type=int, default=2500)
-    ap.add_argument("--vae-channels", type=int, nargs="+", default=[16, 32, 32, 32])
-    ap.add_argument("--vae-groups", type=int, default=4)
-    ap.add_argument("--vae-steps", type=int, default=1600)
+    ap.add_argument("--vae-channels", type=int, nargs="+", default=[16, 32, 64, 64])
+    ap.add_argument("--vae-groups", type=int, default=1)
+    ap.add_argument("--vae-pre-steps", type=int, default=2500,
+                    help="VAE steps on whole images box-filtered to --vae-pre-size")
+    ap.add_argument("--vae-pre-size", type=int, default=64)
+    ap.add_argument("--vae-steps", type=int, default=500, help="VAE steps at full size")
     ap.add_argument("--vae-batch", type=int, default=4)
-    ap.add_argument("--vae-crop", type=int, default=64)
-    ap.add_argument("--vae-lr", type=float, default=1e-3)
-    ap.add_argument("--vae-kl", type=float, default=1e-4)
+    ap.add_argument("--vae-lr", type=float, default=2e-3)  # 1e-3: slower out of the plateau
+    ap.add_argument("--vae-kl", type=float, default=1e-6)
     ap.add_argument("--text-dim", type=int, default=64)
     ap.add_argument("--text-layers", type=int, default=2)
     ap.add_argument("--text-heads", type=int, default=2)
@@ -391,25 +419,24 @@ def main():
     ap.add_argument("--unet-layers", type=int, default=1)
     ap.add_argument("--unet-heads", type=int, default=4)
     ap.add_argument("--unet-groups", type=int, default=8)
-    ap.add_argument("--unet-steps", type=int, default=450)
+    ap.add_argument("--unet-steps", type=int, default=1500)
     ap.add_argument("--unet-lr", type=float, default=1e-3)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--cond-drop", type=float, default=0.1)
     ap.add_argument("--offset-noise", type=float, default=0.05)
     ap.add_argument("--min-snr", type=float, default=5.0)
     ap.add_argument("--ema", type=float, default=0.995)
-    ap.add_argument("--polish-steps", type=int, default=500)
-    ap.add_argument("--polish-batch", type=int, default=2)
-    ap.add_argument("--polish-lr", type=float, default=5e-4)
-    ap.add_argument("--polish-only", action="store_true",
-                    help="with --reuse-vae: only polish work/vae's decoder (development)")
-    ap.add_argument("--skip-polish", action="store_true", help="development only")
     ap.add_argument("--log-every", type=int, default=100)
-    ap.add_argument("--reuse-vae", action="store_true",
-                    help="reuse work/vae + latents from an earlier run (development only)")
+    ap.add_argument("--snapshot-every", type=int, default=0,
+                    help="development: also export the EMA weights to work/snapshot-STEP "
+                         "every this many UNet steps")
+    ap.add_argument("--phase", choices=["all", "vae", "unet"], default="all",
+                    help="development: 'vae' stops after the VAE + latents; 'unet' reuses "
+                         "work/vae + latents from an earlier 'vae' run")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
+    torch.set_flush_denormal(True)  # denormals in flat-colour activations are slow on CPU
     torch.manual_seed(a.seed)
     random.seed(a.seed)
     np.random.seed(a.seed)
@@ -423,27 +450,31 @@ def main():
 
     vae_dir = os.path.join(a.work, "vae")
     lat_path = os.path.join(a.work, "latents.pt")
-    if a.reuse_vae and os.path.exists(lat_path):
+    if a.phase == "unet":
         vae = AutoencoderKL.from_pretrained(vae_dir).eval()
         latents = torch.load(lat_path)
         log("vae + latents reused")
     else:
         vae = train_vae(a, imgs, gen)
+        report = check_vae(a, vae)
+        with open(os.path.join(a.work, "vae_check.json"), "w") as f:
+            json.dump(report, f, indent=1)
         latents = encode_all(vae, imgs)
         vae.save_pretrained(vae_dir)
         torch.save(latents, lat_path)
-    if a.polish_only:
-        vae = polish_decoder(a, vae, imgs, latents, a.seed + 1)
-        vae.save_pretrained(os.path.join(a.work, "vae-polished"))
-        return
-    if a.polish_steps > 0 and not a.skip_polish:
-        vae = polish_decoder(a, vae, imgs, latents, a.seed + 1)
+        if a.phase == "vae":
+            log("vae phase done")
+            return
     std = latents.std().item()
     vae.register_to_config(scaling_factor=float(1.0 / std))
     latents = latents / std
     log(f"latents: {tuple(latents.shape)}, std {std:.4f} -> scaling_factor {1 / std:.4f}")
 
-    unet, te = train_unet(a, tok, latents, scenes, a.seed + 2)
+    def snapshot(u, t, step):
+        # Development aid: an exported folder part-way, to score while training goes on.
+        export(a, vae, u, t, tok, out=os.path.join(a.work, f"snapshot-{step}"))
+
+    unet, te = train_unet(a, tok, latents, scenes, a.seed + 2, snapshot)
     export(a, vae, unet, te, tok)
     log("done")
 
