@@ -4,9 +4,11 @@
 #
 # Why: the demo model is part of the source tree, so anyone must be able to
 # rebuild it bit-for-bit from the scripts here.  It runs at nice 15 because the
-# machine is shared, and with one torch thread by default: under contention two
-# OpenMP threads were measured 5-10x slower per step than one (spin-waiting on
-# a busy core); pass --threads 2 on an idle machine.
+# machine is shared, and with one torch thread by default: with any other job
+# on the 2 cores, two OpenMP threads were measured 5-10x slower per step than
+# one (VAE: no 50 steps in 100 s vs 0.7 s per step; spin-waiting on a busy
+# core); an idle machine gives 0.45 vs 0.62 s per VAE step, so pass
+# --threads 2 only when nothing else runs.
 #
 # Usage: tools/demo-model/train.sh [extra train.py args]
 set -euo pipefail
