@@ -135,35 +135,23 @@ uint32_t tsr_u_vlookup(const tsr_u_vrange *r, size_t n, uint32_t cp)
     return 0;
 }
 
+/* Both table kinds start with the code point they are sorted by. */
+static int cmp_cp(const void *key, const void *entry)
+{
+    const uint32_t a = *(const uint32_t *)key, b = *(const uint32_t *)entry;
+    return (a > b) - (a < b);
+}
+
 const tsr_u_smap *tsr_u_smap_find(const tsr_u_smap *m, size_t n, uint32_t cp)
 {
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (cp < m[mid].cp)
-            hi = mid;
-        else if (cp > m[mid].cp)
-            lo = mid + 1;
-        else
-            return &m[mid];
-    }
-    return NULL;
+    return bsearch(&cp, m, n, sizeof *m, cmp_cp);
 }
 
 static const tsr_u_map *map_find(const tsr_u_map *m, size_t n, uint32_t cp)
 {
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (cp < m[mid].cp)
-            hi = mid;
-        else if (cp > m[mid].cp)
-            lo = mid + 1;
-        else
-            return &m[mid];
-    }
-    return NULL;
+    return bsearch(&cp, m, n, sizeof *m, cmp_cp);
 }
+
 
 int tsr_u_clip_cls(uint32_t cp)
 {
