@@ -105,34 +105,23 @@ int tsr_u32_push_utf8(tsr_u32buf *b, const char *s)
     return tsr_utf8_decode(s, strlen(s), b, "table");
 }
 
+/* Both range tables start with {lo, hi}, sorted and disjoint. */
+static int cmp_range(const void *key, const void *entry)
+{
+    const uint32_t cp = *(const uint32_t *)key;
+    const uint32_t *lohi = entry; /* the first two uint32_t members */
+    return cp < lohi[0] ? -1 : cp > lohi[1];
+}
+
 bool tsr_u_in(const tsr_u_range *r, size_t n, uint32_t cp)
 {
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (cp < r[mid].lo)
-            hi = mid;
-        else if (cp > r[mid].hi)
-            lo = mid + 1;
-        else
-            return true;
-    }
-    return false;
+    return bsearch(&cp, r, n, sizeof *r, cmp_range) != NULL;
 }
 
 uint32_t tsr_u_vlookup(const tsr_u_vrange *r, size_t n, uint32_t cp)
 {
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (cp < r[mid].lo)
-            hi = mid;
-        else if (cp > r[mid].hi)
-            lo = mid + 1;
-        else
-            return r[mid].v;
-    }
-    return 0;
+    const tsr_u_vrange *hit = bsearch(&cp, r, n, sizeof *r, cmp_range);
+    return hit ? hit->v : 0;
 }
 
 /* Both table kinds start with the code point they are sorted by. */
