@@ -521,9 +521,10 @@ static void report_step(tsr_batch *b, tsr_job *j)
             }
         }
         if (need <= b->preview_cap) {
-            int rc = e->taesd ? TSR_ERR_UNSUPPORTED
-                              : tsr_preview_linear(e->family, j->x0, j->lh, j->lw,
-                                                   e->latent_channels, NULL, b->preview);
+            int rc = e->taesd || !e->preview_linear
+                         ? TSR_ERR_UNSUPPORTED
+                         : tsr_preview_linear(&e->preview_map, j->x0, j->lh, j->lw,
+                                              e->latent_channels, NULL, b->preview);
             if (rc == TSR_OK) {
                 info.preview_rgb = b->preview;
                 info.preview_width = j->lw;

@@ -1,7 +1,8 @@
 /*
  * pipeline/engine.c - opening a model for generation: every component on
  * one backend, the scheduler config (with the prediction override), and the
- * facts the batch needs (latent channels, size multiple, default size).
+ * facts the batch needs (latent channels, size multiple, default size, the
+ * linear preview map).
  *
  * Loading is the slow part of a process's life (weights are widened to f32
  * once here), so everything that can be decided once is decided here and
@@ -83,6 +84,28 @@ static int open_scheduler(tsr_engine *e, const char *prediction)
     return TSR_OK;
 }
 
+/* The linear preview map: the published factors only for the family's
+ * standard VAE (their numbers describe that latent space and no other);
+ * any other VAE gets a map fitted to it.  A failed fit costs the previews,
+ * not the engine. */
+static void choose_preview_map(tsr_engine *e, const tsr_vae_desc *vd)
+{
+    e->preview_linear = false;
+    if (tsr_preview_vae_is_published(e->family, vd) &&
+        tsr_preview_published_map(e->family, &e->preview_map) == TSR_OK) {
+        e->preview_linear = true;
+        return;
+    }
+    if (tsr_preview_fit(e->vae, &e->preview_map) != TSR_OK) {
+        TSR_WARN("no linear previews for this VAE: %s", tsr_last_error());
+        tsr_error_clear();
+        return;
+    }
+    e->preview_linear = true;
+    TSR_INFO("linear previews: factors fitted to this VAE (%d latent channels)",
+             e->preview_map.channels);
+}
+
 int tsr_engine_open(const tsr_engine_options *o, tsr_engine **out)
 {
     *out = NULL;
@@ -144,6 +167,7 @@ int tsr_engine_open(const tsr_engine_options *o, tsr_engine **out)
         goto fail;
     }
     e->vae_factor = tsr_vae_factor(e->vae);
+    choose_preview_map(e, vd);
     e->size_multiple = e->vae_factor; /* the UNet takes any latent size */
 
     bool force_zeros = false;

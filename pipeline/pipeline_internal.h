@@ -26,6 +26,8 @@ struct tsr_engine {
     tsr_unet *unet;         /* owned */
     tsr_vae *vae;           /* owned */
     tsr_taesd *taesd;       /* owned, optional */
+    tsr_preview_linear_map preview_map; /* published or fitted to this VAE (vae/preview.h) */
+    bool preview_linear;    /* false when no map could be made: no linear previews */
     tsr_sched_config sched; /* the model's scheduler config (+ prediction override) */
     tsr_sampler_kind default_sampler;
     tsr_family family;

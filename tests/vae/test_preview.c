@@ -1,9 +1,9 @@
 /*
  * tests/vae/test_preview.c - latent previews: the linear projection with
- * ComfyUI's SD 1.5 / SDXL factors against the numbers computed in Python,
- * and the TAESD decoder (random weights in madebyollin's format, f16)
- * against a PyTorch implementation of the same architecture
- * (tools/reference/make_vae_goldens.py).
+ * ComfyUI's published SD 1.5 / SDXL maps against the numbers computed in
+ * Python (fitted maps: test_preview_fit.c), and the TAESD decoder (random
+ * weights in madebyollin's format, f16) against a PyTorch implementation of
+ * the same architecture (tools/reference/make_vae_goldens.py).
  */
 #include <stdlib.h>
 
@@ -37,9 +37,12 @@ static int check_linear(tsr_family fam, const char *key)
     float *rgb = malloc(n * sizeof(float));
     uint8_t *u8 = malloc(n);
     ASSERT_TRUE(rgb && u8);
+    tsr_preview_linear_map map;
+    ASSERT_OK(tsr_preview_published_map(fam, &map));
+    ASSERT_EQ(map.channels, 4);
     int failed = 0;
     for (int b = 0; b < B && !failed; b++) {
-        ASSERT_OK(tsr_preview_linear(fam, lat + (size_t)b * h * w * 4, h, w, 4, rgb, u8));
+        ASSERT_OK(tsr_preview_linear(&map, lat + (size_t)b * h * w * 4, h, w, 4, rgb, u8));
         failed |= tsr_test_check_close("rgb", rgb, want + b * n, n, 1e-5);
         for (size_t i = 0; i < n; i++)
             if (abs((int)u8[i] - (int)want_u8[b * n + i]) > 1)
@@ -94,10 +97,15 @@ static int test_bad_inputs(void)
 {
     float lat[16] = {0}, rgb[12];
     uint8_t u8[12];
-    ASSERT_EQ(tsr_preview_linear(TSR_FAMILY_UNKNOWN, lat, 2, 2, 4, rgb, u8), TSR_ERR_UNSUPPORTED);
-    ASSERT_EQ(tsr_preview_linear(TSR_FAMILY_SD1, lat, 2, 2, 16, rgb, u8), TSR_ERR_INVALID);
-    ASSERT_EQ(tsr_preview_linear(TSR_FAMILY_SD1, lat, 0, 2, 4, rgb, u8), TSR_ERR_INVALID);
-    ASSERT_EQ(tsr_preview_linear(TSR_FAMILY_SD1, NULL, 2, 2, 4, rgb, u8), TSR_ERR_INVALID);
+    tsr_preview_linear_map map;
+    ASSERT_EQ(tsr_preview_published_map(TSR_FAMILY_UNKNOWN, &map), TSR_ERR_UNSUPPORTED);
+    ASSERT_OK(tsr_preview_published_map(TSR_FAMILY_SD1, &map));
+    ASSERT_EQ(tsr_preview_linear(&map, lat, 2, 2, 16, rgb, u8), TSR_ERR_INVALID);
+    ASSERT_EQ(tsr_preview_linear(&map, lat, 0, 2, 4, rgb, u8), TSR_ERR_INVALID);
+    ASSERT_EQ(tsr_preview_linear(&map, NULL, 2, 2, 4, rgb, u8), TSR_ERR_INVALID);
+    ASSERT_EQ(tsr_preview_linear(NULL, lat, 2, 2, 4, rgb, u8), TSR_ERR_INVALID);
+    map.channels = TSR_PREVIEW_MAX_CH + 1;
+    ASSERT_EQ(tsr_preview_linear(&map, lat, 2, 2, 4, rgb, u8), TSR_ERR_INVALID);
     char path[512];
     tsr_backend *be;
     tsr_taesd *t = NULL;

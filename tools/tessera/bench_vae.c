@@ -138,9 +138,11 @@ int tsr_bench_vae(int argc, char **argv)
             goto fail;
         }
         const int reps = 50;
+        tsr_preview_linear_map map;
+        TSR_CHECK_GOTO(rc, tsr_preview_published_map(TSR_FAMILY_SD1, &map), fail);
         double t0 = tsr_cli_now();
         for (int i = 0; i < reps; i++)
-            TSR_CHECK_GOTO(rc, tsr_preview_linear(TSR_FAMILY_SD1, lat, h, h, C, NULL, rgb), fail);
+            TSR_CHECK_GOTO(rc, tsr_preview_linear(&map, lat, h, h, C, NULL, rgb), fail);
         lin_ms = (tsr_cli_now() - t0) / reps * 1e3;
         if (taesd_path) {
             TSR_CHECK_GOTO(rc, tsr_taesd_open(taesd_path, be, &taesd), fail);
