@@ -387,6 +387,11 @@ static int generate(const char *prompt, long long seed, double cfg, const char *
         argv[n++] = "--cfg-scale";
         argv[n++] = cfg_s;
     }
+    /* One thread: ctest runs this beside other tests, and on a busy core
+     * OpenBLAS's spinning workers made a 0.5 s image take 3 s (measured);
+     * the image is the same at any thread count. */
+    argv[n++] = "--threads";
+    argv[n++] = "1";
     argv[n++] = "--quiet";
     argv[n++] = "--output";
     argv[n++] = (char *)out;

@@ -219,7 +219,7 @@ def _bg_phrase(bg, rng):
                        f"on a plain {bg} background", f"with {a} {bg} background"])
 
 
-def _shape_phrase(sh, rng, with_size=None, with_region=True):
+def _shape_phrase(sh, rng, with_size=None, with_region=True, facts=None):
     words = []
     if with_size is None:
         with_size = rng.random() < 0.75
@@ -232,17 +232,35 @@ def _shape_phrase(sh, rng, with_size=None, with_region=True):
         np_ += rng.choice([f" with a {sh['outline']} outline", f" outlined in {sh['outline']}"])
     if with_region:
         np_ += " " + rng.choice(REGION_PHRASES[sh["region"]])
+    if facts is not None:
+        facts["shapes"].append({"colour": sh["colour"], "shape": sh["shape"],
+                                "size": sh["size"] if with_size else None,
+                                "region": sh["region"] if with_region else None})
     return np_
 
 
-def caption(scene, rng):
+def caption(scene, rng, facts=None):
+    """A fresh English caption for `scene`.  If `facts` is a dict, it is
+    filled with what the caption actually says: {"background": name,
+    "shapes": [{"colour", "shape", "size" or None, "region" or None}, ...]}
+    (size/region None where the caption leaves them out)."""
     bg = scene["background"]
     sh = scene["shapes"]
+    if facts is not None:
+        facts.clear()
+        facts.update({"background": bg, "shapes": []})
     if scene["pair"]:
         s = sh[0]
-        size = (s["size"] + " ") if rng.random() < 0.5 else ""
+        with_size = rng.random() < 0.5
+        size = (s["size"] + " ") if with_size else ""
         noun = f"two {size}{s['colour']} {PLURAL[s['shape']]}"
-        if rng.random() < 0.5:
+        with_region = rng.random() >= 0.5
+        if facts is not None:
+            for x in sh:
+                facts["shapes"].append({"colour": x["colour"], "shape": x["shape"],
+                                        "size": x["size"] if with_size else None,
+                                        "region": x["region"] if with_region else None})
+        if not with_region:
             return f"{noun} {_bg_phrase(bg, rng)}"
         return (f"{noun}, one {rng.choice(REGION_PHRASES[s['region']])} and one "
                 f"{rng.choice(REGION_PHRASES[sh[1]['region']])}, {_bg_phrase(bg, rng)}")
@@ -250,17 +268,18 @@ def caption(scene, rng):
         s = sh[0]
         t = rng.random()
         if t < 0.45:
-            return f"{_shape_phrase(s, rng)} {_bg_phrase(bg, rng)}"
+            return f"{_shape_phrase(s, rng, facts=facts)} {_bg_phrase(bg, rng)}"
         if t < 0.65:
-            return f"{_shape_phrase(s, rng)}, {bg} background"
+            return f"{_shape_phrase(s, rng, facts=facts)}, {bg} background"
         if t < 0.8:
-            return f"there is {_shape_phrase(s, rng)} {_bg_phrase(bg, rng)}"
+            return f"there is {_shape_phrase(s, rng, facts=facts)} {_bg_phrase(bg, rng)}"
         if t < 0.9:
-            return f"{bg} background with {_shape_phrase(s, rng)}"
-        return f"{_shape_phrase(s, rng, with_region=False)} {_bg_phrase(bg, rng)}"
+            return f"{bg} background with {_shape_phrase(s, rng, facts=facts)}"
+        return f"{_shape_phrase(s, rng, with_region=False, facts=facts)} {_bg_phrase(bg, rng)}"
     a, b = sh
     join = rng.choice([" and ", ", and "])
-    return f"{_shape_phrase(a, rng)}{join}{_shape_phrase(b, rng)} {_bg_phrase(bg, rng)}"
+    first = _shape_phrase(a, rng, facts=facts)
+    return f"{first}{join}{_shape_phrase(b, rng, facts=facts)} {_bg_phrase(bg, rng)}"
 
 
 def _allowed(scene):

@@ -106,9 +106,9 @@ def generate_tessera(a, items):
     import subprocess
     os.makedirs(a.tessera_out, exist_ok=True)
     for i, it in enumerate(items):
-        cmd = [a.tessera, "generate", "--model", a.model, "--prompt", it["prompt"],
+        cmd = [a.tessera, "--log-level", "warn", "generate", "--model", a.model, "--prompt", it["prompt"],
                "--seed", str(it["seed"]), "--width", str(dataset.SIZE),
-               "--height", str(dataset.SIZE), "--quiet",
+               "--height", str(dataset.SIZE), "--quiet", "--threads", str(a.threads),
                "--output", os.path.join(a.tessera_out, f"{i:03d}.png")]
         if a.tessera_steps:
             cmd += ["--steps", str(a.tessera_steps)]
