@@ -3,7 +3,13 @@
  */
 #include "test.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "tessera.h"
 
@@ -88,5 +94,61 @@ int tsr_test_check_close(const char *what, const float *got, const float *want, 
                 worst, tol, worst_i, got[worst_i], want[worst_i]);
         return 1;
     }
+    return 0;
+}
+
+static double elapsed_since(const struct timespec *t0)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t0->tv_sec) + 1e-9 * (double)(now.tv_nsec - t0->tv_nsec);
+}
+
+int tsr_test_spawn(char **argv, const char *out_path, const char *err_path, double timeout,
+                   tsr_test_child *r)
+{
+    memset(r, 0, sizeof *r);
+    fflush(NULL);
+    struct timespec t0, nap = {0, 5 * 1000 * 1000};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "fork: %s\n", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        int in = open("/dev/null", O_RDONLY);
+        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int e = err_path ? open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644) : o;
+        if (in < 0 || o < 0 || e < 0 || dup2(in, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
+            _exit(126);
+        setpgid(0, 0);
+        execv(argv[0], argv);
+        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    int st = 0;
+    for (;;) {
+        pid_t w = waitpid(pid, &st, WNOHANG);
+        if (w == pid)
+            break;
+        if (w < 0 && errno != EINTR) {
+            fprintf(stderr, "waitpid: %s\n", strerror(errno));
+            return -1;
+        }
+        if (elapsed_since(&t0) > timeout) {
+            fprintf(stderr, "timeout after %.0f s: killing pid %d\n", timeout, (int)pid);
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            r->timed_out = true;
+            r->status = SIGKILL;
+            r->seconds = elapsed_since(&t0);
+            return 0;
+        }
+        nanosleep(&nap, NULL);
+    }
+    r->seconds = elapsed_since(&t0);
+    r->exited = WIFEXITED(st);
+    r->status = r->exited ? WEXITSTATUS(st) : (WIFSIGNALED(st) ? WTERMSIG(st) : -1);
     return 0;
 }

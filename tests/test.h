@@ -31,6 +31,21 @@ const char *tsr_test_path(const char *rel, char *buf, size_t size);
 /* Read a whole file; returns malloc'd bytes (caller frees) or NULL. */
 void *tsr_test_read_file(const char *path, size_t *size);
 
+/* How a child process ended (tsr_test_spawn). */
+typedef struct tsr_test_child {
+    bool exited;     /* exited by itself (not signalled, not timed out) */
+    bool timed_out;  /* killed after the timeout */
+    int status;      /* exit status when exited, else the signal */
+    double seconds;  /* wall time */
+} tsr_test_child;
+
+/* Runs argv (argv[0] = the program's path) in its own process group with
+ * stdin from /dev/null, stdout to out_path and stderr to err_path (NULL: the
+ * same file as stdout), and kills it after timeout seconds.  0 when it ran
+ * (see *r), -1 when it could not be started or waited for. */
+int tsr_test_spawn(char **argv, const char *out_path, const char *err_path, double timeout,
+                   tsr_test_child *r);
+
 /* Compare arrays: fails on any NaN/Inf in `got` or on max relative error
  * (|a-b| / max(|b|_inf, tiny)) above `tol`; prints the worst element. */
 int tsr_test_check_close(const char *what, const float *got, const float *want, size_t n,

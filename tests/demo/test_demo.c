@@ -304,45 +304,12 @@ static int make_tmp(char *dir, size_t size)
  * exit status, or -1 on a signal, timeout or spawn failure. */
 static int run(char **argv, const char *log, double *seconds)
 {
-    fflush(NULL);
-    struct timespec t0, now, nap = {0, 5 * 1000 * 1000};
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    pid_t pid = fork();
-    if (pid < 0) {
-        fprintf(stderr, "fork: %s\n", strerror(errno));
+    tsr_test_child c;
+    if (tsr_test_spawn(argv, log, NULL, RUN_TIMEOUT, &c) != 0)
         return -1;
-    }
-    if (pid == 0) {
-        if (!freopen("/dev/null", "r", stdin) || !freopen(log, "w", stdout) ||
-            dup2(fileno(stdout), 2) < 0)
-            _exit(126);
-        execv(argv[0], argv);
-        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    int st = 0;
-    for (;;) {
-        pid_t w = waitpid(pid, &st, WNOHANG);
-        if (w == pid)
-            break;
-        if (w < 0 && errno != EINTR) {
-            fprintf(stderr, "waitpid: %s\n", strerror(errno));
-            return -1;
-        }
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        double el = (double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec);
-        if (el > RUN_TIMEOUT) {
-            fprintf(stderr, "timeout after %.0f s: killing pid %d\n", el, (int)pid);
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            return -1;
-        }
-        nanosleep(&nap, NULL);
-    }
-    clock_gettime(CLOCK_MONOTONIC, &now);
     if (seconds)
-        *seconds = (double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        *seconds = c.seconds;
+    return c.exited ? c.status : -1;
 }
 
 static void print_log(const char *log)

@@ -172,7 +172,8 @@ typedef struct run_result {
     char *err;       /* stderr (owned, NUL-terminated) */
 } run_result;
 
-static int run_binary(const char *bin, char **argv, const char *tmp, run_result *r)
+/* argv[0] is the binary. */
+static int run_binary(char **argv, const char *tmp, run_result *r)
 {
     memset(r, 0, sizeof *r);
     char out_path[PATH_MAX], err_path[PATH_MAX];
@@ -180,50 +181,15 @@ static int run_binary(const char *bin, char **argv, const char *tmp, run_result 
     snprintf(err_path, sizeof err_path, "%s/stderr.txt", tmp);
     const char *to = getenv("TSR_E2E_TIMEOUT");
     double timeout = to ? atof(to) : 280.0;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        fprintf(stderr, "fork: %s\n", strerror(errno));
+    tsr_test_child c;
+    if (tsr_test_spawn(argv, out_path, err_path, timeout, &c) != 0)
         return -1;
+    r->exited = c.exited;
+    r->status = c.status;
+    if (c.timed_out) {
+        r->err = strdup("(timeout)");
+        return 0;
     }
-    if (pid == 0) {
-        int in = open("/dev/null", O_RDONLY);
-        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (in < 0 || o < 0 || e < 0 || dup2(in, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
-            _exit(126);
-        setpgid(0, 0);
-        execv(bin, argv);
-        fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
-        _exit(127);
-    }
-    struct timespec t0, now, nap = {0, 20 * 1000 * 1000};
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    int st = 0;
-    for (;;) {
-        pid_t w = waitpid(pid, &st, WNOHANG);
-        if (w == pid)
-            break;
-        if (w < 0 && errno != EINTR) {
-            fprintf(stderr, "waitpid: %s\n", strerror(errno));
-            return -1;
-        }
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if ((double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec) >
-            timeout) {
-            fprintf(stderr, "timeout after %.0f s: killing pid %d\n", timeout, (int)pid);
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            r->exited = 0;
-            r->status = SIGKILL;
-            r->err = strdup("(timeout)");
-            return 0;
-        }
-        nanosleep(&nap, NULL);
-    }
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    r->exited = WIFEXITED(st);
-    r->status = r->exited ? WEXITSTATUS(st) : (WIFSIGNALED(st) ? WTERMSIG(st) : -1);
     size_t n = 0;
     r->err = tsr_test_read_file(err_path, &n);
     if (r->err) {
@@ -238,9 +204,7 @@ static int run_binary(const char *bin, char **argv, const char *tmp, run_result 
     }
     if (!r->err)
         r->err = strdup("");
-    printf("ran in %.1f s: %s %d\n",
-           (double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec),
-           r->exited ? "exit" : "signal", r->status);
+    printf("ran in %.1f s: %s %d\n", c.seconds, r->exited ? "exit" : "signal", r->status);
     return 0;
 }
 
@@ -450,7 +414,7 @@ static int run_golden(const cJSON *c, const char *bin)
         goto done;
     }
     print_command(argv);
-    if (run_binary(bin, argv, tmp, &r) != 0)
+    if (run_binary(argv, tmp, &r) != 0)
         goto done;
     if (!r.exited || r.status != 0) {
         fprintf(stderr, "tessera generate failed (%s %d):\n%s\n", r.exited ? "exit" : "signal",
@@ -586,7 +550,7 @@ static int run_error(const cJSON *c, const char *bin)
         goto done;
     }
     print_command(argv);
-    if (run_binary(bin, argv, tmp, &r) != 0)
+    if (run_binary(argv, tmp, &r) != 0)
         goto done;
     printf("stderr: %s", r.err);
     int bad = 0;
