@@ -106,8 +106,8 @@ def generate_tessera(a, items):
     import subprocess
     os.makedirs(a.tessera_out, exist_ok=True)
     for i, it in enumerate(items):
-        cmd = [a.tessera, "--log-level", "warn", "generate", "--model", a.model, "--prompt", it["prompt"],
-               "--seed", str(it["seed"]), "--width", str(dataset.SIZE),
+        cmd = [a.tessera, "--log-level", "warn", "generate", "--model", a.model,
+               "--prompt", it["prompt"], "--seed", str(it["seed"]), "--width", str(dataset.SIZE),
                "--height", str(dataset.SIZE), "--quiet", "--threads", str(a.threads),
                "--output", os.path.join(a.tessera_out, f"{i:03d}.png")]
         if a.tessera_steps:

@@ -21,8 +21,9 @@ The whole model is trained here on one core of a 2-core CPU in under an hour:
   6. export     - fp16 safetensors, StableDiffusionPipeline.save_pretrained.
 
 Everything is seeded (torch, python random, the data generator), uses one
-torch thread by default (--threads), and runs in one process.  Data come from dataset.py, which is a pure
-function of (seed, index), so nothing but this script is needed to retrain.
+torch thread by default (--threads), and runs in one process.  Data come from
+dataset.py, which is a pure function of (seed, index), so nothing but this
+script is needed to retrain.
 
 Pinned: torch 2.9.1 (CPU), diffusers 0.35.2, transformers 4.57.1,
 safetensors 0.6.2, numpy 2.3.4 (tools/setup-venv.sh).
