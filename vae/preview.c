@@ -25,11 +25,11 @@
  * that manifold, which the decoder smooths away but a large coefficient
  * would paint as colour noise.  Measured on the two demo VAEs (mean error
  * against the box-filtered decode, /255): on encoded test images the error
- * is flat within 1 from 3e-3 to 1e-1 (9 worse at 1e-4 on the committed
- * VAE); on the final x0 of real generations (4 prompts, 20 steps) the
- * committed demo model goes 110 -> 66 -> 51 for 1e-4 / 3e-3 / 3e-2 (SD 1.5
- * factors: 73) and the retrained one (out/demo2-model) stays at 28 (SD 1.5
- * factors: 75).  A VAE whose latents do not vary with colour
+ * is flat within 1 from 3e-3 to 1e-1 (9 worse at 1e-4 on the older VAE);
+ * on the final x0 of real generations (4 prompts, 20 steps) an older demo
+ * model (VAE blocks 16/32/32/32) goes 110 -> 66 -> 51 for 1e-4 / 3e-3 /
+ * 3e-2 (SD 1.5 factors: 73) and one with today's 16/32/64/64 VAE stays at
+ * 28 (SD 1.5 factors: 75).  A VAE whose latents do not vary with colour
  * is refused (singular).
  *
  * The preview loop keeps the published maps bit-exact with the goldens:
