@@ -155,6 +155,18 @@ def to_tensor(imgs):
     return torch.from_numpy(imgs).permute(0, 3, 1, 2).float().div(127.5).sub(1.0)
 
 
+def set_lr(opt, base, step, total, warmup, floor):
+    """Linear warm-up over `warmup` steps, then cosine decay from base to
+    floor * base over `total` steps (the schedule every phase uses); sets it
+    on `opt` and returns it.  Written so that floor=0.05 gives exactly
+    0.05 + 0.95 * 0.5 * (1 + cos), as the committed model was trained with."""
+    lr = base * min(1.0, (step + 1) / warmup) * (
+        floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * step / total)))
+    for g in opt.param_groups:
+        g["lr"] = lr
+    return lr
+
+
 # ---------------------------------------------------------------- 2. VAE
 
 def make_vae(a):
@@ -231,10 +243,7 @@ def train_vae(a, imgs, gen):
     t_last = time.time()
     total = a.vae_pre_steps + a.vae_steps
     for step in range(total):
-        lr = a.vae_lr * min(1.0, (step + 1) / 50) * (0.05 + 0.95 * 0.5 *
-                                                      (1 + math.cos(math.pi * step / total)))
-        for g in opt.param_groups:
-            g["lr"] = lr
+        set_lr(opt, a.vae_lr, step, total, warmup=50, floor=0.05)
         idx = torch.randint(0, n, (a.vae_batch,), generator=gen)
         if step < a.vae_pre_steps:
             x = small[idx]
@@ -414,9 +423,7 @@ def pretrain_text_encoder(a, tok, scenes, seed):
     n = len(scenes)
     t_last = time.time()
     for step in range(a.te_steps):
-        lr = a.te_lr * min(1.0, (step + 1) / 50) * 0.5 * (1 + math.cos(math.pi * step / a.te_steps))
-        for g in opt.param_groups:
-            g["lr"] = lr
+        set_lr(opt, a.te_lr, step, a.te_steps, warmup=50, floor=0.0)
         idx = torch.randint(0, n, (a.te_batch,), generator=gen)
         caps, labels = [], []
         for i in idx.tolist():
@@ -478,10 +485,7 @@ def train_unet(a, tok, latents, scenes, seed, te=None, snapshot=None):
         te.train()
     t_last = time.time()
     for step in range(a.unet_steps):
-        lr = a.unet_lr * min(1.0, (step + 1) / 100) * (
-            0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * step / a.unet_steps)))
-        for g in opt.param_groups:
-            g["lr"] = lr
+        lr = set_lr(opt, a.unet_lr, step, a.unet_steps, warmup=100, floor=0.05)
         idx = torch.randint(0, n, (a.batch,), generator=gen)
         # A fresh caption per visit: the same scene is described differently each time.
         caps = ["" if rng.random() < a.cond_drop else dataset.caption(scenes[i], rng)
