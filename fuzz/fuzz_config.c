@@ -1,6 +1,6 @@
 /*
  * fuzz/fuzz_config.c - libFuzzer target for the component config parsers
- * (core/model_config.c) and model_index.json handling.
+ * (model/model_config.c) and model_index.json handling.
  *
  * Why: configs are JSON written by strangers and their integers size every
  * later loop over blocks and layers.  The first input byte picks the parser
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "core/json.h"
-#include "core/model_config.h"
+#include "model/model_config.h"
 
 #define CHECK(c)               \
     do {                       \

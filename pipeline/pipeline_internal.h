@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "core/model.h"
+#include "model/model.h"
 #include "scheduler/rng.h"
 #include "scheduler/scheduler.h"
 #include "tessera.h"

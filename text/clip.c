@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/arena.h"
+#include "backend/arena.h"
 #include "core/error.h"
 
 typedef struct clip_layer {
@@ -134,12 +134,7 @@ const tsr_textenc_desc *tsr_clip_get_config(const tsr_clip *c)
     return &c->cfg;
 }
 
-/* In measuring mode the arena hands out NULL data and ops are skipped. */
-#define OP(expr)                  \
-    do {                          \
-        if (!ws->measuring)       \
-            TSR_TRY(expr);        \
-    } while (0)
+#define OP(expr) TSR_ARENA_OP(ws, expr)
 
 static int alloc3(tsr_arena *ws, tsr_tensor *t, int64_t b, int64_t l, int64_t d)
 {

@@ -20,8 +20,8 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "core/model.h"
-#include "core/model_config.h"
+#include "model/model.h"
+#include "model/model_config.h"
 
 #define TSR_CLIP_MAX_LAYERS 128
 
@@ -37,7 +37,7 @@ typedef struct tsr_clip_output {
 
 typedef struct tsr_clip tsr_clip;
 
-/* The config is the parsed text_encoder config (core/model_config.h,
+/* The config is the parsed text_encoder config (model/model_config.h,
  * copied).  Borrowed: weights and backend must outlive the encoder.  Checks
  * that every tensor the config needs is present with the right shape.
  * Whether pooled output can be projected is told by the weights: a

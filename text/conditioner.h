@@ -24,7 +24,7 @@
 #define TSR_TEXT_CONDITIONER_H
 
 #include "backend/backend.h"
-#include "core/model.h"
+#include "model/model.h"
 
 typedef struct tsr_text_cond tsr_text_cond;
 

@@ -2,7 +2,7 @@
  * unet/unet.h - diffusers' UNet2DConditionModel on the backend interface.
  *
  * Why this shape: the network is built from the parsed config
- * (tsr_unet_desc, core/model_config.h) and the component's weights
+ * (tsr_unet_desc, model/model_config.h) and the component's weights
  * (tsr_weights, diffusers names), so every SD 1.x, SD 2.x, SDXL and
  * inpainting UNet, and any smaller config of those families that diffusers
  * accepts, is the same code walking a different block list.  Every shape a
@@ -36,8 +36,8 @@
 #include <stddef.h>
 
 #include "backend/backend.h"
-#include "core/model.h"
-#include "core/model_config.h"
+#include "model/model.h"
+#include "model/model_config.h"
 
 /* Rows per call (at least 32 are required by the service). */
 #define TSR_UNET_MAX_BATCH 64

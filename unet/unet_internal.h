@@ -18,16 +18,11 @@
 #ifndef TSR_UNET_INTERNAL_H
 #define TSR_UNET_INTERNAL_H
 
-#include "core/arena.h"
+#include "backend/arena.h"
 #include "core/error.h"
 #include "unet/unet.h"
 
-/* Run an op unless the arena is only measuring.  Needs `ws` in scope. */
-#define OP(expr)                  \
-    do {                          \
-        if (!ws->measuring)       \
-            TSR_TRY(expr);        \
-    } while (0)
+#define OP(expr) TSR_ARENA_OP(ws, expr)
 
 typedef struct unet_resnet {
     int cin, cout;

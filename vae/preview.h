@@ -44,8 +44,8 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "core/model.h"
-#include "core/model_config.h"
+#include "model/model.h"
+#include "model/model_config.h"
 #include "vae/vae.h"
 
 #define TSR_PREVIEW_MAX_CH 16

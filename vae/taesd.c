@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/arena.h"
+#include "backend/arena.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "vae/preview.h"

@@ -40,8 +40,8 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "core/model.h"
-#include "core/model_config.h"
+#include "model/model.h"
+#include "model/model_config.h"
 
 typedef struct tsr_vae tsr_vae;
 

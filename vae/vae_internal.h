@@ -11,7 +11,7 @@
 #ifndef TSR_VAE_INTERNAL_H
 #define TSR_VAE_INTERNAL_H
 
-#include "core/arena.h"
+#include "backend/arena.h"
 #include "vae/vae.h"
 
 #define VAE_MAX_RESNETS 17 /* layers_per_block <= 16, decoder +1 */

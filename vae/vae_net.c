@@ -200,12 +200,7 @@ int tsr_vae_net_load(tsr_vae *v, const tsr_weights *w)
 
 /* ---- forward ---- */
 
-/* In measuring mode ops are skipped (the arena hands out NULL). */
-#define OP(expr)                 \
-    do {                         \
-        if (!r->measuring)       \
-            TSR_TRY(expr);       \
-    } while (0)
+#define OP(expr) TSR_ARENA_OP(r, expr)
 
 /* A view of slot s as [n, h, w, c]; records the size a slot needs. */
 static int slot(vae_run *r, int s, int64_t n, int64_t h, int64_t w, int64_t c, tsr_tensor *t)

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "backend/backend.h"
-#include "core/arena.h"
+#include "backend/arena.h"
 #include "core/error.h"
 #include "core/pool.h"
 #include "core/tensor.h"

@@ -15,9 +15,9 @@
 
 #include "backend/backend.h"
 #include "core/json.h"
-#include "core/ldm_names.h"
-#include "core/model.h"
-#include "core/model_config.h"
+#include "model/ldm_names.h"
+#include "model/model.h"
+#include "model/model_config.h"
 #include "test.h"
 
 static const char *data(const char *rel)

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 
 #include "backend/backend.h"
-#include "core/model.h"
+#include "model/model.h"
 #include "pipeline/pipeline_internal.h"
 #include "test.h"
 #include "vae/preview.h"

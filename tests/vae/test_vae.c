@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 #include "backend/backend.h"
-#include "core/model.h"
+#include "model/model.h"
 #include "core/safetensors.h"
 #include "test.h"
 #include "vae/vae.h"

@@ -23,7 +23,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-# Mirrors `shapes` in tools/tessera/cmd_bench.c (same names, same order).
+# Mirrors `shapes` in cli/cmd_bench.c (same names, same order).
 CONV = "conv"
 LINEAR = "linear"
 ATTN = "attn"

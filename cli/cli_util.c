@@ -1,5 +1,5 @@
 /*
- * tools/tessera/cli_util.c - see cli_util.h.
+ * cli/cli_util.c - see cli_util.h.
  */
 #include "cli_util.h"
 

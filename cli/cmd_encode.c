@@ -1,5 +1,5 @@
 /*
- * tools/tessera/cmd_encode.c - `tessera encode [--model DIR_OR_FILE]
+ * cli/cmd_encode.c - `tessera encode [--model DIR_OR_FILE]
  * [--clip-skip N] [--device D] "prompt" ...`: a debugging aid that runs the
  * model's prompt conditioning (tokenizer, A1111 syntax, text encoders, the
  * family's layer rule) and prints, per prompt, the shape of the context and
@@ -15,7 +15,7 @@
 #include "backend/backend.h"
 #include "commands.h"
 #include "core/error.h"
-#include "core/model.h"
+#include "model/model.h"
 #include "text/conditioner.h"
 
 #define MAX_PROMPTS 64

@@ -1,5 +1,5 @@
 /*
- * core/model.h - opening a model however it arrives, and loading weights.
+ * model/model.h - opening a model however it arrives, and loading weights.
  *
  * Two layouts resolve to one set of internal names (diffusers' names, per
  * component):
@@ -8,7 +8,7 @@
  *     config and *.safetensors or *.fp16.safetensors weights;
  *   - a single-file checkpoint with the original LDM key names (SD 1.x,
  *     SD 2.x, SDXL base and refiner), whose keys are renamed through
- *     core/ldm_names.c and whose configs are synthesised from the family and
+ *     model/ldm_names.c and whose configs are synthesised from the family and
  *     the tensor shapes.
  * Pickle checkpoints (.ckpt, .pt, .pth, .bin) are refused: unpickling runs
  * arbitrary code.  The message says how to convert them.
@@ -25,8 +25,8 @@
 #include <stddef.h>
 
 #include "backend/backend.h"
-#include "core/arena.h"
-#include "core/model_config.h"
+#include "backend/arena.h"
+#include "model/model_config.h"
 #include "core/safetensors.h"
 
 struct cJSON;

@@ -1,6 +1,6 @@
 /*
- * core/model.c - opening a model: format sniffing, diffusers folders, the
- * shared index and the accessors of core/model.h.
+ * model/model.c - opening a model: format sniffing, diffusers folders, the
+ * shared index and the accessors of model/model.h.
  *
  * Why this shape: whatever the layout, opening ends in the same index (per
  * component: config + sorted internal names -> file entries), so everything
@@ -8,13 +8,13 @@
  * The folder path is small because a diffusers folder already uses internal
  * names; the work there is choosing the weight file (plain before .fp16,
  * single before sharded) and refusing pickles with advice instead of a
- * generic "not found".  Single files live in core/model_single.c.
+ * generic "not found".  Single files live in model/model_single.c.
  *
  * Sniffing trusts content over names: a file starting with a zip or pickle
  * header is refused even if it is called .safetensors, and a .ckpt/.bin/
  * .pt/.pth is refused without being read at all.
  */
-#include "core/model_internal.h"
+#include "model/model_internal.h"
 
 #include <errno.h>
 #include <stdio.h>

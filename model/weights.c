@@ -1,5 +1,5 @@
 /*
- * core/weights.c - materialising one component's weights on a backend.
+ * model/weights.c - materialising one component's weights on a backend.
  *
  * Why this shape: one arena per component (sizes summed first, so it is one
  * backend allocation, as llm.c does), every tensor converted to f32 (the
@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "core/model_internal.h"
+#include "model/model_internal.h"
 #include "core/pool.h"
 
 struct tsr_weights {

@@ -1,5 +1,5 @@
 /*
- * tools/tessera/bench_unet.c - `tessera bench unet`: time one UNet call of a
+ * cli/bench_unet.c - `tessera bench unet`: time one UNet call of a
  * real-shaped model and measure its memory.
  *
  * Why this way: the numbers that matter for a denoising step are the
@@ -28,7 +28,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "commands.h"
 #include "core/error.h"
-#include "core/model.h"
+#include "model/model.h"
 #include "unet/unet.h"
 
 int tsr_bench_unet(int argc, char **argv);

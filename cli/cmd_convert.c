@@ -1,11 +1,11 @@
 /*
- * tools/tessera/cmd_convert.c - `tessera convert IN OUT [--to diffusers|single]
+ * cli/cmd_convert.c - `tessera convert IN OUT [--to diffusers|single]
  * [--dtype f16|f32|keep]`.
  *
  * Why: people hold models in both layouts and some tools want one or the
  * other.  Conversion goes through the same index a generation would use
  * (tsr_model_open), so the output is exactly what Tessera reads; the LDM
- * names come from walking core/ldm_names.c's rules backwards (q/k/v rows are
+ * names come from walking model/ldm_names.c's rules backwards (q/k/v rows are
  * re-fused, text_projection transposed back, VAE attention linears become
  * 1x1 convs).  Single files get "tessera.config.*" metadata so converting
  * back restores the configs exactly (head counts cannot be read from
@@ -23,8 +23,8 @@
 #include "args.h"
 #include "commands.h"
 #include "core/error.h"
-#include "core/ldm_names.h"
-#include "core/model.h"
+#include "model/ldm_names.h"
+#include "model/model.h"
 
 typedef struct out_list {
     tsr_st_write_entry *e;

@@ -1,5 +1,5 @@
 /*
- * tools/tessera/cli_util.h - small helpers the subcommands share: a
+ * cli/cli_util.h - small helpers the subcommands share: a
  * monotonic clock, medians, the process's memory figures from /proc, and
  * a seeded normal fill for benchmark inputs.
  */

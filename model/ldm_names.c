@@ -1,5 +1,5 @@
 /*
- * core/ldm_names.c - rule generation and lookup for LDM <-> diffusers names.
+ * model/ldm_names.c - rule generation and lookup for LDM <-> diffusers names.
  *
  * Why: see ldm_names.h.  The generators below are the only place that knows
  * the LDM block numbering; the lookup is generic (longest matching prefix,
@@ -7,7 +7,7 @@
  * code paths.  A few hundred rules times a few thousand keys is a linear
  * scan of well under a million short compares: not worth an index.
  */
-#include "core/ldm_names.h"
+#include "model/ldm_names.h"
 
 #include <stdarg.h>
 #include <stdio.h>

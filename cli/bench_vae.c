@@ -1,5 +1,5 @@
 /*
- * tools/tessera/bench_vae.c - `tessera bench vae`: time a VAE decode of a
+ * cli/bench_vae.c - `tessera bench vae`: time a VAE decode of a
  * model's VAE at one image size and batch, report peak memory, and
  * optionally the cost of a latent preview.
  *
@@ -24,7 +24,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "commands.h"
 #include "core/error.h"
-#include "core/model.h"
+#include "model/model.h"
 #include "vae/preview.h"
 #include "vae/vae.h"
 

@@ -1,5 +1,5 @@
 /*
- * tools/tessera/commands.h - the subcommands of the `tessera` executable.
+ * cli/commands.h - the subcommands of the `tessera` executable.
  * Each lives in its own cmd_<name>.c and returns a process exit code.
  */
 #ifndef TSR_CLI_COMMANDS_H

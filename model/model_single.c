@@ -1,5 +1,5 @@
 /*
- * core/model_single.c - single-file LDM/SGM checkpoints (.safetensors):
+ * model/model_single.c - single-file LDM/SGM checkpoints (.safetensors):
  * family detection, config synthesis from tensor shapes, key mapping.
  *
  * Why this shape: a single file carries weights but no configs.  The family
@@ -13,7 +13,7 @@
  * (head counts, group counts) comes from the family defaults - unless the
  * file carries "tessera.config.*" metadata, which `tessera convert` writes
  * so a folder -> file -> folder round trip is exact.  Then the configs
- * generate the name rules (core/ldm_names.c) and every key is mapped,
+ * generate the name rules (model/ldm_names.c) and every key is mapped,
  * known-ignored (EMA copies, DDPM schedule buffers, position_ids), or
  * reported as unrecognised.
  *
@@ -27,9 +27,9 @@
 
 #include "core/error.h"
 #include "core/json.h"
-#include "core/ldm_names.h"
+#include "model/ldm_names.h"
 #include "core/log.h"
-#include "core/model_internal.h"
+#include "model/model_internal.h"
 
 typedef struct prefix_def {
     const char *prefix;

@@ -1,5 +1,5 @@
 /*
- * tools/tessera/main.c - the `tessera` executable: a dispatcher over
+ * cli/main.c - the `tessera` executable: a dispatcher over
  * subcommands.  Global flags come before the subcommand name.  This is the
  * only place in the project that decides the process exit status.
  */

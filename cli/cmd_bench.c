@@ -1,5 +1,5 @@
 /*
- * tools/tessera/cmd_bench.c - `tessera bench ops`: time the heavy ops at the
+ * cli/cmd_bench.c - `tessera bench ops`: time the heavy ops at the
  * shapes a Stable Diffusion 1.5 UNet runs at 512x512.
  *
  * Why these shapes: nearly all of a denoising step is the 3x3 convs of the
@@ -236,8 +236,8 @@ static int bench_ops(int argc, char **argv)
     return status;
 }
 
-int tsr_bench_vae(int argc, char **argv); /* tools/tessera/bench_vae.c */
-int tsr_bench_unet(int argc, char **argv); /* tools/tessera/bench_unet.c */
+int tsr_bench_vae(int argc, char **argv); /* cli/bench_vae.c */
+int tsr_bench_unet(int argc, char **argv); /* cli/bench_unet.c */
 
 int tsr_cmd_bench(int argc, char **argv)
 {

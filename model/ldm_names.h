@@ -1,5 +1,5 @@
 /*
- * core/ldm_names.h - the name mapping between original LDM / SGM checkpoint
+ * model/ldm_names.h - the name mapping between original LDM / SGM checkpoint
  * keys and diffusers' per-component names, both ways.
  *
  * Why table-driven: the LDM UNet numbers its blocks flatly
@@ -26,7 +26,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "core/model_config.h"
+#include "model/model_config.h"
 
 #define TSR_LDM_NAME_MAX 256
 

@@ -1,5 +1,5 @@
 /*
- * tools/tessera/cmd_tokenize.c - `tessera tokenize [--model DIR_OR_FILE]
+ * cli/cmd_tokenize.c - `tessera tokenize [--model DIR_OR_FILE]
  * [--file PROMPTS.txt] [--json] ["prompt" ...]`.
  *
  * Why: the token ids are the first thing to compare when an image differs

@@ -1,7 +1,7 @@
 /*
- * core/arena.c - see arena.h.
+ * backend/arena.c - see arena.h.
  */
-#include "core/arena.h"
+#include "backend/arena.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /*
- * tools/tessera/cmd_inspect.c - `tessera inspect PATH [--json] [--tensors]`.
+ * cli/cmd_inspect.c - `tessera inspect PATH [--json] [--tensors]`.
  *
  * Why: the first thing to run on a model from the internet.  It opens the
  * model exactly as generation would (same sniffing, same mapping), so what
@@ -18,7 +18,7 @@
 #include "args.h"
 #include "commands.h"
 #include "core/error.h"
-#include "core/model.h"
+#include "model/model.h"
 
 static uint64_t fnv1a(const unsigned char *p, uint64_t n)
 {

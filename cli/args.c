@@ -1,5 +1,5 @@
 /*
- * tools/tessera/args.c - see args.h.
+ * cli/args.c - see args.h.
  */
 #include "args.h"
 

@@ -1,5 +1,5 @@
 /*
- * tools/tessera/args.h - declarative command-line flags for the subcommands.
+ * cli/args.h - declarative command-line flags for the subcommands.
  *
  * Each subcommand lists its flags in a table; tsr_args_parse() fills the
  * destinations, checks numeric ranges, collects positional arguments and

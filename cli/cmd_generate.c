@@ -1,5 +1,5 @@
 /*
- * tools/tessera/cmd_generate.c - `tessera generate`: text-to-image,
+ * cli/cmd_generate.c - `tessera generate`: text-to-image,
  * img2img and inpainting from the command line.
  *
  * Everything that can be checked without the model (flag ranges, sampler

@@ -1,9 +1,9 @@
 /*
- * core/model_config.h - typed component configurations (UNet, VAE, CLIP
+ * model/model_config.h - typed component configurations (UNet, VAE, CLIP
  * text encoders) parsed from, and written back to, diffusers config.json.
  *
  * Why a typed struct next to the JSON: the model code (unet/, vae/, text/)
- * and the LDM name mapping (core/ldm_names.c) need a handful of integers
+ * and the LDM name mapping (model/ldm_names.c) need a handful of integers
  * they can trust, and the configs come from strangers.  Parsing once, with
  * every field range-checked and every array length checked against the
  * block count, means no later loop can index past an array because a

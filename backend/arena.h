@@ -1,5 +1,5 @@
 /*
- * core/arena.h - bump allocators for weights and activations.
+ * backend/arena.h - bump allocators for weights and activations.
  *
  * Why: a denoising loop must not call malloc per op, and a model's weights
  * should be one allocation (as llm.c does).  An arena is one block from a
@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "core/error.h"
 #include "core/tensor.h"
 
 #define TSR_ARENA_ALIGN 64
@@ -45,5 +46,15 @@ int tsr_arena_tensor(tsr_arena *a, tsr_tensor *t, tsr_dtype dtype, int ndim, con
 
 static inline size_t tsr_arena_mark(const tsr_arena *a) { return a->used; }
 static inline void tsr_arena_reset(tsr_arena *a, size_t mark) { a->used = mark; }
+
+/* Run an op unless the arena is only planning (measuring mode hands out
+ * NULL data, so forward passes skip their ops and only record sizes).  The
+ * model code (text/, unet/, vae/) wraps each backend call in this; returns
+ * from the enclosing function on failure (TSR_TRY). */
+#define TSR_ARENA_OP(arena, expr)  \
+    do {                           \
+        if (!(arena)->measuring)   \
+            TSR_TRY(expr);         \
+    } while (0)
 
 #endif

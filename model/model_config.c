@@ -1,5 +1,5 @@
 /*
- * core/model_config.c - parsing and emitting component configs.
+ * model/model_config.c - parsing and emitting component configs.
  *
  * Why this shape: each parser reads the fields through core/json.h's typed,
  * range-checked getters into a fixed-size struct, then cross-checks the
@@ -9,7 +9,7 @@
  * models never use (class embeddings, other block types) is refused with
  * TSR_ERR_UNSUPPORTED rather than silently misread.
  */
-#include "core/model_config.h"
+#include "model/model_config.h"
 
 #include <stdio.h>
 #include <string.h>

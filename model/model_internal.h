@@ -1,8 +1,8 @@
 /*
- * core/model_internal.h - the tsr_model struct, shared by core/model.c
- * (common code and diffusers folders) and core/model_single.c (single-file
+ * model/model_internal.h - the tsr_model struct, shared by model/model.c
+ * (common code and diffusers folders) and model/model_single.c (single-file
  * LDM checkpoints).  Not a public header: only those two files and
- * core/weights.c include it.
+ * model/weights.c include it.
  *
  * A model is an index: per component, a sorted array of (internal name,
  * source file, entry) triples.  Entries are copies of the reader's entries,
@@ -16,8 +16,8 @@
 #ifndef TSR_CORE_MODEL_INTERNAL_H
 #define TSR_CORE_MODEL_INTERNAL_H
 
-#include "core/model.h"
-#include "core/model_config.h"
+#include "model/model.h"
+#include "model/model_config.h"
 
 #include <cJSON.h>
 
