@@ -299,7 +299,12 @@ const char *gen_flag_for_message(const char *msg, const gen_opts *o, bool openin
 int gen_report(int rc, const char *msg, const gen_opts *o, bool opening)
 {
     const char *flag = gen_flag_for_message(msg, o, opening);
-    if (flag && strncmp(msg, flag, strlen(flag)) != 0)
+    if (flag && strcmp(flag, "--clip-skip") == 0 && strstr(msg, "hidden state"))
+        fprintf(stderr,
+                "tessera generate: --clip-skip %lld is more than this model's text encoder has "
+                "layers for (%s)\n",
+                (long long)o->clip_skip, msg);
+    else if (flag && strncmp(msg, flag, strlen(flag)) != 0)
         fprintf(stderr, "tessera generate: %s: %s\n", flag, msg);
     else
         fprintf(stderr, "tessera generate: %s\n", msg);
