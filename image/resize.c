@@ -17,8 +17,12 @@
  *     vertical pass reads, then a vertical pass; each pass starts its sums
  *     at 1 << 21 and clips (sum >> 22) to 0..255.
  * Integer arithmetic after the weights makes the result exact: it equals
- * PIL's pixel for pixel (tests/image/test_resize.c against PIL output in
- * tests/data/image/resize/, made by tools/reference/make_resize_refs.py).
+ * Pillow 9.5.0's - the version A1111 pins - pixel for pixel
+ * (tests/image/test_resize.c against tests/data/image/resize/, made by
+ * tools/reference/make_resize_refs.py).  Pillow 13 runs the vertical pass
+ * first when the height shrinks much more than the width
+ * (python-pillow/Pillow#9549), which moves some pixels by a few levels;
+ * A1111 installs do not have it.
  *
  * A1111's "resize and fill" pads the borders with PIL resizes of a zero-size
  * box at the image edge; in Pillow that is the Lanczos weights of the three
