@@ -861,6 +861,21 @@ static int test_cuda_lazy(void)
     ASSERT_EQ(st, 0);
     EXPECT(&r, 1, "--device", "could not be loaded");
     run_free(&r);
+    /* the module built next to the program loads into it: every Tessera
+     * symbol it calls resolves from the program (on a machine without the
+     * CUDA libraries it cannot load, for that reason only) */
+    char module[PATH_MAX];
+    snprintf(module, sizeof module, "%s", bin);
+    char *slash = strrchr(module, '/');
+    if (slash && (snprintf(slash + 1, sizeof module - (size_t)(slash + 1 - module),
+                           "libtessera_cuda.so"),
+                  exists(module))) {
+        RUN(&r, "generate", "--model", demo, "--prompt", "a red circle", "--steps", "1",
+            "--device", "cuda", "--output", tmp_path("cuda.png", out));
+        if (r.status != 0 && strstr(r.err, "could not be loaded") && !strstr(r.err, "libcu"))
+            TSR_FAIL("the CUDA module does not load into the program: %s", r.err);
+        run_free(&r);
+    }
     return 0;
 }
 
