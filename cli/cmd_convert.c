@@ -323,9 +323,8 @@ static int add_pipeline_metadata(const tsr_model *m, meta_list *l)
         if (!sched)
             return tsr_errorf(TSR_ERR_NOMEM, "convert: out of memory");
         cJSON_DeleteItemFromObject(sched, "prediction_type");
-        cJSON_AddStringToObject(sched, "prediction_type", tsr_model_prediction(m) == TSR_PREDICTION_V
-                                                              ? "v_prediction"
-                                                              : "epsilon");
+        const bool v = tsr_model_prediction(m) == TSR_PREDICTION_V;
+        cJSON_AddStringToObject(sched, "prediction_type", v ? "v_prediction" : "epsilon");
         char *text = json_text(sched);
         cJSON_Delete(sched);
         TSR_TRY(meta_add(l, TSR_META_SCHEDULER, false, text, true));
@@ -364,7 +363,8 @@ static int to_single(const tsr_model *m, const char *out, const char *dtype)
             continue;
         TSR_CHECK_GOTO(rc, add_ldm_component(m, (tsr_component)c, dtype, &o), done);
         char key[64];
-        snprintf(key, sizeof key, TSR_META_CONFIG_PREFIX "%s", tsr_component_name((tsr_component)c));
+        snprintf(key, sizeof key, TSR_META_CONFIG_PREFIX "%s",
+                 tsr_component_name((tsr_component)c));
         TSR_CHECK_GOTO(rc,
                        meta_add(&meta, strdup(key), true,
                                 json_text(tsr_model_config(m, (tsr_component)c)), true),
@@ -596,8 +596,8 @@ static int to_folder(const tsr_model *m, const char *out, const char *dtype)
         char dst[4096];
         snprintf(dst, sizeof dst, "%s/%s", out, tok[i]);
         /* the source's files, or (a real LDM file) the family's CLIP BPE */
-        TSR_CHECK_GOTO(rc, src ? copy_dir_files(src, dst)
-                               : write_default_tokenizer(dst, tsr_model_default_tokenizer_pad(m, i)),
+        const char *pad = tsr_model_default_tokenizer_pad(m, i);
+        TSR_CHECK_GOTO(rc, src ? copy_dir_files(src, dst) : write_default_tokenizer(dst, pad),
                        done);
         const char *cls[2] = {"transformers", "CLIPTokenizer"};
         cJSON_AddItemToObject(index, tok[i], cJSON_CreateStringArray(cls, 2));

@@ -197,8 +197,10 @@ int gen_precheck(gen_opts *o)
         USAGE("--output must end in .png, .jpg or .jpeg, got '%s'", o->output);
 
     /* files and folders: exit 1 */
-    if ((rc = check_readable("model", o->model, true)) || (rc = check_readable("taesd", o->taesd, false)) ||
-        (rc = check_readable("init-image", o->init, false)) || (rc = check_readable("mask", o->mask, false)))
+    if ((rc = check_readable("model", o->model, true)) ||
+        (rc = check_readable("taesd", o->taesd, false)) ||
+        (rc = check_readable("init-image", o->init, false)) ||
+        (rc = check_readable("mask", o->mask, false)))
         return rc;
     if ((rc = check_output(o)))
         return rc;

@@ -326,7 +326,8 @@ static uint32_t get16(const uint8_t *p, bool be)
 
 static uint32_t get32(const uint8_t *p, bool be)
 {
-    return be ? get16(p, true) << 16 | get16(p + 2, true) : get16(p + 2, false) << 16 | get16(p, false);
+    return be ? get16(p, true) << 16 | get16(p + 2, true)
+              : get16(p + 2, false) << 16 | get16(p, false);
 }
 
 /* Entry `tag` of the IFD at `off` in the TIFF block t[0..n): its value's
