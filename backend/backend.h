@@ -179,8 +179,12 @@ struct tsr_backend {
 int tsr_backend_open(const char *spec, int n_threads, tsr_backend **out);
 void tsr_backend_destroy(tsr_backend *b);
 
-/* Whether this build has the CUDA backend compiled in. */
+/* Whether this build made the CUDA backend module (libtessera_cuda.so). */
 bool tsr_backend_cuda_compiled(void);
+/* CUDA devices through the module, loading it on first use (registry.c);
+ * 0 when it cannot be loaded.  tsr_backend_cuda_loaded: whether it is. */
+int tsr_backend_cuda_device_count(void);
+bool tsr_backend_cuda_loaded(void);
 
 /* memory */
 void *tsr_backend_alloc(tsr_backend *b, size_t bytes);

@@ -3,17 +3,34 @@
  * memory wrappers.  "auto" prefers a GPU and falls back to the CPU cleanly
  * when the build has no CUDA or the machine has no GPU: the same binary runs
  * in CI (no GPU) and on a GPU server.
+ *
+ * The CUDA backend is a separate shared module (libtessera_cuda.so, built
+ * next to the tessera binary when nvcc is found) that this file dlopens
+ * only when CUDA is asked for or "auto" finds an NVIDIA device node.  The
+ * CUDA runtime and cuBLAS(Lt) are the module's dependencies, not the
+ * program's: a CPU-only run neither maps them (about 220 MB of resident
+ * memory for `tessera --help` when they were linked in) nor needs them
+ * installed.  The module resolves Tessera's own functions (tsr_errorf, ...)
+ * from the program that loads it, so the program exports its symbols
+ * (CMake ENABLE_EXPORTS).  Where the module is looked for:
+ *   $TSR_CUDA_MODULE (only there, when set; "/nonexistent" hides it),
+ *   <dir of the program>/libtessera_cuda.so, <dir>/../lib/, <dir>/../bin/,
+ *   then the loader's search path.
  */
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/log.h"
-#ifdef TSR_HAVE_CUDA
-#include "backend/cuda/cuda_backend.h"
-#endif
+
+#define CUDA_MODULE_NAME "libtessera_cuda.so"
 
 bool tsr_backend_cuda_compiled(void)
 {
@@ -24,35 +41,125 @@ bool tsr_backend_cuda_compiled(void)
 #endif
 }
 
+static struct {
+    pthread_once_t once;
+    void *handle;
+    int (*device_count)(void);
+    int (*create)(int device, tsr_backend **out);
+    char error[512]; /* why it could not be loaded */
+} cuda_module = {PTHREAD_ONCE_INIT, NULL, NULL, NULL, ""};
+
+static bool try_module(const char *path)
+{
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(cuda_module.error, sizeof cuda_module.error, "%s", e ? e : path);
+        return false;
+    }
+    void *count = dlsym(h, "tsr_cuda_device_count"), *create = dlsym(h, "tsr_backend_cuda_create");
+    if (!count || !create) {
+        snprintf(cuda_module.error, sizeof cuda_module.error, "%s: not a Tessera CUDA module", path);
+        dlclose(h);
+        return false;
+    }
+    cuda_module.handle = h;
+    /* POSIX dlsym returns object pointers; function pointers convert */
+    memcpy(&cuda_module.device_count, &count, sizeof count);
+    memcpy(&cuda_module.create, &create, sizeof create);
+    return true;
+}
+
+static void load_module(void)
+{
+    const char *env = getenv("TSR_CUDA_MODULE");
+    if (env && *env) {
+        try_module(env);
+        return;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            static const char *const rel[] = {"", "/../lib", "/../bin"};
+            for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+                char p[PATH_MAX + 64];
+                snprintf(p, sizeof p, "%s%s/" CUDA_MODULE_NAME, exe, rel[i]);
+                if (access(p, F_OK) == 0 && try_module(p))
+                    return;
+            }
+        }
+    }
+    try_module(CUDA_MODULE_NAME);
+}
+
+/* The module, loaded on first use; false (with the reason raised) when it
+ * cannot be. */
+static bool cuda_module_ready(void)
+{
+    pthread_once(&cuda_module.once, load_module);
+    return cuda_module.handle != NULL;
+}
+
+/* A cheap look for an NVIDIA GPU before paying for the CUDA libraries:
+ * the driver's device nodes. */
+static bool nvidia_device_present(void)
+{
+    if (access("/dev/nvidiactl", F_OK) == 0)
+        return true;
+    char p[32];
+    for (int i = 0; i < 16; i++) {
+        snprintf(p, sizeof p, "/dev/nvidia%d", i);
+        if (access(p, F_OK) == 0)
+            return true;
+    }
+    return false;
+}
+
+int tsr_backend_cuda_device_count(void)
+{
+    return cuda_module_ready() ? cuda_module.device_count() : 0;
+}
+
+bool tsr_backend_cuda_loaded(void)
+{
+    return cuda_module.handle != NULL;
+}
+
 static int open_cuda(int device, tsr_backend **out)
 {
-#ifdef TSR_HAVE_CUDA
-    return tsr_backend_cuda_create(device, out);
-#else
-    (void)device;
-    (void)out;
-    return tsr_errorf(TSR_ERR_UNSUPPORTED, "this build of tessera has no CUDA backend "
-                                           "(configure with -DTESSERA_CUDA=ON)");
-#endif
+    if (!cuda_module_ready()) {
+        if (!tsr_backend_cuda_compiled())
+            return tsr_errorf(TSR_ERR_UNSUPPORTED, "this build of tessera has no CUDA backend "
+                                                   "(configure with -DTESSERA_CUDA=ON)");
+        return tsr_errorf(TSR_ERR_UNSUPPORTED,
+                          "the CUDA backend module could not be loaded (%s); install the CUDA "
+                          "runtime and cuBLAS, set TSR_CUDA_MODULE, or use --device cpu",
+                          cuda_module.error);
+    }
+    return cuda_module.create(device, out);
 }
 
 int tsr_backend_open(const char *spec, int n_threads, tsr_backend **out)
 {
     *out = NULL;
     if (!spec || !*spec || strcmp(spec, "auto") == 0) {
-#ifdef TSR_HAVE_CUDA
-        if (tsr_cuda_device_count() > 0 && open_cuda(0, out) == TSR_OK) {
+        const char *env = getenv("TSR_CUDA_MODULE");
+        if ((tsr_backend_cuda_compiled() || (env && *env)) && nvidia_device_present() &&
+            tsr_backend_cuda_device_count() > 0 && open_cuda(0, out) == TSR_OK) {
             const char *missing = tsr_backend_missing_op(*out);
             if (!missing)
                 return TSR_OK;
             TSR_INFO("%s cannot run %s yet; running on the CPU", (*out)->name, missing);
             tsr_backend_destroy(*out);
             *out = NULL;
-        } else {
+        } else if (tsr_backend_cuda_compiled()) {
             TSR_INFO("no usable CUDA device; running on the CPU");
         }
         tsr_error_clear();
-#endif
         return tsr_backend_cpu_create(n_threads, out);
     }
     if (strcmp(spec, "cpu") == 0)

@@ -254,7 +254,8 @@ int tsr_cmd_bench(int argc, char **argv)
                  "  ops   time conv2d, linear and attention at SD 1.5 UNet shapes\n"
                  "  vae   time a VAE decode of a model (--model DIR) and its peak memory\n"
                  "  unet  time one UNet call of a model (--model DIR) and its peak memory\n\n"
-                 "Run 'tessera bench ops --help' for its options.\n");
+                 "Run 'tessera bench ops --help' for its options.\n\n%s\n",
+            TSR_ARGS_EXIT_HELP);
     if (out == stdout)
         return TSR_EXIT_OK;
     if (argc >= 2)

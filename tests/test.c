@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -128,8 +129,10 @@ int tsr_test_spawn(char **argv, const char *out_path, const char *err_path, doub
         _exit(127);
     }
     int st = 0;
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
     for (;;) {
-        pid_t w = waitpid(pid, &st, WNOHANG);
+        pid_t w = wait4(pid, &st, WNOHANG, &ru);
         if (w == pid)
             break;
         if (w < 0 && errno != EINTR) {
@@ -148,6 +151,7 @@ int tsr_test_spawn(char **argv, const char *out_path, const char *err_path, doub
         nanosleep(&nap, NULL);
     }
     r->seconds = elapsed_since(&t0);
+    r->max_rss_kib = ru.ru_maxrss;
     r->exited = WIFEXITED(st);
     r->status = r->exited ? WEXITSTATUS(st) : (WIFSIGNALED(st) ? WTERMSIG(st) : -1);
     return 0;

@@ -37,6 +37,7 @@ typedef struct tsr_test_child {
     bool timed_out;  /* killed after the timeout */
     int status;      /* exit status when exited, else the signal */
     double seconds;  /* wall time */
+    long max_rss_kib; /* peak resident memory (getrusage ru_maxrss), 0 if unknown */
 } tsr_test_child;
 
 /* Runs argv (argv[0] = the program's path) in its own process group with

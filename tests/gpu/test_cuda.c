@@ -7,14 +7,13 @@
 #include <stdlib.h>
 
 #include "backend/backend.h"
-#include "backend/cuda/cuda_backend.h"
 #include "test.h"
 
 #define SKIP 77
 
 static int test_memory_roundtrip(void)
 {
-    if (tsr_cuda_device_count() == 0)
+    if (tsr_backend_cuda_device_count() == 0)
         return SKIP;
     tsr_backend *b;
     ASSERT_OK(tsr_backend_open("cuda:0", 0, &b));
@@ -42,7 +41,7 @@ static int test_memory_roundtrip(void)
 
 static int test_auto_choice(void)
 {
-    if (tsr_cuda_device_count() == 0)
+    if (tsr_backend_cuda_device_count() == 0)
         return SKIP;
     tsr_backend *b;
     ASSERT_OK(tsr_backend_open("auto", 0, &b));
