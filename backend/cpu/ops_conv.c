@@ -12,6 +12,8 @@
  * stays under TSR_CONV_COL_BYTES whatever the image size; each tile's
  * output rows are contiguous in y, so a tile is one GEMM writing straight
  * into y.  im2col is split over the thread pool; the GEMM threads itself.
+ * A fused residual / activation (tsr_cpu_epilogue) runs on each tile right
+ * after its GEMM, while the tile is still warm in cache.
  */
 #include <cblas.h>
 #include <string.h>
@@ -71,7 +73,7 @@ static void fill_bias(float *y, const float *bias, int64_t rows, int64_t co)
 }
 
 int tsr_cpu_conv2d(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, const tsr_tensor *bias,
-                   const tsr_conv2d_params *p, tsr_tensor *y)
+                   const tsr_conv2d_params *p, const tsr_epilogue *e, tsr_tensor *y)
 {
     cpu_ctx *c = cpu_ctx_of(b);
     int64_t n = x->ne[0], h = x->ne[1], wd = x->ne[2], ci = x->ne[3];
@@ -81,7 +83,7 @@ int tsr_cpu_conv2d(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, con
     float *yp = y->data;
     const float *wp = w->data;
     float beta = bias ? 1.0f : 0.0f;
-    tsr_cpu_blas_threads(c->n_threads);
+    const bool epi = tsr_cpu_epilogue_any(e);
 
     if (kh == 1 && kw == 1 && p->stride_h == 1 && p->stride_w == 1 && p->pad_t == 0 &&
         p->pad_l == 0 && p->pad_b == 0 && p->pad_r == 0) {
@@ -90,6 +92,8 @@ int tsr_cpu_conv2d(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, con
             fill_bias(yp, bias->data, m, co);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)co, (int)ci, 1.0f,
                     x->data, (int)ci, wp, (int)ci, beta, yp, (int)co);
+        if (epi)
+            tsr_cpu_epilogue(c, y, 0, m, e);
         return TSR_OK;
     }
 
@@ -116,6 +120,8 @@ int tsr_cpu_conv2d(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, con
             fill_bias(yt, bias->data, m, co);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)co, (int)k, 1.0f, col,
                     (int)k, wp, (int)k, beta, yt, (int)co);
+        if (epi)
+            tsr_cpu_epilogue(c, y, r0 * wo, m, e);
     }
     return TSR_OK;
 }
