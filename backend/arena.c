@@ -145,7 +145,8 @@ int tsr_arena_download_f32(tsr_arena *a, const tsr_tensor *t, int64_t rows, floa
         return TSR_OK;
     }
     if (t->dtype == TSR_F32)
-        return a->measuring ? TSR_OK : tsr_backend_download(be, host, part.data, tsr_tensor_nbytes(&part));
+        return a->measuring ? TSR_OK
+                            : tsr_backend_download(be, host, part.data, tsr_tensor_nbytes(&part));
     if (!be)
         return tsr_errorf(TSR_ERR_INVALID, "download: a %s tensor in host memory",
                           tsr_dtype_name(t->dtype));

@@ -88,16 +88,17 @@ static void convert_range(void *ctx, int64_t begin, int64_t end, int worker)
     }
 }
 
-/* rows of the output: one output channel each */
-#define PERMUTE(T)                                                                     \
-    do {                                                                               \
-        const T *src = j->src;                                                         \
-        T *dst = j->dst;                                                               \
-        for (int64_t a = begin; a < end; a++)                                          \
-            for (int64_t c = 0; c < i; c++)                                            \
-                for (int64_t y = 0; y < h; y++)                                        \
-                    for (int64_t x = 0; x < w; x++)                                    \
-                        dst[((a * h + y) * w + x) * i + c] = src[((a * i + c) * h + y) * w + x]; \
+/* rows of the output: one output channel each; elements of 2 or 4 bytes */
+#define PERMUTE(T)                                                                   \
+    do {                                                                             \
+        const T *src = j->src;                                                       \
+        T *dst = j->dst;                                                             \
+        for (int64_t a = begin; a < end; a++)                                        \
+            for (int64_t c = 0; c < i; c++)                                          \
+                for (int64_t y = 0; y < h; y++)                                      \
+                    for (int64_t x = 0; x < w; x++)                                  \
+                        dst[((a * h + y) * w + x) * i + c] =                         \
+                            src[((a * i + c) * h + y) * w + x];                      \
     } while (0)
 
 static void permute_range(void *ctx, int64_t begin, int64_t end, int worker)
