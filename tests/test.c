@@ -16,7 +16,7 @@
 
 int tsr_test_main(int argc, char **argv, const tsr_test_entry *table, size_t n)
 {
-    int failed = 0, ran = 0;
+    int failed = 0, ran = 0, skipped = 0;
     for (size_t i = 0; i < n; i++) {
         if (argc >= 2) {
             bool selected = false;
@@ -28,15 +28,18 @@ int tsr_test_main(int argc, char **argv, const tsr_test_entry *table, size_t n)
         }
         ran++;
         int rc = table[i].fn();
-        printf("%s %s\n", rc ? "FAIL" : "ok  ", table[i].name);
+        printf("%s %s\n", rc == TSR_TEST_SKIP ? "skip" : rc ? "FAIL" : "ok  ", table[i].name);
         fflush(stdout);
-        failed += rc != 0;
+        skipped += rc == TSR_TEST_SKIP;
+        failed += rc != 0 && rc != TSR_TEST_SKIP;
     }
     if (ran == 0) {
         fprintf(stderr, "no test case matched\n");
         return 2;
     }
-    return failed ? 1 : 0;
+    if (failed)
+        return 1;
+    return skipped == ran ? TSR_TEST_SKIP : 0; /* ctest: SKIP_RETURN_CODE 77 */
 }
 
 const char *tsr_test_path(const char *rel, char *buf, size_t size)

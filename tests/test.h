@@ -16,6 +16,11 @@
 #include <stdio.h>
 #include <string.h>
 
+/* A case that cannot run here (no GPU, say) returns TSR_TEST_SKIP after
+ * printing why; when every case run was skipped the program exits with it,
+ * which ctest reports as skipped (SKIP_RETURN_CODE 77). */
+#define TSR_TEST_SKIP 77
+
 typedef int (*tsr_test_fn)(void);
 typedef struct tsr_test_entry {
     const char *name;
