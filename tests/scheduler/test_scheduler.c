@@ -478,6 +478,65 @@ static int test_names(void)
     cJSON_Delete(j);
     ASSERT_TRUE(!tsr_sampler_supports_schedule(TSR_SAMPLER_EULER_A, TSR_SCHEDULE_KARRAS));
     ASSERT_TRUE(tsr_sampler_supports_schedule(TSR_SAMPLER_EULER_A, TSR_SCHEDULE_SGM_UNIFORM));
+
+    /* issue 10: A1111's names for the samplers added, with their schedules */
+    static const struct {
+        const char *name;
+        tsr_sampler_kind k;
+        tsr_schedule s;
+    } a1111[] = {
+        {"PLMS", TSR_SAMPLER_PLMS, TSR_SCHEDULE_DEFAULT},
+        {"plms", TSR_SAMPLER_PLMS, TSR_SCHEDULE_DEFAULT},
+        {"pndm", TSR_SAMPLER_PNDM, TSR_SCHEDULE_DEFAULT},
+        {"PNDMScheduler", TSR_SAMPLER_PNDM, TSR_SCHEDULE_DEFAULT},
+        {"DPM2", TSR_SAMPLER_DPM2, TSR_SCHEDULE_DEFAULT},
+        {"DPM2 Karras", TSR_SAMPLER_DPM2, TSR_SCHEDULE_KARRAS},
+        {"DPM2 a", TSR_SAMPLER_DPM2_A, TSR_SCHEDULE_DEFAULT},
+        {"DPM2 a Karras", TSR_SAMPLER_DPM2_A, TSR_SCHEDULE_KARRAS},
+        {"k_dpm_2_a", TSR_SAMPLER_DPM2_A, TSR_SCHEDULE_DEFAULT},
+        {"KDPM2AncestralDiscreteScheduler", TSR_SAMPLER_DPM2_A, TSR_SCHEDULE_DEFAULT},
+        {"DPM++ 2S a", TSR_SAMPLER_DPMPP_2S_A, TSR_SCHEDULE_DEFAULT},
+        {"DPM++ 2S a Karras", TSR_SAMPLER_DPMPP_2S_A, TSR_SCHEDULE_KARRAS},
+        {"DPM++ 3M SDE", TSR_SAMPLER_DPMPP_3M_SDE, TSR_SCHEDULE_DEFAULT},
+        {"DPM++ 3M SDE Karras", TSR_SAMPLER_DPMPP_3M_SDE, TSR_SCHEDULE_KARRAS},
+        {"DPM++ 3M SDE Exponential", TSR_SAMPLER_DPMPP_3M_SDE, TSR_SCHEDULE_EXPONENTIAL},
+        {"dpmpp-3m-sde", TSR_SAMPLER_DPMPP_3M_SDE, TSR_SCHEDULE_DEFAULT},
+        {"DDPM", TSR_SAMPLER_DDPM, TSR_SCHEDULE_DEFAULT},
+        {"DDPMScheduler", TSR_SAMPLER_DDPM, TSR_SCHEDULE_DEFAULT},
+    };
+    for (size_t i = 0; i < sizeof a1111 / sizeof *a1111; i++) {
+        s = TSR_SCHEDULE_DEFAULT;
+        ASSERT_OK(tsr_sampler_parse(a1111[i].name, &k, &s));
+        if (k != a1111[i].k || s != a1111[i].s)
+            TSR_FAIL("%s: got (%s, %s)", a1111[i].name, tsr_sampler_name(k), tsr_schedule_name(s));
+    }
+    ASSERT_TRUE(strcmp(tsr_sampler_display_name(TSR_SAMPLER_PLMS), "PLMS") == 0);
+    ASSERT_TRUE(strcmp(tsr_sampler_display_name(TSR_SAMPLER_DPM2_A), "DPM2 a") == 0);
+    ASSERT_TRUE(tsr_sampler_supports_schedule(TSR_SAMPLER_DPM2, TSR_SCHEDULE_KARRAS));
+    ASSERT_TRUE(tsr_sampler_supports_schedule(TSR_SAMPLER_DPMPP_3M_SDE, TSR_SCHEDULE_EXPONENTIAL));
+    ASSERT_TRUE(!tsr_sampler_supports_schedule(TSR_SAMPLER_DDPM, TSR_SCHEDULE_KARRAS));
+    ASSERT_TRUE(!tsr_sampler_supports_schedule(TSR_SAMPLER_PLMS, TSR_SCHEDULE_KARRAS));
+    static const struct {
+        const char *doc;
+        tsr_sampler_kind k;
+    } cls[] = {
+        {"{\"_class_name\":\"KDPM2DiscreteScheduler\"}", TSR_SAMPLER_DPM2},
+        {"{\"_class_name\":\"KDPM2AncestralDiscreteScheduler\"}", TSR_SAMPLER_DPM2_A},
+        {"{\"_class_name\":\"DDPMScheduler\"}", TSR_SAMPLER_DDPM},
+        {"{\"_class_name\":\"PNDMScheduler\",\"skip_prk_steps\":true}", TSR_SAMPLER_PNDM},
+        {"{\"_class_name\":\"DPMSolverMultistepScheduler\",\"algorithm_type\":\"sde-dpmsolver++\","
+         "\"solver_order\":3}",
+         TSR_SAMPLER_DPMPP_3M_SDE},
+        {"{\"_class_name\":\"DPMSolverMultistepScheduler\",\"solver_order\":3}", TSR_SAMPLER_DPMPP_2M},
+    };
+    for (size_t i = 0; i < sizeof cls / sizeof *cls; i++) {
+        ASSERT_OK(tsr_json_parse(cls[i].doc, strlen(cls[i].doc), "t", &j));
+        int rc = tsr_sampler_from_config(j, &k);
+        cJSON_Delete(j);
+        ASSERT_OK(rc);
+        if (k != cls[i].k)
+            TSR_FAIL("%s: got %s", cls[i].doc, tsr_sampler_name(k));
+    }
     return 0;
 }
 
