@@ -78,6 +78,16 @@ SAMPLERS = {
     "lms": ("LMSDiscreteScheduler", {}),
     "unipc": ("UniPCMultistepScheduler", {}),
     "lcm": ("LCMScheduler", {}),
+    # issue 10
+    "plms": ("PNDMScheduler", {"skip_prk_steps": True}),
+    "dpm2": ("KDPM2DiscreteScheduler", {}),
+    "dpm2_a": ("KDPM2AncestralDiscreteScheduler", {}),
+    "dpmpp_3m_sde": ("DPMSolverMultistepScheduler", {"algorithm_type": "sde-dpmsolver++",
+                                                     "solver_order": 3}),
+    "ddpm": ("DDPMScheduler", {}),
+    # no diffusers class: k-diffusion's sample_dpmpp_2s_ancestral as written
+    # out in make_scheduler_goldens.py (docs/samplers.md)
+    "dpmpp_2s_a": ("KDiffusionDPMPP2SAncestral", {}),
 }
 
 PROMPT = "a photo of a red cat on a green sofa"
@@ -191,7 +201,8 @@ def build_cases():
     ddim_seed = 100 + list(SAMPLERS).index("ddim")
     cases.append(case("sd1_model_default", "sd1", sampler=None, schedule=None, seed=ddim_seed))
     # Karras sigmas
-    for i, s in enumerate(("euler", "heun", "dpmpp_2m", "dpmpp_2m_sde", "lms")):
+    for i, s in enumerate(("euler", "heun", "dpmpp_2m", "dpmpp_2m_sde", "lms", "dpm2_a",
+                           "dpmpp_2s_a", "dpmpp_3m_sde")):
         cases.append(case(f"sd1_{s}_karras", "sd1", sampler=s, schedule="karras", seed=200 + i))
     # negative prompt, no guidance, batch of two (seeds s, s+1)
     cases.append(case("sd1_negative", "sd1", sampler="euler_a", negative=NEGATIVE, seed=300))
@@ -341,8 +352,15 @@ def set_scheduler(pipe, c, generator):
         kw["use_karras_sigmas"] = True
     elif c["schedule"] not in ("default", None):
         raise ValueError(c["schedule"])
-    cls = getattr(diffusers, cls_name)
-    pipe.scheduler = cls.from_config(load_scheduler_config(c["model"]), **kw)
+    if cls_name == "KDiffusionDPMPP2SAncestral":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from make_scheduler_goldens import KDiffusionDPMPP2SAncestral as cls
+    else:
+        cls = getattr(diffusers, cls_name)
+    if cls_name == "KDiffusionDPMPP2SAncestral":
+        pipe.scheduler = cls(load_scheduler_config(c["model"]), **kw)
+    else:
+        pipe.scheduler = cls.from_config(load_scheduler_config(c["model"]), **kw)
     if c["sampler"] == "dpmpp_sde":
         sched = pipe.scheduler
         orig = sched.set_timesteps

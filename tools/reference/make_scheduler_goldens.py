@@ -143,7 +143,7 @@ class KDiffusionDPMPP2SAncestral:
         self.config = self.euler.config
         self._begin = 0
 
-    def set_timesteps(self, n):
+    def set_timesteps(self, n, device=None):
         e = self.euler
         e.set_timesteps(n)
         acp = e.alphas_cumprod
@@ -192,7 +192,7 @@ class KDiffusionDPMPP2SAncestral:
             return x - sigma * mo
         return mo * (-sigma / (sigma ** 2 + 1) ** 0.5) + (x / (sigma ** 2 + 1))
 
-    def step(self, mo, _t, x, generator=None):
+    def step(self, mo, _t, x, generator=None, return_dict=True):
         k = self.pos // 2
         s0, s1 = self.plain[k], self.plain[k + 1]
         denoised = self._x0(x, mo)
@@ -215,6 +215,8 @@ class KDiffusionDPMPP2SAncestral:
         if self.pos % 2 == 0 or (self.pos % 2 == 1 and self.down[k] == 0):
             if s1 > 0:
                 out = out + torch.randn(out.shape, generator=generator) * 1.0 * self.up[k]
+        if not return_dict:
+            return out, denoised
         return SimpleNamespace(prev_sample=out, pred_original_sample=denoised)
 
 
