@@ -17,9 +17,10 @@
  * sigmas as float32 tensors (log, lerp at 0.5, exp) and their timesteps
  * with _sigma_to_t; DPM++ 2S a takes EulerDiscreteScheduler's sigmas and
  * lays its arrays out as DPMSolverSDEScheduler does (docs/samplers.md).
- * torch evaluates log/exp of tensors of 16 or more elements with SLEEF
- * (1 ulp), so an intermediate sigma can differ by an ulp from libm's; the
- * goldens allow for it (~1e-7 of a step).
+ * torch's vectorised log/exp (SLEEF, within 1 ulp) and its sqrt (MKL) can
+ * differ from libm's by an ulp, so an intermediate sigma can too; that is
+ * ~1e-7 of a step, except where diffusers' sigma_down cancels (2 steps,
+ * docs/samplers.md).
  */
 #include <math.h>
 #include <stdlib.h>

@@ -223,6 +223,9 @@ def build_cases():
                       guidance_rescale=0.7, seed=603))
     cases.append(case("sharp_img2img_ddim", SHARP, kind="img2img", sampler="ddim", strength=0.6,
                       init="init.png", steps=8, seed=604))
+    # A1111's "PLMS" on a config without skip_prk_steps: PNDM without the PRK
+    # warm-up (the plain tiny model cannot tell the two apart within 2/255)
+    cases.append(case("sharp_plms_a1111", SHARP, sampler="PLMS", steps=10, seed=605))
 
     cases.append(case("sd2v_euler", "sd2v", sampler="euler", seed=400))
     cases.append(case("sd2v_dpmpp_2m", "sd2v", sampler="dpmpp_2m", seed=401))
@@ -346,7 +349,7 @@ def set_scheduler(pipe, c, generator):
     pipe.scheduler = pipe._tessera_model_scheduler  # undo the previous case's choice
     if c["sampler"] is None:
         return type(pipe.scheduler).__name__, {}
-    cls_name, opts = SAMPLERS[c["sampler"]]
+    cls_name, opts = SAMPLERS[c["sampler"].lower()]
     kw = dict(opts)
     if c["schedule"] == "karras":
         kw["use_karras_sigmas"] = True

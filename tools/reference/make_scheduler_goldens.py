@@ -10,10 +10,16 @@ Writes tests/data/scheduler/:
                        subprocess with ATEN_CPU_CAPABILITY=default, the
                        portable kernel)
   cases.json           one entry per sampler run (config, sampler, schedule,
-                       steps, strength, eta, seed, latent shape)
+                       steps, strength, eta, seed, latent shape; tol/tol_t
+                       where diffusers' formula is ill-conditioned)
   cases.safetensors    per case: timesteps, sigmas, the sample after every
                        model evaluation (row 0 = initial latents) and the
                        x0 prediction of every evaluation
+  steps.json           999- and 1000-step runs of every sampler (issue 10) and
+                       what diffusers did with them (ok / nan / error: ...)
+  steps.safetensors    per run: diffusers' timesteps, its sigmas where there
+                       is no final sample, and the final sample where its
+                       run is finite
 
 Each run follows the diffusers pipelines: latents = randn(generator) *
 init_noise_sigma (txt2img) or scheduler.add_noise(image, randn, t0) after
@@ -23,7 +29,9 @@ img2img truncation; then for each timestep: scale_model_input, a fake model
 (idx = NCHW element index, so multistep history is exercised), and
 scheduler.step(..., generator=g).  DPMSolverSDEScheduler's BrownianTree noise
 sampler is replaced by torch.randn(shape, generator=g) per call, the
-convention tessera uses (docs/samplers.md).
+convention tessera uses (docs/samplers.md).  DPM++ 2S a has no diffusers
+class: KDiffusionDPMPP2SAncestral below writes out k-diffusion's
+sample_dpmpp_2s_ancestral with diffusers' scheduler interface.
 
 Run: . .venv/bin/activate && python tools/reference/make_scheduler_goldens.py
 """
