@@ -487,8 +487,9 @@ static int ddpm_family(tsr_sampler *s, double *ts)
 int tsr_sched_make_timesteps(tsr_sampler *s)
 {
     int N = s->num_train, rc = 0;
-    double *ts = malloc((TSR_SCHED_MAX_STEPS + 8) * sizeof(double));
-    double *sig = malloc((TSR_SCHED_MAX_STEPS + 8) * sizeof(double));
+    /* PNDM with PRK has the most timesteps: 12 + (steps - 3) */
+    double *ts = malloc((TSR_SCHED_MAX_STEPS + 16) * sizeof(double));
+    double *sig = malloc((TSR_SCHED_MAX_STEPS + 16) * sizeof(double));
     float *train_sig = malloc((size_t)N * sizeof(float));
     float *logsig = malloc((size_t)N * sizeof(float));
     if (!ts || !sig || !train_sig || !logsig) {
