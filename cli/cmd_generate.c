@@ -129,8 +129,8 @@ int tsr_cmd_generate(int argc, char **argv)
         {"guidance-rescale", TSR_ARG_FLOAT, &o.rescale, "F",
          "rescale guidance for v-prediction models, 0..1 (default 0)", 0, 0, 0, 1},
         {"sampler", TSR_ARG_STRING, &o.sampler, "NAME",
-         "euler, euler_a, heun, dpmpp_2m, dpmpp_2m_sde, dpmpp_sde, ddim, pndm, lms, unipc, lcm; "
-         "also diffusers class and A1111 names (default: the model's)", 0, 0, 0, 0},
+         TSR_SAMPLER_NAMES "; also diffusers class and A1111 names such as \"DPM++ 2M Karras\" "
+         "(default: the model's)", 0, 0, 0, 0},
         {"scheduler", TSR_ARG_STRING, &o.schedule, "NAME",
          "sigma schedule: default, karras, exponential, sgm_uniform", 0, 0, 0, 0},
         {"seed", TSR_ARG_U64, &o.seed, "N",
