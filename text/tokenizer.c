@@ -45,13 +45,19 @@ typedef struct cache_slot {
     char *word;   /* owned; NULL = empty */
     int32_t *ids; /* owned */
     uint32_t n;
+    bool strict; /* BPE of the default mode (symbols outside the vocab never merge) */
 } cache_slot;
 
 typedef struct added_token {
     char *content; /* owned */
     int32_t id;
     bool lstrip, rstrip;
+    bool normalized; /* default mode: matched in normalised text */
 } added_token;
+
+/* The default mode's added tokens: at most the specials and the entries of
+ * added_tokens_decoder that a tokenizer_config.json lists. */
+#define MAX_FAST_ADDED 16
 
 struct tsr_tokenizer {
     char *strs; /* all symbol strings, owned */
@@ -66,8 +72,14 @@ struct tsr_tokenizer {
     int32_t *id_to_sym; /* vocab id -> sym, -1 for holes */
     int32_t vocab_size;
     int32_t bos, eos, unk, pad, comma, sot_id, eot_id;
-    added_token added[4];
+    added_token added[4]; /* a1111 mode: bos, eos, unk, pad */
     int n_added;
+    /* Default mode (transformers 5): its own specials and added tokens,
+     * which its loader reads differently from the same files. */
+    int32_t fbos, feos, funk, fpad;
+    added_token fadded[MAX_FAST_ADDED];
+    int n_fadded;
+    tsr_tokenizer_mode mode;
     cache_slot *cache;
     size_t cache_used;
     pthread_mutex_t lock;
@@ -303,8 +315,63 @@ static int set_added(tsr_tokenizer *t, int slot, const char *content, bool lstri
 enum { ADD_BOS, ADD_EOS, ADD_UNK, ADD_PAD };
 static const char *const special_keys[4] = {"bos_token", "eos_token", "unk_token", "pad_token"};
 
-/* Read the four special tokens from one JSON file (if present). */
-static int read_specials(tsr_tokenizer *t, const char *path)
+/* One special-token value as a file gives it, kept for the default mode's
+ * rules (transformers 5 turns a string into AddedToken(special=True), which
+ * is not normalised, and an object into AddedToken(**obj), whose
+ * "normalized" defaults to true in tokenizer_config.json and to false in
+ * special_tokens_map.json). */
+typedef struct spec_value {
+    bool present, null;
+    added_token tok; /* content owned */
+} spec_value;
+
+/* What the two JSON files say, for both modes. */
+typedef struct tok_files {
+    spec_value cfg[4], map[4];
+    bool has_decoder;
+    added_token decoder[MAX_FAST_ADDED]; /* sorted by id; contents owned */
+    int32_t decoder_key[MAX_FAST_ADDED];
+    int n_decoder;
+} tok_files;
+
+static void tok_files_free(tok_files *f)
+{
+    for (int k = 0; k < 4; k++) {
+        free(f->cfg[k].tok.content);
+        free(f->map[k].tok.content);
+    }
+    for (int i = 0; i < f->n_decoder; i++)
+        free(f->decoder[i].content);
+}
+
+static bool json_flag(const cJSON *obj, const char *key, bool dflt)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return cJSON_IsBool(v) ? cJSON_IsTrue(v) : dflt;
+}
+
+/* An AddedToken object -> tok (content copied). */
+static int parse_added(const cJSON *v, bool normalized_default, const char *path, const char *key,
+                       added_token *tok)
+{
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(v, "content");
+    if (!cJSON_IsString(c))
+        return tsr_errorf(TSR_ERR_FORMAT, "%s: %s has no string \"content\"", path, key);
+    bool special = json_flag(v, "special", false);
+    tok->content = strdup(c->valuestring);
+    if (!tok->content)
+        return tsr_errorf(TSR_ERR_NOMEM, "tokenizer: out of memory");
+    tok->id = -1;
+    tok->lstrip = json_flag(v, "lstrip", false);
+    tok->rstrip = json_flag(v, "rstrip", false);
+    tok->normalized = json_flag(v, "normalized", normalized_default && !special);
+    return 0;
+}
+
+/* Read the special tokens (and, from tokenizer_config.json, the
+ * added_tokens_decoder) of one JSON file, if present.  is_map: the file is
+ * special_tokens_map.json. */
+static int read_specials(const char *path, bool is_map, tok_files *files)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -337,28 +404,58 @@ static int read_specials(tsr_tokenizer *t, const char *path)
         rc = tsr_errorf(TSR_ERR_FORMAT, "%s: not a JSON object", path);
         goto cleanup;
     }
+    spec_value *specs = is_map ? files->map : files->cfg;
     for (int k = 0; k < 4; k++) {
         cJSON *v = cJSON_GetObjectItemCaseSensitive(root, special_keys[k]);
         if (!v)
             continue;
+        spec_value *sv = &specs[k];
+        sv->present = true;
         if (cJSON_IsNull(v)) {
-            TSR_CHECK_GOTO(rc, set_added(t, k, NULL, false, false), cleanup);
+            sv->null = true;
         } else if (cJSON_IsString(v)) {
-            TSR_CHECK_GOTO(rc, set_added(t, k, v->valuestring, false, false), cleanup);
-        } else if (cJSON_IsObject(v)) {
-            cJSON *c = cJSON_GetObjectItemCaseSensitive(v, "content");
-            if (!cJSON_IsString(c)) {
-                rc = tsr_errorf(TSR_ERR_FORMAT, "%s: %s has no string \"content\"", path,
-                                special_keys[k]);
+            sv->tok.content = strdup(v->valuestring);
+            if (!sv->tok.content) {
+                rc = tsr_errorf(TSR_ERR_NOMEM, "tokenizer: out of memory");
                 goto cleanup;
             }
-            bool ls = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "lstrip"));
-            bool rs = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "rstrip"));
-            TSR_CHECK_GOTO(rc, set_added(t, k, c->valuestring, ls, rs), cleanup);
+        } else if (cJSON_IsObject(v)) {
+            TSR_CHECK_GOTO(rc, parse_added(v, !is_map, path, special_keys[k], &sv->tok), cleanup);
         } else {
             rc = tsr_errorf(TSR_ERR_FORMAT, "%s: %s must be a string or an AddedToken object",
                             path, special_keys[k]);
             goto cleanup;
+        }
+    }
+    const cJSON *dec = is_map ? NULL : cJSON_GetObjectItemCaseSensitive(root, "added_tokens_decoder");
+    if (cJSON_IsObject(dec)) {
+        files->has_decoder = true;
+        const cJSON *item;
+        cJSON_ArrayForEach(item, dec)
+        {
+            char *end = NULL;
+            long key = item->string ? strtol(item->string, &end, 10) : -1;
+            if (!cJSON_IsObject(item) || key < 0 || key > INT32_MAX || !end || *end) {
+                rc = tsr_errorf(TSR_ERR_FORMAT, "%s: bad added_tokens_decoder entry", path);
+                goto cleanup;
+            }
+            if (files->n_decoder == MAX_FAST_ADDED) {
+                rc = tsr_errorf(TSR_ERR_UNSUPPORTED, "%s: more than %d added tokens", path,
+                                MAX_FAST_ADDED);
+                goto cleanup;
+            }
+            /* insertion in id order */
+            int at = files->n_decoder;
+            while (at > 0 && files->decoder_key[at - 1] > key) {
+                files->decoder[at] = files->decoder[at - 1];
+                files->decoder_key[at] = files->decoder_key[at - 1];
+                at--;
+            }
+            files->decoder[at] = (added_token){0};
+            files->decoder_key[at] = (int32_t)key;
+            files->n_decoder++;
+            TSR_CHECK_GOTO(rc, parse_added(item, true, path, "added_tokens_decoder", &files->decoder[at]),
+                           cleanup);
         }
     }
 cleanup:
@@ -366,6 +463,82 @@ cleanup:
     free(buf);
     fclose(f);
     return rc;
+}
+
+/* The a1111 mode (transformers 4's slow CLIPTokenizer): each special from
+ * tokenizer_config.json, then special_tokens_map.json, the latter winning. */
+static int apply_specials_slow(tsr_tokenizer *t, const tok_files *files)
+{
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < 4; k++) {
+            const spec_value *sv = pass ? &files->map[k] : &files->cfg[k];
+            if (!sv->present)
+                continue;
+            TSR_TRY(set_added(t, k, sv->null ? NULL : sv->tok.content, sv->tok.lstrip,
+                              sv->tok.rstrip));
+        }
+    return 0;
+}
+
+static int fast_add(tsr_tokenizer *t, const added_token *a, bool overwrite)
+{
+    for (int i = 0; i < t->n_fadded; i++)
+        if (strcmp(t->fadded[i].content, a->content) == 0) {
+            if (overwrite) {
+                t->fadded[i].lstrip = a->lstrip;
+                t->fadded[i].rstrip = a->rstrip;
+                t->fadded[i].normalized = a->normalized;
+            }
+            return 0;
+        }
+    if (t->n_fadded == MAX_FAST_ADDED)
+        return tsr_errorf(TSR_ERR_UNSUPPORTED, "tokenizer: more than %d added tokens",
+                          MAX_FAST_ADDED);
+    added_token *d = &t->fadded[t->n_fadded];
+    *d = *a;
+    d->id = -1;
+    d->content = strdup(a->content);
+    if (!d->content)
+        return tsr_errorf(TSR_ERR_NOMEM, "tokenizer: out of memory");
+    t->n_fadded++;
+    return 0;
+}
+
+/* The default mode (transformers 5's CLIPTokenizer.from_pretrained), as
+ * measured by running it on each layout of these files:
+ *  - with an added_tokens_decoder in tokenizer_config.json, its entries (in
+ *    id order, with their flags) are the added tokens, special_tokens_map.json
+ *    is ignored, and a special whose text is not among them is added after;
+ *  - without, each special comes from special_tokens_map.json, else
+ *    tokenizer_config.json, else CLIPTokenizer's default, and they are added
+ *    in the order bos, eos, unk, pad, a later one with the same text
+ *    replacing the flags of an earlier one.
+ * A string is an AddedToken that is not normalised. */
+static int apply_specials_fast(tsr_tokenizer *t, const tok_files *files)
+{
+    static const char *const dflt[4] = {"<|startoftext|>", "<|endoftext|>", "<|endoftext|>",
+                                        "<|endoftext|>"};
+    const char *content[4];
+    for (int i = 0; i < files->n_decoder; i++)
+        TSR_TRY(fast_add(t, &files->decoder[i], false));
+    for (int k = 0; k < 4; k++) {
+        const spec_value *sv = &files->cfg[k];
+        if (!files->has_decoder && files->map[k].present)
+            sv = &files->map[k];
+        added_token a = {0};
+        if (!sv->present) {
+            a.content = (char *)dflt[k];
+        } else if (!sv->null) {
+            a = sv->tok;
+        }
+        content[k] = a.content;
+        if (a.content)
+            TSR_TRY(fast_add(t, &a, !files->has_decoder));
+    }
+    int32_t *ids[4] = {&t->fbos, &t->feos, &t->funk, &t->fpad};
+    for (int k = 0; k < 4; k++)
+        *ids[k] = content[k] ? vocab_id(t, content[k]) : -1;
+    return 0;
 }
 
 static int finish(tsr_tokenizer *t, const char *what)
@@ -384,6 +557,15 @@ static int finish(tsr_tokenizer *t, const char *what)
     t->unk = t->added[ADD_UNK].id;
     t->pad = t->added[ADD_PAD].id;
     if (t->bos < 0 || t->eos < 0)
+        return tsr_errorf(TSR_ERR_FORMAT, "%s: the tokenizer needs BOS and EOS tokens", what);
+    for (int i = 0; i < t->n_fadded; i++) {
+        added_token *a = &t->fadded[i];
+        a->id = vocab_id(t, a->content);
+        if (a->id < 0)
+            return tsr_errorf(TSR_ERR_FORMAT, "%s: added token \"%s\" is not in the vocabulary",
+                              what, a->content);
+    }
+    if (t->fbos < 0 || t->feos < 0)
         return tsr_errorf(TSR_ERR_FORMAT, "%s: the tokenizer needs BOS and EOS tokens", what);
     t->comma = vocab_id(t, ",</w>");
     t->sot_id = vocab_id(t, "<|startoftext|>");
@@ -411,6 +593,8 @@ static int tokenizer_new(tsr_tokenizer **out)
     pthread_mutex_init(&t->lock, NULL);
     for (int k = 0; k < 4; k++)
         t->added[k].id = -1;
+    t->fbos = t->feos = t->funk = t->fpad = -1;
+    t->mode = TSR_TOKENIZER_DEFAULT;
     *out = t;
     int rc = index_grow(t);
     if (rc < 0)
@@ -484,6 +668,7 @@ int tsr_tokenizer_load(const char *dir, tsr_tokenizer **out)
     char *text = NULL;
     size_t len = 0;
     cJSON *root = NULL;
+    tok_files files = {0};
     int rc;
     *out = NULL;
     TSR_CHECK_GOTO(rc, tokenizer_new(&t), fail);
@@ -529,13 +714,17 @@ int tsr_tokenizer_load(const char *dir, tsr_tokenizer **out)
     text = NULL;
 
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    TSR_CHECK_GOTO(rc, read_specials(t, path), fail);
+    TSR_CHECK_GOTO(rc, read_specials(path, false, &files), fail);
     snprintf(path, sizeof path, "%s/special_tokens_map.json", dir);
-    TSR_CHECK_GOTO(rc, read_specials(t, path), fail);
+    TSR_CHECK_GOTO(rc, read_specials(path, true, &files), fail);
+    TSR_CHECK_GOTO(rc, apply_specials_slow(t, &files), fail);
+    TSR_CHECK_GOTO(rc, apply_specials_fast(t, &files), fail);
     TSR_CHECK_GOTO(rc, finish(t, dir), fail);
+    tok_files_free(&files);
     *out = t;
     return 0;
 fail:
+    tok_files_free(&files);
     cJSON_Delete(root);
     free(text);
     tsr_tokenizer_free(t);
@@ -595,6 +784,14 @@ int tsr_tokenizer_load_default_pad(const char *pad, tsr_tokenizer **out)
     }
     t->vocab_size = id;
     TSR_CHECK_GOTO(rc, set_added(t, ADD_PAD, pad, false, false), fail);
+    {
+        /* As CLIPTokenizer(vocab, merges, pad_token=pad) builds it. */
+        tok_files files = {0};
+        files.cfg[ADD_PAD] = (spec_value){.present = true, .tok = {.content = (char *)pad}};
+        rc = apply_specials_fast(t, &files);
+        if (rc < 0)
+            goto fail;
+    }
     TSR_CHECK_GOTO(rc, finish(t, "embedded tokenizer"), fail);
     *out = t;
     return 0;
@@ -626,6 +823,8 @@ void tsr_tokenizer_free(tsr_tokenizer *t)
     free(t->cache);
     for (int k = 0; k < 4; k++)
         free(t->added[k].content);
+    for (int i = 0; i < t->n_fadded; i++)
+        free(t->fadded[i].content);
     free(t->strs);
     free(t->syms);
     free(t->sym_index);
@@ -635,9 +834,10 @@ void tsr_tokenizer_free(tsr_tokenizer *t)
     free(t);
 }
 
-int32_t tsr_tokenizer_bos(const tsr_tokenizer *t) { return t->bos; }
-int32_t tsr_tokenizer_eos(const tsr_tokenizer *t) { return t->eos; }
-int32_t tsr_tokenizer_pad(const tsr_tokenizer *t) { return t->pad; }
+static bool fast_mode(const tsr_tokenizer *t) { return t->mode == TSR_TOKENIZER_DEFAULT; }
+int32_t tsr_tokenizer_bos(const tsr_tokenizer *t) { return fast_mode(t) ? t->fbos : t->bos; }
+int32_t tsr_tokenizer_eos(const tsr_tokenizer *t) { return fast_mode(t) ? t->feos : t->eos; }
+int32_t tsr_tokenizer_pad(const tsr_tokenizer *t) { return fast_mode(t) ? t->fpad : t->pad; }
 int32_t tsr_tokenizer_comma(const tsr_tokenizer *t) { return t->comma; }
 int32_t tsr_tokenizer_vocab_size(const tsr_tokenizer *t) { return t->vocab_size; }
 
@@ -651,6 +851,35 @@ const char *tsr_tokenizer_token(const tsr_tokenizer *t, int32_t id)
     memcpy(buf, t->strs + y->off, n);
     buf[n] = '\0';
     return buf;
+}
+
+int tsr_tokenizer_mode_parse(const char *name, tsr_tokenizer_mode *out)
+{
+    if (!name || strcmp(name, "default") == 0) {
+        *out = TSR_TOKENIZER_DEFAULT;
+        return 0;
+    }
+    if (strcmp(name, "a1111") == 0) {
+        *out = TSR_TOKENIZER_A1111;
+        return 0;
+    }
+    return tsr_errorf(TSR_ERR_INVALID, "tokenizer must be \"default\" or \"a1111\", not \"%s\"",
+                      name);
+}
+
+const char *tsr_tokenizer_mode_name(tsr_tokenizer_mode mode)
+{
+    return mode == TSR_TOKENIZER_A1111 ? "a1111" : "default";
+}
+
+void tsr_tokenizer_set_mode(tsr_tokenizer *t, tsr_tokenizer_mode mode)
+{
+    t->mode = mode;
+}
+
+tsr_tokenizer_mode tsr_tokenizer_get_mode(const tsr_tokenizer *t)
+{
+    return t->mode;
 }
 
 void tsr_ids_free(tsr_ids *ids)
@@ -679,18 +908,25 @@ int tsr_ids_push(tsr_ids *ids, int32_t id)
 /* BPE of one pre-token (its UTF-8 bytes), as CLIPTokenizer.bpe: merge the
  * lowest-ranked adjacent pair, all its occurrences left to right, until no
  * pair has a rank.  Appends vocab ids (UNK for symbols outside the vocab). */
-static int bpe_word(tsr_tokenizer *t, const unsigned char *w, size_t n, tsr_ids *out)
+static int bpe_word(tsr_tokenizer *t, const unsigned char *w, size_t n, bool strict, tsr_ids *out)
 {
     int32_t stack[64];
     int32_t *s = n <= 64 ? stack : malloc(n * sizeof(int32_t));
     if (!s)
         return tsr_errorf(TSR_ERR_NOMEM, "tokenizer: out of memory");
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         s[i] = i + 1 < n ? t->byte_sym[w[i]] : t->byte_sym_w[w[i]];
+        /* tokenizers' BPE maps a character outside the vocabulary to UNK
+         * before merging; the slow tokenizer merges strings. */
+        if (strict && t->syms[s[i]].id < 0)
+            s[i] = -1;
+    }
     size_t len = n;
     while (len > 1) {
         int32_t best_rank = INT32_MAX, best_a = -1, best_b = -1, best_r = -1;
         for (size_t i = 0; i + 1 < len; i++) {
+            if (s[i] < 0 || s[i + 1] < 0)
+                continue;
             uint64_t key = (((uint64_t)s[i] << 32) | (uint32_t)s[i + 1]) + 1;
             const merge_slot *m = merge_slot_for(t, key);
             if (m->key && m->rank < best_rank) {
@@ -714,26 +950,28 @@ static int bpe_word(tsr_tokenizer *t, const unsigned char *w, size_t n, tsr_ids 
         len = o;
     }
     int rc = 0;
+    int32_t unk = strict ? t->funk : t->unk;
     for (size_t i = 0; i < len && rc == 0; i++) {
-        int32_t id = t->syms[s[i]].id;
-        rc = tsr_ids_push(out, id >= 0 ? id : t->unk);
+        int32_t id = s[i] >= 0 ? t->syms[s[i]].id : -1;
+        rc = tsr_ids_push(out, id >= 0 ? id : unk);
     }
     if (s != stack)
         free(s);
     return rc;
 }
 
-static int bpe_cached(tsr_tokenizer *t, const unsigned char *w, size_t n, tsr_ids *out)
+static int bpe_cached(tsr_tokenizer *t, const unsigned char *w, size_t n, bool strict,
+                      tsr_ids *out)
 {
     if (n > CACHE_MAX_WORD)
-        return bpe_word(t, w, n, out);
-    uint64_t h = hash_bytes((const char *)w, n);
+        return bpe_word(t, w, n, strict, out);
+    uint64_t h = hash_bytes((const char *)w, n) ^ (uint64_t)strict;
     int rc = 0;
     pthread_mutex_lock(&t->lock);
     size_t i = h & (CACHE_CAP - 1);
     for (; t->cache[i].word; i = (i + 1) & (CACHE_CAP - 1)) {
         cache_slot *c = &t->cache[i];
-        if (strlen(c->word) == n && memcmp(c->word, w, n) == 0) {
+        if (c->strict == strict && strlen(c->word) == n && memcmp(c->word, w, n) == 0) {
             for (uint32_t k = 0; k < c->n && rc == 0; k++)
                 rc = tsr_ids_push(out, c->ids[k]);
             pthread_mutex_unlock(&t->lock);
@@ -741,7 +979,7 @@ static int bpe_cached(tsr_tokenizer *t, const unsigned char *w, size_t n, tsr_id
         }
     }
     size_t before = out->n;
-    rc = bpe_word(t, w, n, out);
+    rc = bpe_word(t, w, n, strict, out);
     if (rc == 0 && memchr(w, 0, n) == NULL) {
         if (t->cache_used * 2 >= CACHE_CAP) {
             cache_clear(t);
@@ -757,6 +995,7 @@ static int bpe_cached(tsr_tokenizer *t, const unsigned char *w, size_t n, tsr_id
             c->word[n] = '\0';
             memcpy(c->ids, out->v + before, k * sizeof(int32_t));
             c->n = (uint32_t)k;
+            c->strict = strict;
             t->cache_used++;
         } else {
             free(c->word);
@@ -799,11 +1038,43 @@ static int tokenize_piece(tsr_tokenizer *t, const uint32_t *s, size_t n, tsr_ids
             TSR_CHECK_GOTO(rc, tsr_ids_push(out, t->eot_id >= 0 ? t->eot_id : t->unk), cleanup);
             continue;
         }
-        TSR_CHECK_GOTO(rc, bpe_cached(t, bytes, nb, out), cleanup);
+        TSR_CHECK_GOTO(rc, bpe_cached(t, bytes, nb, false, out), cleanup);
     }
 cleanup:
     free(bytes);
     tsr_u32_free(&clean);
+    return rc;
+}
+
+/* Default mode: the pre-tokeniser and BPE on one normalised piece.  The
+ * ByteLevel step re-splits each Split match with GPT-2's pattern, which
+ * leaves every match whole except the literals <|startoftext|> and
+ * <|endoftext|>: those become "<|", the name, "|>". */
+static int tokenize_piece_fast(tsr_tokenizer *t, const uint32_t *s, size_t n, tsr_ids *out)
+{
+    unsigned char *bytes = NULL;
+    int rc = 0;
+    if (n > SIZE_MAX / 4)
+        return tsr_errorf(TSR_ERR_RANGE, "tokenizer: text too long");
+    bytes = malloc(n * 4 + 1);
+    if (!bytes)
+        return tsr_errorf(TSR_ERR_NOMEM, "tokenizer: out of memory");
+    size_t pos = 0, start, len;
+    bool special;
+    while ((len = tsr_clip_next_token_fast(s, n, &pos, &start, &special)) > 0) {
+        size_t nb = 0;
+        for (size_t i = start; i < start + len; i++)
+            nb += (size_t)tsr_utf8_put(s[i], (char *)bytes + nb);
+        if (special) {
+            TSR_CHECK_GOTO(rc, bpe_cached(t, bytes, 2, true, out), cleanup);
+            TSR_CHECK_GOTO(rc, bpe_cached(t, bytes + 2, nb - 4, true, out), cleanup);
+            TSR_CHECK_GOTO(rc, bpe_cached(t, bytes + nb - 2, 2, true, out), cleanup);
+        } else {
+            TSR_CHECK_GOTO(rc, bpe_cached(t, bytes, nb, true, out), cleanup);
+        }
+    }
+cleanup:
+    free(bytes);
     return rc;
 }
 
@@ -813,66 +1084,112 @@ static bool is_py_space(uint32_t c)
                                  : tsr_u_in(tsr_u_py_space, tsr_u_py_space_n, c));
 }
 
-int tsr_tokenizer_encode(tsr_tokenizer *t, const char *text, size_t len, tsr_ids *out)
+typedef int (*piece_fn)(tsr_tokenizer *t, const uint32_t *s, size_t n, tsr_ids *out);
+
+/* Cut s at the added tokens in list[0..n_list) whose `normalized` flag is
+ * `norm` (-1: all), taking the longest match at the leftmost position;
+ * `fn` handles the text between, each match pushes its id.  lstrip/rstrip
+ * drop the whitespace (`space`) beside a match.  match_norm: the tokens'
+ * texts are normalised as the text was (the default mode's normalised
+ * tokens). */
+static int split_added(tsr_tokenizer *t, const added_token *list, int n_list, int norm,
+                       bool match_norm, bool (*space)(uint32_t), const uint32_t *s, size_t n,
+                       piece_fn fn, tsr_ids *out)
 {
-    if (len > TSR_TOKENIZER_MAX_INPUT)
-        return tsr_errorf(TSR_ERR_RANGE, "prompt: %zu bytes is over the %u byte limit", len,
-                          TSR_TOKENIZER_MAX_INPUT);
-    tsr_u32buf cps = {0}, added = {0};
+    tsr_u32buf added = {0}, raw = {0};
+    size_t aoff[MAX_FAST_ADDED + 1] = {0};
     int rc = 0;
-    TSR_CHECK_GOTO(rc, tsr_utf8_decode(text, len, &cps, "prompt"), cleanup);
-    /* Added tokens as code point strings, for the split that
-     * PreTrainedTokenizer.tokenize does before _tokenize. */
-    size_t aoff[5] = {0};
-    for (int k = 0; k < t->n_added; k++) {
+    for (int k = 0; k < n_list; k++) {
         aoff[k] = added.n;
-        if (t->added[k].content)
-            TSR_CHECK_GOTO(rc, tsr_u32_push_utf8(&added, t->added[k].content), cleanup);
+        if (list[k].content && (norm < 0 || list[k].normalized == (norm == 1))) {
+            if (match_norm) {
+                raw.n = 0;
+                TSR_CHECK_GOTO(rc, tsr_u32_push_utf8(&raw, list[k].content), cleanup);
+                TSR_CHECK_GOTO(rc, tsr_clip_normalize_fast(raw.v, raw.n, &added), cleanup);
+            } else {
+                TSR_CHECK_GOTO(rc, tsr_u32_push_utf8(&added, list[k].content), cleanup);
+            }
+        }
     }
-    aoff[t->n_added] = added.n;
-    /* Split: pieces between added-token matches (longest match first). */
+    aoff[n_list] = added.n;
     size_t piece = 0, i = 0;
     bool strip_left_next = false;
-    while (i <= cps.n) {
+    while (i <= n) {
         int hit = -1;
         size_t hit_len = 0;
-        for (int k = 0; i < cps.n && k < t->n_added; k++) {
+        for (int k = 0; i < n && k < n_list; k++) {
             size_t l = aoff[k + 1] - aoff[k];
-            if (l == 0 || l > cps.n - i || l <= hit_len)
+            if (l == 0 || l > n - i || l <= hit_len)
                 continue;
-            if (memcmp(cps.v + i, added.v + aoff[k], l * sizeof(uint32_t)) == 0)
+            if (memcmp(s + i, added.v + aoff[k], l * sizeof(uint32_t)) == 0)
                 hit = k, hit_len = l;
         }
-        if (hit < 0 && i < cps.n) {
+        if (hit < 0 && i < n) {
             i++;
             continue;
         }
         size_t a = piece, b = i;
         if (strip_left_next)
-            while (a < b && is_py_space(cps.v[a]))
+            while (a < b && space(s[a]))
                 a++;
-        if (hit >= 0 && t->added[hit].lstrip)
-            while (b > a && is_py_space(cps.v[b - 1]))
+        if (hit >= 0 && list[hit].lstrip)
+            while (b > a && space(s[b - 1]))
                 b--;
         if (b > a)
-            TSR_CHECK_GOTO(rc, tokenize_piece(t, cps.v + a, b - a, out), cleanup);
+            TSR_CHECK_GOTO(rc, fn(t, s + a, b - a, out), cleanup);
         if (hit < 0)
             break;
-        TSR_CHECK_GOTO(rc, tsr_ids_push(out, t->added[hit].id), cleanup);
-        strip_left_next = t->added[hit].rstrip;
+        TSR_CHECK_GOTO(rc, tsr_ids_push(out, list[hit].id), cleanup);
+        strip_left_next = list[hit].rstrip;
         i += hit_len;
         piece = i;
     }
 cleanup:
-    tsr_u32_free(&cps);
     tsr_u32_free(&added);
+    tsr_u32_free(&raw);
+    return rc;
+}
+
+/* Default mode, a piece of raw text between non-normalised added tokens:
+ * normalise it, then cut it at the normalised ones. */
+static int normalize_piece_fast(tsr_tokenizer *t, const uint32_t *s, size_t n, tsr_ids *out)
+{
+    tsr_u32buf norm = {0};
+    int rc = tsr_clip_normalize_fast(s, n, &norm);
+    if (rc == 0)
+        rc = split_added(t, t->fadded, t->n_fadded, 1, true, tsr_uf_space_cp, norm.v, norm.n,
+                         tokenize_piece_fast, out);
+    tsr_u32_free(&norm);
+    return rc;
+}
+
+int tsr_tokenizer_encode(tsr_tokenizer *t, const char *text, size_t len, tsr_ids *out)
+{
+    if (len > TSR_TOKENIZER_MAX_INPUT)
+        return tsr_errorf(TSR_ERR_RANGE, "prompt: %zu bytes is over the %u byte limit", len,
+                          TSR_TOKENIZER_MAX_INPUT);
+    tsr_u32buf cps = {0};
+    int rc = tsr_utf8_decode(text, len, &cps, "prompt");
+    if (rc == 0) {
+        if (fast_mode(t))
+            /* tokenizers' AddedVocabulary: non-normalised tokens on the raw
+             * text first, normalised ones on each normalised piece. */
+            rc = split_added(t, t->fadded, t->n_fadded, 0, false, tsr_uf_space_cp, cps.v, cps.n,
+                             normalize_piece_fast, out);
+        else
+            /* PreTrainedTokenizer.tokenize: split on the added tokens before
+             * _tokenize cleans each piece. */
+            rc = split_added(t, t->added, t->n_added, -1, false, is_py_space, cps.v, cps.n,
+                             tokenize_piece, out);
+    }
+    tsr_u32_free(&cps);
     return rc;
 }
 
 int tsr_tokenizer_encode_window(tsr_tokenizer *t, const char *text, size_t len,
                                 int32_t out[TSR_CLIP_MAX_LENGTH])
 {
-    if (t->pad < 0)
+    if (tsr_tokenizer_pad(t) < 0)
         return tsr_errorf(TSR_ERR_UNSUPPORTED, "tokenizer: no pad token (pad_token is null)");
     tsr_ids ids = {0};
     int rc = tsr_tokenizer_encode(t, text, len, &ids);
@@ -882,13 +1199,13 @@ int tsr_tokenizer_encode_window(tsr_tokenizer *t, const char *text, size_t len,
     }
     size_t n = ids.n < TSR_CLIP_CHUNK ? ids.n : TSR_CLIP_CHUNK;
     int k = 0;
-    out[k++] = t->bos;
+    out[k++] = tsr_tokenizer_bos(t);
     for (size_t i = 0; i < n; i++)
         out[k++] = ids.v[i];
-    out[k++] = t->eos;
+    out[k++] = tsr_tokenizer_eos(t);
     int used = k;
     while (k < TSR_CLIP_MAX_LENGTH)
-        out[k++] = t->pad;
+        out[k++] = tsr_tokenizer_pad(t);
     tsr_ids_free(&ids);
     return used;
 }
