@@ -31,7 +31,7 @@
 
 typedef struct gen_opts {
     const char *model, *prompt, *negative, *sampler, *schedule, *rng, *init, *mask;
-    const char *preview_dir, *device, *output, *prediction, *taesd;
+    const char *preview_dir, *device, *output, *prediction, *taesd, *tokenizer;
     int64_t steps, width, height, batch, clip_skip, threads;
     int64_t seed;
     double cfg, strength, rescale, eta;
@@ -201,6 +201,8 @@ int tsr_cmd_generate(int argc, char **argv)
         {"device", TSR_ARG_STRING, &o.device, "DEV", "auto (default), cpu, cuda or cuda:N", 0, 0,
          0, 0},
         {"threads", TSR_ARG_INT, &o.threads, "N", "CPU threads (0 = all cores)", 0, 1024, 0, 0},
+        {"tokenizer", TSR_ARG_STRING, &o.tokenizer, "default|a1111", TSR_CLI_TOKENIZER_HELP, 0, 0,
+         0, 0},
         {"output", TSR_ARG_STRING, &o.output, "OUT.png",
          "where to write; batches write OUT-0.png, OUT-1.png, ... (default tessera.png)", 0, 0, 0,
          0},
@@ -275,6 +277,7 @@ int tsr_cmd_generate(int argc, char **argv)
     eo.threads = (int)o.threads;
     eo.prediction = o.prediction;
     eo.taesd = o.taesd;
+    eo.tokenizer = o.tokenizer;
     const double t_open = tsr_cli_now();
     rc = tsr_engine_open(&eo, &engine);
     const double load_s = tsr_cli_now() - t_open;

@@ -120,7 +120,7 @@ static int print_one(tsr_tokenizer *tok, const char *prompt, bool json, bool win
 
 int tsr_cmd_tokenize(int argc, char **argv)
 {
-    const char *model = NULL, *file = NULL, *sub = "tokenizer", *pad = NULL;
+    const char *model = NULL, *file = NULL, *sub = "tokenizer", *pad = NULL, *tokenizer = NULL;
     bool json = false, window = false, no_emphasis = false;
     int64_t backtrack = 20;
     const tsr_arg_spec specs[] = {
@@ -142,9 +142,13 @@ int tsr_cmd_tokenize(int argc, char **argv)
         {"comma-backtrack", TSR_ARG_INT, &backtrack, "N",
          "move text after a comma this close to a chunk end to the next chunk (0 = off)", 0, 75,
          0, 0},
+        {"tokenizer", TSR_ARG_STRING, &tokenizer, "default|a1111", TSR_CLI_TOKENIZER_HELP, 0, 0, 0,
+         0},
     };
     const tsr_cli_command cmd = {
-        "tokenize", "tokenize [--model DIR_OR_FILE] [--file PROMPTS.txt] [--json] [\"prompt\" ...]",
+        "tokenize",
+        "tokenize [--model DIR_OR_FILE] [--file PROMPTS.txt] [--json]\n"
+        "                [--tokenizer default|a1111] [\"prompt\" ...]",
         "print CLIP token ids for prompts",
         "Prints one line per prompt: the ids of every 77-token window ([BOS] up to 75 tokens\n"
         "[EOS] [PAD]...), separated by spaces.  Prompts use A1111 syntax: (word), (word:1.3),\n"
@@ -161,6 +165,11 @@ int tsr_cmd_tokenize(int argc, char **argv)
         fprintf(stderr, "tessera tokenize: give a prompt or --file\n");
         return TSR_EXIT_USAGE;
     }
+    tsr_tokenizer_mode tok_mode;
+    if (tsr_tokenizer_mode_parse(tokenizer, &tok_mode) < 0) {
+        tsr_cli_report("tokenize", TSR_ERR_INVALID);
+        return TSR_EXIT_USAGE;
+    }
     if (!model && is_dir(tsr_cli_default_model()))
         model = tsr_cli_default_model();
     tsr_tokenizer *tok = NULL;
@@ -169,6 +178,7 @@ int tsr_cmd_tokenize(int argc, char **argv)
         tsr_cli_report("tokenize", rc);
         return TSR_EXIT_FAILURE;
     }
+    tsr_tokenizer_set_mode(tok, tok_mode);
     tsr_prompt_options opt;
     tsr_prompt_options_init(&opt);
     opt.emphasis = !no_emphasis;
