@@ -304,8 +304,10 @@ static int test_tokenizer_option(void)
     o.tokenizer = "a1111";
     ASSERT_OK(tsr_engine_open(&o, &a1111));
     tsr_image_params fancy = params_a(), ascii = params_a();
-    fancy.prompt = "a cat\xe2\x80\x99s &amp; dog";
-    ascii.prompt = "a cat's & dog";
+    /* many tokens apart, so that even the tiny model shows it */
+    fancy.prompt = "\xe2\x80\x9c&lt;&amp;&gt;\xe2\x80\x9d \xe2\x80\x98&quot;\xe2\x80\x99 "
+                   "\xe2\x80\x9c&lt;&amp;&gt;\xe2\x80\x9d \xe2\x80\x98&quot;\xe2\x80\x99";
+    ascii.prompt = "\"<&>\" '\"' \"<&>\" '\"'";
     fancy.cfg_scale = ascii.cfg_scale = 30; /* let the prompt show in a 64x64 image */
     image f_dflt, f_a1111, a_dflt;
     if (alone(dflt, &fancy, &f_dflt) || alone(a1111, &fancy, &f_a1111) ||
