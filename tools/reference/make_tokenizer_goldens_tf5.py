@@ -12,12 +12,15 @@ What it does, deterministically:
      transformers 5 does not repair mojibake, and neither does the default
      mode; prompts holding NUL are still left out, for C's JSON strings).
      -> tests/data/text/tok_golden_tf5.json
-  3. For each folder layout under tests/data/text/tok_layouts/ (real
+  3. The A1111-syntax prompts of make_syntax_prompts(), parsed and chunked
+     by the reference A1111 transcription with these ids.
+     -> tests/data/text/prompt_golden_tf5.json
+  4. For each folder layout under tests/data/text/tok_layouts/ (real
      tokenizer_config.json / special_tokens_map.json variants: legacy
      AddedToken objects, added_tokens_decoder, conflicting flags, pad "!"),
      the special-token ids and a set of prompts around special-token text.
      -> tests/data/text/tok_layouts_tf5.json
-  4. Compares with the a1111 goldens (tok_golden.json, transformers 4.57.1
+  5. Compares with the a1111 goldens (tok_golden.json, transformers 4.57.1
      slow + ftfy) and reports how many prompts tokenize differently.
 
 Pinned: transformers 5.24.0, tokenizers 0.23.3, in the venv made by
@@ -40,7 +43,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DATA = os.path.join(ROOT, "tests", "data", "text")
 LAYOUTS = os.path.join(DATA, "tok_layouts")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tokenizer_prompts import SPECIAL, make_prompts  # noqa: E402
+from tokenizer_prompts import (SPECIAL, make_prompts, make_syntax_prompts,  # noqa: E402
+                               syntax_records)
 
 assert int(transformers.__version__.split(".")[0]) >= 5, transformers.__version__
 
@@ -116,6 +120,13 @@ def main():
             json.dump({"meta": meta, "pad": tok.pad_token_id, "prompts": prompts, "ids": ids},
                       f, ensure_ascii=True, separators=(",", ":"))
 
+        # ---- A1111 syntax, chunked with these ids ----
+        sprompts = [p for p in make_syntax_prompts() if "\x00" not in p]
+        recs = syntax_records(tok, sprompts)
+        with open(os.path.join(DATA, "prompt_golden_tf5.json"), "w", encoding="utf-8") as f:
+            json.dump({"meta": meta, "backtrack": 20, "records": recs}, f, ensure_ascii=True,
+                      separators=(",", ":"))
+
         # ---- folder layouts ----
         layouts = {}
         for name in sorted(os.listdir(LAYOUTS)):
@@ -139,6 +150,11 @@ def main():
     # ---- the two modes compared ----
     with open(os.path.join(DATA, "tok_golden.json"), encoding="utf-8") as f:
         a1111 = json.load(f)
+    with open(os.path.join(DATA, "prompt_golden.json"), encoding="utf-8") as f:
+        a1111_recs = {r["p"]: r for r in json.load(f)["records"]}
+    sdiff = sum(1 for r in recs if r["p"] in a1111_recs and a1111_recs[r["p"]] != r)
+    print("prompt_golden_tf5.json: %d syntax prompts, %d chunk differently from the a1111 "
+          "goldens" % (len(recs), sdiff))
     fast = dict(zip(prompts, ids))
     differ = [p for p, i in zip(a1111["prompts"], a1111["ids"]) if fast.get(p) != i]
     print("tok_golden_tf5.json: %d prompts; %d of the %d a1111 golden prompts tokenize "

@@ -4,8 +4,10 @@ make_tokenizer_goldens.py (transformers 4.57.1, slow + ftfy: the a1111 mode)
 and make_tokenizer_goldens_tf5.py (transformers 5: the default mode), so
 both modes are checked on the same prompts.  Pure Python, deterministic
 (random.Random with fixed seeds); no third-party imports.
+Also the A1111 reference parser and chunker both generators run on them.
 """
 import random
+import re
 import unicodedata
 
 WORDS = ("a photo of an astronaut riding horse on mars cat dog portrait woman man city night "
@@ -151,3 +153,144 @@ def make_syntax_prompts():
     out.append(" ".join(["word"] * 300))
     seen = set()
     return [s for s in out if not (s in seen or seen.add(s))]
+
+
+# ------------------------------------------------ A1111 reference parser
+# A reimplementation of AUTOMATIC1111 stable-diffusion-webui
+# modules/prompt_parser.py parse_prompt_attention (emphasis "Original").
+
+RE_ATTENTION = re.compile(r"""
+\\\(|
+\\\)|
+\\\[|
+\\]|
+\\\\|
+\\|
+\(|
+\[|
+:\s*([+-]?[.\d]+)\s*\)|
+\)|
+]|
+[^\\()\[\]:]+|
+:
+""", re.X)
+RE_BREAK = re.compile(r"\s*\bBREAK\b\s*", re.S)
+
+
+def parse_prompt_attention(text):
+    res = []
+    round_brackets = []
+    square_brackets = []
+
+    def multiply_range(start, mult):
+        for p in range(start, len(res)):
+            res[p][1] *= mult
+
+    for m in RE_ATTENTION.finditer(text):
+        t = m.group(0)
+        weight = m.group(1)
+        if t.startswith("\\"):
+            res.append([t[1:], 1.0])
+        elif t == "(":
+            round_brackets.append(len(res))
+        elif t == "[":
+            square_brackets.append(len(res))
+        elif weight is not None and round_brackets:
+            multiply_range(round_brackets.pop(), float(weight))  # may raise ValueError
+        elif t == ")" and round_brackets:
+            multiply_range(round_brackets.pop(), 1.1)
+        elif t == "]" and square_brackets:
+            multiply_range(square_brackets.pop(), 1 / 1.1)
+        else:
+            for i, part in enumerate(re.split(RE_BREAK, t)):
+                if i > 0:
+                    res.append(["BREAK", -1])
+                res.append([part, 1.0])
+    for pos in round_brackets:
+        multiply_range(pos, 1.1)
+    for pos in square_brackets:
+        multiply_range(pos, 1 / 1.1)
+    if len(res) == 0:
+        res = [["", 1.0]]
+    i = 0
+    while i + 1 < len(res):
+        if res[i][1] == res[i + 1][1]:
+            res[i][0] += res[i + 1][0]
+            res.pop(i + 1)
+        else:
+            i += 1
+    return res
+
+
+def chunk_prompt(tok, parsed, backtrack=20):
+    """A1111 tokenize_line (sd_hijack_clip.py), with the chunk layout
+    [BOS] tokens [EOS] [PAD]* that transformers uses for one window."""
+    bos, eos, pad = tok.bos_token_id, tok.eos_token_id, tok.pad_token_id
+    comma = tok.get_vocab().get(",</w>")
+    texts = [t for t, _ in parsed]
+    tokenized = tok(texts, truncation=False, add_special_tokens=False)["input_ids"]
+    chunks = []
+    cur = {"t": [], "w": []}
+    state = {"last_comma": -1}
+
+    def next_chunk():
+        nonlocal cur
+        t = [bos] + cur["t"] + [eos] + [pad] * (75 - len(cur["t"]))
+        w = [1.0] + cur["w"] + [1.0] + [1.0] * (75 - len(cur["t"]))
+        chunks.append((t, w))
+        state["last_comma"] = -1
+        cur = {"t": [], "w": []}
+
+    for tokens, (text, weight) in zip(tokenized, parsed):
+        if text == "BREAK" and weight == -1:
+            next_chunk()
+            continue
+        pos = 0
+        while pos < len(tokens):
+            token = tokens[pos]
+            if token == comma:
+                state["last_comma"] = len(cur["t"])
+            elif (backtrack != 0 and len(cur["t"]) == 75 and state["last_comma"] != -1
+                  and len(cur["t"]) - state["last_comma"] <= backtrack):
+                brk = state["last_comma"] + 1
+                rt, rw = cur["t"][brk:], cur["w"][brk:]
+                cur["t"], cur["w"] = cur["t"][:brk], cur["w"][:brk]
+                next_chunk()
+                cur["t"], cur["w"] = rt, rw
+            if len(cur["t"]) == 75:
+                next_chunk()
+            cur["t"].append(token)
+            cur["w"].append(weight)
+            pos += 1
+    if cur["t"] or not chunks:
+        next_chunk()
+    return chunks
+
+
+def syntax_records(tok, prompts):
+    """The prompt_golden records: A1111's parse of each prompt and its chunks
+    (ids and weight runs, trailing padding dropped) with tokenizer `tok`."""
+    recs = []
+    for p in prompts:
+        try:
+            parsed = parse_prompt_attention(p)
+        except ValueError:
+            recs.append({"p": p, "error": True})
+            continue
+        chunks = chunk_prompt(tok, parsed)
+        rec = {"p": p, "parse": parsed, "ids": [], "w": []}
+        for t, w in chunks:
+            end = len(t)
+            while end > 0 and t[end - 1] == tok.pad_token_id and w[end - 1] == 1.0:
+                end -= 1
+            rec["ids"].append(t[:end])
+            runs = []  # weights as [value, count] runs
+            for x in w[:end]:
+                x = float("%.9g" % x)
+                if runs and runs[-1][0] == x:
+                    runs[-1][1] += 1
+                else:
+                    runs.append([x, 1])
+            rec["w"].append(runs)
+        recs.append(rec)
+    return recs
