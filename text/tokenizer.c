@@ -55,9 +55,10 @@ typedef struct added_token {
     bool normalized; /* default mode: matched in normalised text */
 } added_token;
 
-/* The default mode's added tokens: at most the specials and the entries of
- * added_tokens_decoder that a tokenizer_config.json lists. */
-#define MAX_FAST_ADDED 16
+/* The default mode's added tokens: the specials and the entries of
+ * added_tokens_decoder that a tokenizer_config.json lists (CLIP's files list
+ * two; a folder with more than this many can be used in the a1111 mode only). */
+#define MAX_FAST_ADDED 256
 
 struct tsr_tokenizer {
     char *strs; /* all symbol strings, owned */
@@ -79,6 +80,7 @@ struct tsr_tokenizer {
     int32_t fbos, feos, funk, fpad;
     added_token fadded[MAX_FAST_ADDED];
     int n_fadded;
+    bool fast_too_many; /* more added tokens than MAX_FAST_ADDED */
     tsr_tokenizer_mode mode;
     cache_slot *cache;
     size_t cache_used;
@@ -329,9 +331,10 @@ typedef struct spec_value {
 typedef struct tok_files {
     spec_value cfg[4], map[4];
     bool has_decoder;
-    added_token decoder[MAX_FAST_ADDED]; /* sorted by id; contents owned */
+    added_token decoder[MAX_FAST_ADDED]; /* sorted by id; contents owned; .id = the key */
     int32_t decoder_key[MAX_FAST_ADDED];
     int n_decoder;
+    bool too_many;
 } tok_files;
 
 static void tok_files_free(tok_files *f)
@@ -440,9 +443,8 @@ static int read_specials(const char *path, bool is_map, tok_files *files)
                 goto cleanup;
             }
             if (files->n_decoder == MAX_FAST_ADDED) {
-                rc = tsr_errorf(TSR_ERR_UNSUPPORTED, "%s: more than %d added tokens", path,
-                                MAX_FAST_ADDED);
-                goto cleanup;
+                files->too_many = true;
+                break;
             }
             /* insertion in id order */
             int at = files->n_decoder;
@@ -456,6 +458,7 @@ static int read_specials(const char *path, bool is_map, tok_files *files)
             files->n_decoder++;
             TSR_CHECK_GOTO(rc, parse_added(item, true, path, "added_tokens_decoder", &files->decoder[at]),
                            cleanup);
+            files->decoder[at].id = (int32_t)key;
         }
     }
 cleanup:
@@ -491,12 +494,12 @@ static int fast_add(tsr_tokenizer *t, const added_token *a, bool overwrite)
             }
             return 0;
         }
-    if (t->n_fadded == MAX_FAST_ADDED)
-        return tsr_errorf(TSR_ERR_UNSUPPORTED, "tokenizer: more than %d added tokens",
-                          MAX_FAST_ADDED);
+    if (t->n_fadded == MAX_FAST_ADDED) {
+        t->fast_too_many = true;
+        return 0;
+    }
     added_token *d = &t->fadded[t->n_fadded];
-    *d = *a;
-    d->id = -1;
+    *d = *a; /* id: the decoder's key, else -1 */
     d->content = strdup(a->content);
     if (!d->content)
         return tsr_errorf(TSR_ERR_NOMEM, "tokenizer: out of memory");
@@ -519,17 +522,19 @@ static int apply_specials_fast(tsr_tokenizer *t, const tok_files *files)
     static const char *const dflt[4] = {"<|startoftext|>", "<|endoftext|>", "<|endoftext|>",
                                         "<|endoftext|>"};
     const char *content[4];
+    t->fast_too_many = files->too_many;
     for (int i = 0; i < files->n_decoder; i++)
         TSR_TRY(fast_add(t, &files->decoder[i], false));
     for (int k = 0; k < 4; k++) {
         const spec_value *sv = &files->cfg[k];
         if (!files->has_decoder && files->map[k].present)
             sv = &files->map[k];
-        added_token a = {0};
+        added_token a = {.id = -1};
         if (!sv->present) {
             a.content = (char *)dflt[k];
         } else if (!sv->null) {
             a = sv->tok;
+            a.id = -1;
         }
         content[k] = a.content;
         if (a.content)
@@ -559,9 +564,14 @@ static int finish(tsr_tokenizer *t, const char *what)
     if (t->bos < 0 || t->eos < 0)
         return tsr_errorf(TSR_ERR_FORMAT, "%s: the tokenizer needs BOS and EOS tokens", what);
     for (int i = 0; i < t->n_fadded; i++) {
+        /* An added_tokens_decoder entry outside vocab.json keeps its own id,
+         * as transformers gives it (a text encoder without that row refuses
+         * it at encode time). */
         added_token *a = &t->fadded[i];
-        a->id = vocab_id(t, a->content);
-        if (a->id < 0)
+        int32_t v = vocab_id(t, a->content);
+        if (v >= 0)
+            a->id = v;
+        else if (a->id < 0)
             return tsr_errorf(TSR_ERR_FORMAT, "%s: added token \"%s\" is not in the vocabulary",
                               what, a->content);
     }
@@ -1168,6 +1178,10 @@ int tsr_tokenizer_encode(tsr_tokenizer *t, const char *text, size_t len, tsr_ids
     if (len > TSR_TOKENIZER_MAX_INPUT)
         return tsr_errorf(TSR_ERR_RANGE, "prompt: %zu bytes is over the %u byte limit", len,
                           TSR_TOKENIZER_MAX_INPUT);
+    if (fast_mode(t) && t->fast_too_many)
+        return tsr_errorf(TSR_ERR_UNSUPPORTED,
+                          "tokenizer: more than %d added tokens; use the a1111 tokenizer mode",
+                          MAX_FAST_ADDED);
     tsr_u32buf cps = {0};
     int rc = tsr_utf8_decode(text, len, &cps, "prompt");
     if (rc == 0) {

@@ -238,7 +238,7 @@ static int test_layouts_tf5(void)
         n++;
     }
     cJSON_Delete(j);
-    ASSERT_TRUE(n >= 8);
+    ASSERT_TRUE(n >= 10);
     if (failed)
         TSR_FAIL("%d of %d layouts differ from transformers 5", failed, n);
     return 0;

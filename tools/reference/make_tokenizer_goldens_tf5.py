@@ -17,7 +17,8 @@ What it does, deterministically:
      -> tests/data/text/prompt_golden_tf5.json
   4. For each folder layout under tests/data/text/tok_layouts/ (real
      tokenizer_config.json / special_tokens_map.json variants: legacy
-     AddedToken objects, added_tokens_decoder, conflicting flags, pad "!"),
+     AddedToken objects, added_tokens_decoder, conflicting flags, pad "!",
+     added tokens outside the vocabulary as textual inversion adds them),
      the special-token ids and a set of prompts around special-token text.
      -> tests/data/text/tok_layouts_tf5.json
   5. Compares with the a1111 goldens (tok_golden.json, transformers 4.57.1
@@ -100,6 +101,7 @@ LAYOUT_PROMPTS = SPECIAL + [
     "Hello<|startoftext|>World", "a  <|endoftext|>  b", "<|EndOfText|>", "ＡＢＣ<|endoftext|>",
     "a\u3000!\u3000b", "<|startoftext|><|endoftext|>", "<|endoftext|>" * 3, "it's!", "(a!:1.2)",
     "café <|endoftext|> cafe\u0301", "<|endoftext|>\u0301", "\u00a0<|endoftext|>\u00a0",
+    "a <cat-toy> b", "<CAT-TOY>", "photo of sks dog", "SKS  DOG!", "<cat-toy><cat-toy>",
 ]
 
 
