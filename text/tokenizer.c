@@ -7,8 +7,12 @@
  * and BPE never compares strings.  Symbols keep their vocabulary id (-1 when
  * the vocabulary lacks them, which maps to UNK as transformers does).  The
  * BPE of each pre-token is cached by its bytes, as CLIPTokenizer caches it.
- * The text cleanup mirrors CLIPTokenizer._tokenize step for step; the
- * Unicode tables it relies on are generated from Python (text/unicode.h).
+ * The text cleanup mirrors CLIPTokenizer._tokenize step for step (a1111
+ * mode) or the `tokenizers` pipeline transformers 5 builds (default mode);
+ * the Unicode tables each relies on are measured from the library it copies
+ * (text/unicode.h).  The BPE is shared: for one pre-token both modes give
+ * the same symbols, except that the default mode maps a character outside
+ * the vocabulary to UNK before merging, as `tokenizers` does.
  */
 #include "text/tokenizer.h"
 

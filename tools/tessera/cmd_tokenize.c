@@ -10,6 +10,9 @@
  * prints CLIPTokenizer(prompt, padding="max_length", max_length=77,
  * truncation=True) instead, with no syntax, for comparison with transformers.
  *
+ * --tokenizer default|a1111 picks the mode (transformers >= 5, or the slow
+ * tokenizer with ftfy as A1111 runs it; docs/prompts.md).
+ *
  * Tokenizer choice: DIR/<subfolder> (default "tokenizer") when it holds
  * vocab.json, else DIR itself when it does, else (a single .safetensors
  * file, or no tokenizer files) the embedded CLIP BPE with SD 1.x specials.
