@@ -3,8 +3,9 @@
  * transformers' CLIPTokenizer in either of two modes:
  *
  *   TSR_TOKENIZER_DEFAULT  transformers >= 5's CLIPTokenizer (backed by the
- *                          `tokenizers` library; the same as transformers
- *                          4's CLIPTokenizerFast): what diffusers runs today.
+ *                          `tokenizers` library; transformers 4's
+ *                          CLIPTokenizerFast but for special-token text):
+ *                          what diffusers runs today.
  *                          NFC, whitespace runs -> " ", per-character
  *                          lowercase; no ftfy, no HTML unescaping.
  *   TSR_TOKENIZER_A1111    transformers 4's slow CLIPTokenizer with ftfy
