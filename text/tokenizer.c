@@ -24,11 +24,11 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "text/tokenizer_files.h"
 #include "text/unicode.h"
 #include "text/unicode_clip.h"
 
 #define CLIP_N_MERGES (49152 - 256 - 2) /* merges[1 : 49152-256-2+1] */
-#define MAX_FILE (64u << 20)
 #define CACHE_CAP 16384 /* entries; the cache is emptied when half full */
 #define CACHE_MAX_WORD 256
 
@@ -52,17 +52,9 @@ typedef struct cache_slot {
     bool strict; /* BPE of the default mode (symbols outside the vocab never merge) */
 } cache_slot;
 
-typedef struct added_token {
-    char *content; /* owned */
-    int32_t id;
-    bool lstrip, rstrip;
-    bool normalized; /* default mode: matched in normalised text */
-} added_token;
+typedef tsr_tok_added added_token; /* content owned */
 
-/* The default mode's added tokens: the specials and the entries of
- * added_tokens_decoder that a tokenizer_config.json lists (CLIP's files list
- * two; a folder with more than this many can be used in the a1111 mode only). */
-#define MAX_FAST_ADDED 256
+#define MAX_FAST_ADDED TSR_TOK_MAX_ADDED
 
 struct tsr_tokenizer {
     char *strs; /* all symbol strings, owned */
@@ -318,167 +310,16 @@ static int set_added(tsr_tokenizer *t, int slot, const char *content, bool lstri
     return 0;
 }
 
-enum { ADD_BOS, ADD_EOS, ADD_UNK, ADD_PAD };
+enum { ADD_BOS = TSR_TOK_BOS, ADD_EOS = TSR_TOK_EOS, ADD_UNK = TSR_TOK_UNK, ADD_PAD = TSR_TOK_PAD };
 static const char *const special_keys[4] = {"bos_token", "eos_token", "unk_token", "pad_token"};
-
-/* One special-token value as a file gives it, kept for the default mode's
- * rules (transformers 5 turns a string into AddedToken(special=True), which
- * is not normalised, and an object into AddedToken(**obj), whose
- * "normalized" defaults to true in tokenizer_config.json and to false in
- * special_tokens_map.json). */
-typedef struct spec_value {
-    bool present, null;
-    added_token tok; /* content owned */
-} spec_value;
-
-/* What the two JSON files say, for both modes. */
-typedef struct tok_files {
-    spec_value cfg[4], map[4];
-    bool has_decoder;
-    added_token decoder[MAX_FAST_ADDED]; /* sorted by id; contents owned; .id = the key */
-    int32_t decoder_key[MAX_FAST_ADDED];
-    int n_decoder;
-    bool too_many;
-} tok_files;
-
-static void tok_files_free(tok_files *f)
-{
-    for (int k = 0; k < 4; k++) {
-        free(f->cfg[k].tok.content);
-        free(f->map[k].tok.content);
-    }
-    for (int i = 0; i < f->n_decoder; i++)
-        free(f->decoder[i].content);
-}
-
-static bool json_flag(const cJSON *obj, const char *key, bool dflt)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    return cJSON_IsBool(v) ? cJSON_IsTrue(v) : dflt;
-}
-
-/* An AddedToken object -> tok (content copied). */
-static int parse_added(const cJSON *v, bool normalized_default, const char *path, const char *key,
-                       added_token *tok)
-{
-    const cJSON *c = cJSON_GetObjectItemCaseSensitive(v, "content");
-    if (!cJSON_IsString(c))
-        return tsr_errorf(TSR_ERR_FORMAT, "%s: %s has no string \"content\"", path, key);
-    bool special = json_flag(v, "special", false);
-    tok->content = strdup(c->valuestring);
-    if (!tok->content)
-        return tsr_errorf(TSR_ERR_NOMEM, "tokenizer: out of memory");
-    tok->id = -1;
-    tok->lstrip = json_flag(v, "lstrip", false);
-    tok->rstrip = json_flag(v, "rstrip", false);
-    tok->normalized = json_flag(v, "normalized", normalized_default && !special);
-    return 0;
-}
-
-/* Read the special tokens (and, from tokenizer_config.json, the
- * added_tokens_decoder) of one JSON file, if present.  is_map: the file is
- * special_tokens_map.json. */
-static int read_specials(const char *path, bool is_map, tok_files *files)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return 0; /* optional */
-    int rc = 0;
-    char *buf = NULL;
-    cJSON *root = NULL;
-    if (fseek(f, 0, SEEK_END) != 0) {
-        rc = tsr_errorf(TSR_ERR_IO, "%s: cannot seek", path);
-        goto cleanup;
-    }
-    long size = ftell(f);
-    if (size < 0 || (unsigned long)size > MAX_FILE) {
-        rc = tsr_errorf(TSR_ERR_RANGE, "%s: bad size %ld", path, size);
-        goto cleanup;
-    }
-    rewind(f);
-    buf = malloc((size_t)size + 1);
-    if (!buf) {
-        rc = tsr_errorf(TSR_ERR_NOMEM, "%s: out of memory", path);
-        goto cleanup;
-    }
-    if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
-        rc = tsr_errorf(TSR_ERR_IO, "%s: read failed", path);
-        goto cleanup;
-    }
-    buf[size] = '\0';
-    root = cJSON_ParseWithLength(buf, (size_t)size);
-    if (!cJSON_IsObject(root)) {
-        rc = tsr_errorf(TSR_ERR_FORMAT, "%s: not a JSON object", path);
-        goto cleanup;
-    }
-    spec_value *specs = is_map ? files->map : files->cfg;
-    for (int k = 0; k < 4; k++) {
-        cJSON *v = cJSON_GetObjectItemCaseSensitive(root, special_keys[k]);
-        if (!v)
-            continue;
-        spec_value *sv = &specs[k];
-        sv->present = true;
-        if (cJSON_IsNull(v)) {
-            sv->null = true;
-        } else if (cJSON_IsString(v)) {
-            sv->tok.content = strdup(v->valuestring);
-            if (!sv->tok.content) {
-                rc = tsr_errorf(TSR_ERR_NOMEM, "tokenizer: out of memory");
-                goto cleanup;
-            }
-        } else if (cJSON_IsObject(v)) {
-            TSR_CHECK_GOTO(rc, parse_added(v, !is_map, path, special_keys[k], &sv->tok), cleanup);
-        } else {
-            rc = tsr_errorf(TSR_ERR_FORMAT, "%s: %s must be a string or an AddedToken object",
-                            path, special_keys[k]);
-            goto cleanup;
-        }
-    }
-    const cJSON *dec = is_map ? NULL : cJSON_GetObjectItemCaseSensitive(root, "added_tokens_decoder");
-    if (cJSON_IsObject(dec)) {
-        files->has_decoder = true;
-        const cJSON *item;
-        cJSON_ArrayForEach(item, dec)
-        {
-            char *end = NULL;
-            long key = item->string ? strtol(item->string, &end, 10) : -1;
-            if (!cJSON_IsObject(item) || key < 0 || key > INT32_MAX || !end || *end) {
-                rc = tsr_errorf(TSR_ERR_FORMAT, "%s: bad added_tokens_decoder entry", path);
-                goto cleanup;
-            }
-            if (files->n_decoder == MAX_FAST_ADDED) {
-                files->too_many = true;
-                break;
-            }
-            /* insertion in id order */
-            int at = files->n_decoder;
-            while (at > 0 && files->decoder_key[at - 1] > key) {
-                files->decoder[at] = files->decoder[at - 1];
-                files->decoder_key[at] = files->decoder_key[at - 1];
-                at--;
-            }
-            files->decoder[at] = (added_token){0};
-            files->decoder_key[at] = (int32_t)key;
-            files->n_decoder++;
-            TSR_CHECK_GOTO(rc, parse_added(item, true, path, "added_tokens_decoder", &files->decoder[at]),
-                           cleanup);
-            files->decoder[at].id = (int32_t)key;
-        }
-    }
-cleanup:
-    cJSON_Delete(root);
-    free(buf);
-    fclose(f);
-    return rc;
-}
 
 /* The a1111 mode (transformers 4's slow CLIPTokenizer): each special from
  * tokenizer_config.json, then special_tokens_map.json, the latter winning. */
-static int apply_specials_slow(tsr_tokenizer *t, const tok_files *files)
+static int apply_specials_slow(tsr_tokenizer *t, const tsr_tok_files *files)
 {
     for (int pass = 0; pass < 2; pass++)
         for (int k = 0; k < 4; k++) {
-            const spec_value *sv = pass ? &files->map[k] : &files->cfg[k];
+            const tsr_tok_spec *sv = pass ? &files->map[k] : &files->cfg[k];
             if (!sv->present)
                 continue;
             TSR_TRY(set_added(t, k, sv->null ? NULL : sv->tok.content, sv->tok.lstrip,
@@ -487,11 +328,14 @@ static int apply_specials_slow(tsr_tokenizer *t, const tok_files *files)
     return 0;
 }
 
-static int fast_add(tsr_tokenizer *t, const added_token *a, bool overwrite)
+/* Add `a` to the default mode's list.  A token whose text is among the
+ * first n_fixed (the listed ones) is left as it is; one among the later
+ * (specials) takes the new flags. */
+static int fast_add(tsr_tokenizer *t, const added_token *a, int n_fixed)
 {
     for (int i = 0; i < t->n_fadded; i++)
         if (strcmp(t->fadded[i].content, a->content) == 0) {
-            if (overwrite) {
+            if (i >= n_fixed) {
                 t->fadded[i].lstrip = a->lstrip;
                 t->fadded[i].rstrip = a->rstrip;
                 t->fadded[i].normalized = a->normalized;
@@ -503,7 +347,7 @@ static int fast_add(tsr_tokenizer *t, const added_token *a, bool overwrite)
         return 0;
     }
     added_token *d = &t->fadded[t->n_fadded];
-    *d = *a; /* id: the decoder's key, else -1 */
+    *d = *a; /* id: the file's, else -1 */
     d->content = strdup(a->content);
     if (!d->content)
         return tsr_errorf(TSR_ERR_NOMEM, "tokenizer: out of memory");
@@ -513,24 +357,28 @@ static int fast_add(tsr_tokenizer *t, const added_token *a, bool overwrite)
 
 /* The default mode (transformers 5's CLIPTokenizer.from_pretrained), as
  * measured by running it on each layout of these files:
- *  - with an added_tokens_decoder in tokenizer_config.json, its entries (in
- *    id order, with their flags) are the added tokens, special_tokens_map.json
- *    is ignored, and a special whose text is not among them is added after;
- *  - without, each special comes from special_tokens_map.json, else
- *    tokenizer_config.json, else CLIPTokenizer's default, and they are added
+ *  - the listed tokens come first, with their flags, in id order: the
+ *    added_tokens_decoder of tokenizer_config.json, else tokenizer.json's
+ *    added_tokens;
+ *  - each special comes from tokenizer_config.json when it has an
+ *    added_tokens_decoder (special_tokens_map.json is then ignored), else
+ *    from special_tokens_map.json, else tokenizer_config.json, else
+ *    CLIPTokenizer's default;
+ *  - a special whose text is listed is left as listed; the others are added
  *    in the order bos, eos, unk, pad, a later one with the same text
  *    replacing the flags of an earlier one.
  * A string is an AddedToken that is not normalised. */
-static int apply_specials_fast(tsr_tokenizer *t, const tok_files *files)
+static int apply_specials_fast(tsr_tokenizer *t, const tsr_tok_files *files)
 {
     static const char *const dflt[4] = {"<|startoftext|>", "<|endoftext|>", "<|endoftext|>",
                                         "<|endoftext|>"};
     const char *content[4];
     t->fast_too_many = files->too_many;
-    for (int i = 0; i < files->n_decoder; i++)
-        TSR_TRY(fast_add(t, &files->decoder[i], false));
+    for (int i = 0; i < files->n_listed; i++)
+        TSR_TRY(fast_add(t, &files->listed[i], 0));
+    const int n_fixed = t->n_fadded;
     for (int k = 0; k < 4; k++) {
-        const spec_value *sv = &files->cfg[k];
+        const tsr_tok_spec *sv = &files->cfg[k];
         if (!files->has_decoder && files->map[k].present)
             sv = &files->map[k];
         added_token a = {.id = -1};
@@ -542,7 +390,7 @@ static int apply_specials_fast(tsr_tokenizer *t, const tok_files *files)
         }
         content[k] = a.content;
         if (a.content)
-            TSR_TRY(fast_add(t, &a, !files->has_decoder));
+            TSR_TRY(fast_add(t, &a, n_fixed));
     }
     int32_t *ids[4] = {&t->fbos, &t->feos, &t->funk, &t->fpad};
     for (int k = 0; k < 4; k++)
@@ -639,40 +487,35 @@ static int intern_bytes(tsr_tokenizer *t)
     return 0;
 }
 
-static int read_file(const char *path, char **out, size_t *len)
+/* The vocabulary: a JSON object token -> id. */
+static int load_vocab(tsr_tokenizer *t, const cJSON *root, const char *what)
+{
+    const cJSON *item;
+    int32_t max_id = -1;
+    cJSON_ArrayForEach(item, root)
+    {
+        if (!cJSON_IsNumber(item) || item->valuedouble < 0 || item->valuedouble >= (1 << 24) ||
+            item->valuedouble != (double)(int32_t)item->valuedouble || !item->string)
+            return tsr_errorf(TSR_ERR_FORMAT, "%s: token id of \"%.40s\" is not in [0, 2^24)", what,
+                              item->string ? item->string : "?");
+        int32_t k = sym_intern(t, item->string, strlen(item->string));
+        TSR_TRY(k);
+        t->syms[k].id = (int32_t)item->valuedouble;
+        if (t->syms[k].id > max_id)
+            max_id = t->syms[k].id;
+    }
+    t->vocab_size = max_id + 1;
+    if (t->vocab_size == 0)
+        return tsr_errorf(TSR_ERR_FORMAT, "%s: empty vocabulary", what);
+    return 0;
+}
+
+static bool file_exists(const char *path)
 {
     FILE *f = fopen(path, "rb");
-    if (!f)
-        return tsr_errorf(TSR_ERR_NOT_FOUND, "%s: cannot open", path);
-    int rc = 0;
-    char *buf = NULL;
-    long size;
-    if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0) {
-        rc = tsr_errorf(TSR_ERR_IO, "%s: cannot seek", path);
-        goto cleanup;
-    }
-    if ((unsigned long)size > MAX_FILE) {
-        rc = tsr_errorf(TSR_ERR_RANGE, "%s: %ld bytes is too large", path, size);
-        goto cleanup;
-    }
-    rewind(f);
-    buf = malloc((size_t)size + 1);
-    if (!buf) {
-        rc = tsr_errorf(TSR_ERR_NOMEM, "%s: out of memory", path);
-        goto cleanup;
-    }
-    if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
-        rc = tsr_errorf(TSR_ERR_IO, "%s: read failed", path);
-        goto cleanup;
-    }
-    buf[size] = '\0';
-    *out = buf;
-    *len = (size_t)size;
-    buf = NULL;
-cleanup:
-    free(buf);
-    fclose(f);
-    return rc;
+    if (f)
+        fclose(f);
+    return f != NULL;
 }
 
 int tsr_tokenizer_load(const char *dir, tsr_tokenizer **out)
@@ -682,63 +525,53 @@ int tsr_tokenizer_load(const char *dir, tsr_tokenizer **out)
     char *text = NULL;
     size_t len = 0;
     cJSON *root = NULL;
-    tok_files files = {0};
+    tsr_tok_files files;
     int rc;
     *out = NULL;
+    TSR_CHECK_GOTO(rc, tsr_tok_files_read(dir, &files), fail);
     TSR_CHECK_GOTO(rc, tokenizer_new(&t), fail);
 
+    /* vocab.json + merges.txt, else tokenizer.json (as transformers 5 saves) */
     snprintf(path, sizeof path, "%s/vocab.json", dir);
-    TSR_CHECK_GOTO(rc, read_file(path, &text, &len), fail);
-    root = cJSON_ParseWithLength(text, len);
-    if (!cJSON_IsObject(root)) {
-        rc = tsr_errorf(TSR_ERR_FORMAT, "%s: not a JSON object", path);
-        goto fail;
-    }
-    const cJSON *item;
-    int32_t max_id = -1;
-    cJSON_ArrayForEach(item, root)
-    {
-        if (!cJSON_IsNumber(item) || item->valuedouble < 0 || item->valuedouble >= (1 << 24) ||
-            item->valuedouble != (double)(int32_t)item->valuedouble || !item->string) {
-            rc = tsr_errorf(TSR_ERR_FORMAT, "%s: token id of \"%.40s\" is not in [0, 2^24)", path,
-                            item->string ? item->string : "?");
+    const bool split_files = file_exists(path) || !files.tokenizer_json;
+    if (split_files) {
+        TSR_CHECK_GOTO(rc, tsr_tok_read_file(path, &text, &len), fail);
+        root = cJSON_ParseWithLength(text, len);
+        if (!cJSON_IsObject(root)) {
+            rc = tsr_errorf(TSR_ERR_FORMAT, "%s: not a JSON object", path);
             goto fail;
         }
-        int32_t k = sym_intern(t, item->string, strlen(item->string));
-        TSR_CHECK_GOTO(rc, k, fail);
-        t->syms[k].id = (int32_t)item->valuedouble;
-        if (t->syms[k].id > max_id)
-            max_id = t->syms[k].id;
-    }
-    t->vocab_size = max_id + 1;
-    cJSON_Delete(root);
-    root = NULL;
-    free(text);
-    text = NULL;
-    if (t->vocab_size == 0) {
-        rc = tsr_errorf(TSR_ERR_FORMAT, "%s: empty vocabulary", path);
-        goto fail;
+        TSR_CHECK_GOTO(rc, load_vocab(t, root, path), fail);
+        cJSON_Delete(root);
+        root = NULL;
+        free(text);
+        text = NULL;
+    } else {
+        const cJSON *vocab;
+        snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+        TSR_CHECK_GOTO(rc, tsr_tok_files_vocab(&files, dir, &vocab), fail);
+        TSR_CHECK_GOTO(rc, load_vocab(t, vocab, path), fail);
     }
     TSR_CHECK_GOTO(rc, intern_bytes(t), fail);
 
-    snprintf(path, sizeof path, "%s/merges.txt", dir);
-    TSR_CHECK_GOTO(rc, read_file(path, &text, &len), fail);
+    if (split_files) {
+        snprintf(path, sizeof path, "%s/merges.txt", dir);
+        TSR_CHECK_GOTO(rc, tsr_tok_read_file(path, &text, &len), fail);
+    } else {
+        TSR_CHECK_GOTO(rc, tsr_tok_files_merges(&files, dir, &text, &len), fail);
+    }
     TSR_CHECK_GOTO(rc, load_merges(t, text, len, path), fail);
     free(text);
     text = NULL;
 
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    TSR_CHECK_GOTO(rc, read_specials(path, false, &files), fail);
-    snprintf(path, sizeof path, "%s/special_tokens_map.json", dir);
-    TSR_CHECK_GOTO(rc, read_specials(path, true, &files), fail);
     TSR_CHECK_GOTO(rc, apply_specials_slow(t, &files), fail);
     TSR_CHECK_GOTO(rc, apply_specials_fast(t, &files), fail);
     TSR_CHECK_GOTO(rc, finish(t, dir), fail);
-    tok_files_free(&files);
+    tsr_tok_files_free(&files);
     *out = t;
     return 0;
 fail:
-    tok_files_free(&files);
+    tsr_tok_files_free(&files);
     cJSON_Delete(root);
     free(text);
     tsr_tokenizer_free(t);
@@ -800,8 +633,8 @@ int tsr_tokenizer_load_default_pad(const char *pad, tsr_tokenizer **out)
     TSR_CHECK_GOTO(rc, set_added(t, ADD_PAD, pad, false, false), fail);
     {
         /* As CLIPTokenizer(vocab, merges, pad_token=pad) builds it. */
-        tok_files files = {0};
-        files.cfg[ADD_PAD] = (spec_value){.present = true, .tok = {.content = (char *)pad}};
+        tsr_tok_files files = {0};
+        files.cfg[ADD_PAD] = (tsr_tok_spec){.present = true, .tok = {.content = (char *)pad}};
         rc = apply_specials_fast(t, &files);
         if (rc < 0)
             goto fail;

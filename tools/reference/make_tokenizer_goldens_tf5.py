@@ -18,7 +18,9 @@ What it does, deterministically:
   4. For each folder layout under tests/data/text/tok_layouts/ (real
      tokenizer_config.json / special_tokens_map.json variants: legacy
      AddedToken objects, added_tokens_decoder, conflicting flags, pad "!",
-     added tokens outside the vocabulary as textual inversion adds them),
+     added tokens outside the vocabulary as textual inversion adds them, and
+     tokenizer.json without vocab.json / merges.txt as transformers 5 saves a
+     tokenizer: committed without its vocabulary, filled in here),
      the special-token ids and a set of prompts around special-token text.
      -> tests/data/text/tok_layouts_tf5.json
   5. Compares with the a1111 goldens (tok_golden.json, transformers 4.57.1
@@ -83,6 +85,25 @@ def build_vocab(outdir):
             f.write(" ".join(m) + "\n")
 
 
+def fill_tokenizer_json(template, base, d):
+    """A layout's tokenizer.json is committed without its vocabulary: fill
+    model.vocab and model.merges from the built vocabulary (merges as [a, b]
+    pairs, or as "a b" strings when the template's list holds one string),
+    and drop vocab.json / merges.txt, as transformers 5 saves a tokenizer."""
+    with open(template, encoding="utf-8") as f:
+        j = json.load(f)
+    with open(os.path.join(base, "vocab.json"), encoding="utf-8") as f:
+        j["model"]["vocab"] = json.load(f)
+    with open(os.path.join(base, "merges.txt"), encoding="utf-8") as f:
+        merges = [line.split() for line in f.read().split("\n")[1:] if line]
+    strings = bool(j["model"]["merges"])
+    j["model"]["merges"] = [" ".join(m) for m in merges] if strings else merges
+    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(j, f, ensure_ascii=False)
+    os.remove(os.path.join(d, "vocab.json"))
+    os.remove(os.path.join(d, "merges.txt"))
+
+
 def golden(tok, prompts):
     ids = []
     for p in prompts:
@@ -102,6 +123,7 @@ LAYOUT_PROMPTS = SPECIAL + [
     "a\u3000!\u3000b", "<|startoftext|><|endoftext|>", "<|endoftext|>" * 3, "it's!", "(a!:1.2)",
     "café <|endoftext|> cafe\u0301", "<|endoftext|>\u0301", "\u00a0<|endoftext|>\u00a0",
     "a <cat-toy> b", "<CAT-TOY>", "photo of sks dog", "SKS  DOG!", "<cat-toy><cat-toy>",
+    "a <tok> b", "<TOK>!",
 ]
 
 
@@ -135,7 +157,10 @@ def main():
             d = os.path.join(tmp, name)
             shutil.copytree(base, d)
             for fn in os.listdir(os.path.join(LAYOUTS, name)):
-                shutil.copy(os.path.join(LAYOUTS, name, fn), d)
+                if fn == "tokenizer.json":
+                    fill_tokenizer_json(os.path.join(LAYOUTS, name, fn), base, d)
+                else:
+                    shutil.copy(os.path.join(LAYOUTS, name, fn), d)
             t = CLIPTokenizer.from_pretrained(d)
             added = json.loads(t.backend_tokenizer.to_str())["added_tokens"]
             lp = LAYOUT_PROMPTS + prompts[:60]

@@ -14,8 +14,9 @@
  * tokenizer with ftfy as A1111 runs it; docs/prompts.md).
  *
  * Tokenizer choice: DIR/<subfolder> (default "tokenizer") when it holds
- * vocab.json, else DIR itself when it does, else (a single .safetensors
- * file, or no tokenizer files) the embedded CLIP BPE with SD 1.x specials.
+ * vocab.json or tokenizer.json, else DIR itself when it does, else (a single
+ * .safetensors file, or no tokenizer files) the embedded CLIP BPE with SD 1.x
+ * specials.
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -42,22 +43,33 @@ static bool is_dir(const char *path)
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* DIR holds a tokenizer: vocab.json (+ merges.txt), or tokenizer.json as
+ * transformers 5 saves it. */
+static bool is_tokenizer_dir(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/vocab.json", dir);
+    if (is_file(path))
+        return true;
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    return is_file(path);
+}
+
 static int open_tokenizer(const char *model, const char *sub, const char *pad, tsr_tokenizer **out)
 {
     char path[4096];
     if (model && is_dir(model)) {
-        snprintf(path, sizeof path, "%s/%s/vocab.json", model, sub);
-        if (is_file(path)) {
-            snprintf(path, sizeof path, "%s/%s", model, sub);
+        snprintf(path, sizeof path, "%s/%s", model, sub);
+        if (is_tokenizer_dir(path)) {
             TSR_INFO("tokenizer: %s", path);
             return tsr_tokenizer_load(path, out);
         }
-        snprintf(path, sizeof path, "%s/vocab.json", model);
-        if (is_file(path)) {
+        if (is_tokenizer_dir(model)) {
             TSR_INFO("tokenizer: %s", model);
             return tsr_tokenizer_load(model, out);
         }
-        TSR_WARN("%s has no %s/vocab.json; using the embedded CLIP BPE", model, sub);
+        TSR_WARN("%s has no %s/vocab.json or tokenizer.json; using the embedded CLIP BPE", model,
+                 sub);
     } else if (model && !is_file(model)) {
         return tsr_errorf(TSR_ERR_NOT_FOUND, "%s: no such file or folder", model);
     } else if (model) {
