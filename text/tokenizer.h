@@ -49,7 +49,8 @@ typedef enum tsr_tokenizer_mode {
 int tsr_tokenizer_mode_parse(const char *name, tsr_tokenizer_mode *out);
 const char *tsr_tokenizer_mode_name(tsr_tokenizer_mode mode);
 
-/* Load from a folder holding vocab.json and merges.txt, plus optional
+/* Load from a folder holding vocab.json and merges.txt (or, as transformers
+ * 5 saves a tokenizer, tokenizer.json), plus optional
  * tokenizer_config.json / special_tokens_map.json for the special tokens
  * (bos/eos/unk/pad, each a string or an AddedToken object; the pad token is
  * taken from these files, never guessed; without them transformers'
