@@ -428,9 +428,9 @@ static int test_batch_rows(void)
 static int test_flag_errors(void)
 {
     run_out r;
-    char demo[PATH_MAX], sd1[PATH_MAX], init[PATH_MAX], junk[PATH_MAX];
+    char demo[PATH_MAX], inp[PATH_MAX], init[PATH_MAX], junk[PATH_MAX];
     model_path("demo", demo);
-    model_path("sd1", sd1);
+    model_path("sd1_inpaint", inp);
     data_path("pipeline/init.png", init);
     tmp_path("junk.png", junk);
     FILE *f = fopen(junk, "w");
@@ -441,8 +441,8 @@ static int test_flag_errors(void)
     RUN(&r, "generate", "--model", demo, "--prompt", "x", "--steps", "1", "--clip-skip", "5");
     EXPECT(&r, 2, "--clip-skip: clip skip must be within 1..3");
     run_free(&r);
-    RUN(&r, "generate", "--model", sd1, "--prompt", "x", "--steps", "1", "--width", "64",
-        "--height", "64", "--init-image", init, "--mask", init);
+    RUN(&r, "generate", "--model", inp, "--prompt", "x", "--steps", "1", "--width", "64",
+        "--height", "64", "--init-image", init, "--strength", "0.5");
     EXPECT(&r, 2, "--mask");
     run_free(&r);
     /* before loading */
