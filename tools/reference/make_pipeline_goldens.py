@@ -372,7 +372,8 @@ def tessera_args(c):
     if c["init"]:
         a += ["--init-image", f"tests/data/pipeline/{c['init']}", "--strength", repr(c["strength"])]
     if c["mask"]:
-        a += ["--mask", f"tests/data/pipeline/{c['mask']}"]
+        # --mask-blur 0: no A1111 overlay, diffusers' image as it comes
+        a += ["--mask", f"tests/data/pipeline/{c['mask']}", "--mask-blur", "0"]
     extra = []
     if c["guidance_rescale"]:
         extra += ["--guidance-rescale", repr(c["guidance_rescale"])]
