@@ -7,7 +7,11 @@
  * The prepare phase draws from the image's own RNG stream in diffusers'
  * order: txt2img draws the initial noise; img2img draws the VAE sample noise
  * then the noise added at the first timestep; inpainting (9-channel UNet)
- * draws the initial noise and then the masked image's VAE sample noise.
+ * draws the initial noise and then the masked image's VAE sample noise;
+ * inpainting with a 4-channel UNet draws the init image's VAE sample noise,
+ * the initial noise, then the masked image's sample noise (unused, drawn to
+ * keep later draws in step), and keeps the image latents and noise for the
+ * per-step blend in pipeline/step.c.
  * Since every stream is the image's own, preparing an image later than it
  * was submitted (between other images' steps) changes none of its numbers.
  */
