@@ -98,13 +98,41 @@ static int fit_image(const char *flag, tsr_image *img, const gen_opts *o)
     return TSR_OK;
 }
 
-static int write_image(const gen_opts *o, const char *path, const tsr_result *res)
+/* A1111's inpainting overlay (--mask-blur R > 0): the mask blurred with
+ * Pillow's GaussianBlur(R), doubled and clipped (A1111's mask_for_overlay
+ * when not inpainting at full resolution), then the init image shown
+ * through where that mask is below 255.  *out owned. */
+static int mask_overlay(const gen_opts *o, const tsr_image *gen, const tsr_image *init,
+                        const tsr_image *mask, tsr_image *out)
+{
+    tsr_image blurred = {0};
+    TSR_TRY(tsr_image_gaussian_blur_pil(mask, o->mask_blur, &blurred));
+    const size_t n = (size_t)blurred.width * blurred.height;
+    for (size_t i = 0; i < n; i++)
+        blurred.data[i] = blurred.data[i] >= 128 ? 255 : (uint8_t)(blurred.data[i] * 2);
+    int rc = tsr_image_mask_overlay(gen, init, &blurred, out);
+    tsr_image_free(&blurred);
+    return rc;
+}
+
+static int write_image(const gen_opts *o, const char *path, const tsr_result *res,
+                       const tsr_image *init, const tsr_image *mask)
 {
     tsr_image img = {(uint32_t)res->width, (uint32_t)res->height, 3, res->rgb};
-    if (o->format == GEN_JPEG)
-        return tsr_jpeg_write(path, &img, GEN_JPEG_QUALITY, res->parameters);
-    tsr_png_text text = {"parameters", res->parameters};
-    return tsr_png_write(path, &img, &text, 1);
+    tsr_image pasted = {0};
+    if (o->mask && o->mask_blur > 0) {
+        TSR_TRY(mask_overlay(o, &img, init, mask, &pasted));
+        img = pasted;
+    }
+    int rc;
+    if (o->format == GEN_JPEG) {
+        rc = tsr_jpeg_write(path, &img, GEN_JPEG_QUALITY, res->parameters);
+    } else {
+        tsr_png_text text = {"parameters", res->parameters};
+        rc = tsr_png_write(path, &img, &text, 1);
+    }
+    tsr_image_free(&pasted);
+    return rc;
 }
 
 int tsr_cmd_generate(int argc, char **argv)
@@ -117,6 +145,7 @@ int tsr_cmd_generate(int argc, char **argv)
     o.batch = 1;
     o.clip_skip = 1;
     o.strength = 0.75;
+    o.mask_blur = 4;
     o.device = "auto";
     const tsr_arg_spec specs[] = {
         {"model", TSR_ARG_STRING, &o.model, "DIR_OR_FILE",
@@ -154,7 +183,13 @@ int tsr_cmd_generate(int argc, char **argv)
          "img2img: how much to change the init image, (0, 1] (default 0.75)", 0, 0, 0, 1,
          .fmin_open = true, .seen = &o.strength_given},
         {"mask", TSR_ARG_STRING, &o.mask, "PNG|JPEG",
-         "inpainting (inpainting models): white = repaint, black = keep", 0, 0, 0, 0},
+         "inpainting (any model; 9-channel inpainting models or ordinary ones): white = repaint, "
+         "black = keep", 0, 0, 0, 0},
+        {"mask-blur", TSR_ARG_FLOAT, &o.mask_blur, "R",
+         "inpainting: paste the result over the init image through the mask blurred with "
+         "Pillow's GaussianBlur(R) and doubled, as A1111 does; 0..64 (default 4); 0 = no "
+         "paste (diffusers' image)",
+         0, 0, 0, 64},
         {"resize-mode", TSR_ARG_STRING, &o.resize_mode, "MODE",
          "fit the init image and mask to the size as A1111 does: just-resize (default), "
          "crop-and-resize, resize-and-fill", 0, 0, 0, 0},
@@ -338,7 +373,7 @@ int tsr_cmd_generate(int argc, char **argv)
         }
         char path[4096];
         gen_output_name(o.output, i, n_jobs, path, sizeof path);
-        rc = write_image(&o, path, &res);
+        rc = write_image(&o, path, &res, &init, &mask);
         if (rc < 0) {
             fprintf(stderr, "tessera generate: --output %s: %s\n", path, tsr_last_error());
             failures++;

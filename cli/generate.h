@@ -31,6 +31,7 @@ typedef struct gen_opts {
     int64_t steps, width, height, batch, clip_skip, threads;
     uint64_t seed;
     double cfg, strength, rescale, eta;
+    double mask_blur; /* A1111's mask blur: Pillow GaussianBlur radius of the overlay mask */
     bool quiet, seed_given, strength_given;
     /* derived by gen_precheck */
     gen_format format;

@@ -257,7 +257,6 @@ static const struct {
     const char *words, *flag;
 } message_flags[] = {
     {"inpainting model: give", "--init-image and --mask"},
-    {"needs an inpainting model", "--mask"},
     {"mask needs an init image", "--mask"},
     {"width and height", "--width/--height"},
     {"multiples of", "--width/--height"},

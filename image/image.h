@@ -109,6 +109,21 @@ const char *tsr_resize_mode_name(tsr_resize_mode m);
 int tsr_image_resize_a1111(const tsr_image *src, tsr_resize_mode mode, uint32_t width,
                            uint32_t height, tsr_image *dst);
 
+/* ---- inpainting helpers (image/blur.c) ---- */
+
+/* Pillow's ImageFilter.GaussianBlur(radius) (three box blurs of a fractional
+ * radius, horizontal passes first), per channel; radius 0 copies.  What
+ * A1111 before 1.6 did to an inpainting mask for "Mask blur" (A1111 1.6+
+ * uses OpenCV's GaussianBlur, which differs by a few levels).  *dst owned. */
+int tsr_image_gaussian_blur_pil(const tsr_image *src, double radius, tsr_image *dst);
+
+/* The inpainting overlay: the original shown through where the mask is 0,
+ * the generated image where it is 255, mixed in between:
+ * out = (gen * m + orig * (255 - m) + 127) / 255 (integer division).  RGB
+ * images and a gray mask of the same size.  *out owned. */
+int tsr_image_mask_overlay(const tsr_image *generated, const tsr_image *original,
+                           const tsr_image *mask, tsr_image *out);
+
 /* ---- PNG ---- */
 
 /* One text chunk.  For writing both strings are borrowed UTF-8: the key must

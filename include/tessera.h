@@ -164,7 +164,12 @@ typedef struct tsr_image_params {
     /* img2img: RGB 8-bit, width*height*3, borrowed until submit returns */
     const uint8_t *init_image;
     double strength;             /* (0, 1], default 0.75 with an init image */
-    /* inpainting (9-channel models): gray 8-bit, width*height; >= 128 = repaint */
+    /* inpainting: gray 8-bit, width*height; >= 128 = repaint.  9-channel
+     * inpainting models see it in their input; ordinary (4-channel) models
+     * inpaint as diffusers' StableDiffusionInpaintPipeline does: after every
+     * evaluation the init image's latents, noised to the next level, replace
+     * the latents outside the mask.  The result is not pasted over the init
+     * image (the CLI's --mask-blur does that). */
     const uint8_t *mask;
     /* SDXL micro-conditioning; 0 = diffusers' defaults (the image size, 0) */
     int original_width, original_height, crop_top, crop_left, target_width, target_height;

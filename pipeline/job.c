@@ -7,7 +7,11 @@
  * The prepare phase draws from the image's own RNG stream in diffusers'
  * order: txt2img draws the initial noise; img2img draws the VAE sample noise
  * then the noise added at the first timestep; inpainting (9-channel UNet)
- * draws the initial noise and then the masked image's VAE sample noise.
+ * draws the initial noise and then the masked image's VAE sample noise;
+ * inpainting with a 4-channel UNet draws the init image's VAE sample noise,
+ * the initial noise, then the masked image's sample noise (unused, drawn to
+ * keep later draws in step), and keeps the image latents and noise for the
+ * per-step blend in pipeline/step.c.
  * Since every stream is the image's own, preparing an image later than it
  * was submitted (between other images' steps) changes none of its numbers.
  */
@@ -55,6 +59,8 @@ void tsr_job_free(tsr_job *j)
     free(j->x0);
     free(j->mask);
     free(j->masked);
+    free(j->image_latent);
+    free(j->noise);
     tsr_text_embedding_free(&j->cond);
     tsr_text_embedding_free(&j->uncond);
     free(j->prompt);
@@ -173,11 +179,15 @@ static int prepare_latents(tsr_engine *e, tsr_job *j, const tsr_image_params *p)
         tsr_sampler_add_noise(j->sampler, j->latent, noise, j->latent);
         goto done;
     }
-    /* inpainting model: latents from noise (strength 1) or image + noise,
-     * then the masked image (pixels where the mask is < 0.5) encoded */
+    /* inpainting, diffusers' StableDiffusionInpaintPipeline: the init image
+     * is encoded when strength < 1 (9-channel) or always (4-channel, whose
+     * loop re-noises it every step); then the noise; latents from noise
+     * (strength 1) or image + noise; then the masked image (pixels where the
+     * mask is < 0.5) encoded */
     const bool strength_max = p->strength >= 1.0;
+    const bool plain = e->in_channels == e->latent_channels; /* 4-channel model */
     float *image_latent = NULL;
-    if (!strength_max) {
+    if (!strength_max || plain) {
         image_latent = malloc(n * sizeof(float));
         if (!image_latent) {
             rc = tsr_errorf(TSR_ERR_NOMEM, "out of memory for the init image");
@@ -194,8 +204,7 @@ static int prepare_latents(tsr_engine *e, tsr_job *j, const tsr_image_params *p)
         tsr_sampler_add_noise(j->sampler, image_latent, noise, j->latent);
     }
     j->mask = malloc((size_t)j->lh * j->lw * sizeof(float));
-    j->masked = malloc(n * sizeof(float));
-    if (!j->mask || !j->masked) {
+    if (!j->mask) {
         rc = tsr_errorf(TSR_ERR_NOMEM, "out of memory for the mask");
         goto inpaint_done;
     }
@@ -205,6 +214,29 @@ static int prepare_latents(tsr_engine *e, tsr_job *j, const tsr_image_params *p)
             int sy = (int)((int64_t)y * j->height / j->lh), sx = (int)((int64_t)x * j->width / j->lw);
             j->mask[y * j->lw + x] = p->mask[(size_t)sy * j->width + sx] >= 128 ? 1.0f : 0.0f;
         }
+    if (plain) {
+        /* keep the image latents and the initial noise for the per-step
+         * blend (pipeline/step.c) */
+        j->image_latent = image_latent;
+        image_latent = NULL;
+        j->noise = noise;
+        noise = malloc(n * sizeof(float));
+        if (!noise) {
+            rc = tsr_errorf(TSR_ERR_NOMEM, "out of memory for the mask");
+            goto inpaint_done;
+        }
+        /* the UNet never sees the masked image, but diffusers still encodes
+         * it with the generator: draw (and drop) that sample's noise so
+         * later draws (ancestral samplers) stay in step */
+        TSR_CHECK_GOTO(rc, tsr_rng_randn_nhwc(&j->rng, e->latent_channels, j->lh, j->lw, noise),
+                       inpaint_done);
+        goto inpaint_done;
+    }
+    j->masked = malloc(n * sizeof(float));
+    if (!j->masked) {
+        rc = tsr_errorf(TSR_ERR_NOMEM, "out of memory for the mask");
+        goto inpaint_done;
+    }
     for (size_t i = 0; i < npix; i++)
         if (p->mask[i] >= 128)
             pixels[3 * i] = pixels[3 * i + 1] = pixels[3 * i + 2] = 0.0f;

@@ -109,9 +109,6 @@ int tsr_params_resolve(const tsr_engine *e, const tsr_image_params *p, tsr_param
     const bool inpaint_model = e->in_channels != e->latent_channels;
     if (p->mask && !p->init_image)
         FIELD_ERR("mask", TSR_ERR_INVALID, "a mask needs an init image");
-    if (p->mask && !inpaint_model)
-        FIELD_ERR("mask", TSR_ERR_UNSUPPORTED,
-                  "inpainting with a mask needs an inpainting model (9-channel UNet)");
     if (inpaint_model && !p->mask)
         FIELD_ERR(p->init_image ? "mask" : "init_image", TSR_ERR_INVALID,
                   "this is an inpainting model: give an init image and a mask");

@@ -75,8 +75,10 @@ typedef struct tsr_job {
     tsr_rng rng;
     float *latent;      /* [lh, lw, C] NHWC */
     float *x0;          /* x0 prediction of the last evaluation */
-    float *mask;        /* inpainting: [lh, lw] in {0, 1}; NULL otherwise */
-    float *masked;      /* inpainting: masked-image latents [lh, lw, C] */
+    float *mask;        /* inpainting: [lh, lw] in {0, 1} (1 = repaint); NULL otherwise */
+    float *masked;      /* inpainting model: masked-image latents [lh, lw, C] */
+    float *image_latent; /* inpainting, 4-channel model: init image latents [lh, lw, C] */
+    float *noise;       /* inpainting, 4-channel model: the initial noise, re-added per step */
     tsr_text_embedding cond, uncond;
     bool cfg;
     double cfg_scale, rescale;

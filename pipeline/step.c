@@ -230,6 +230,29 @@ static void report_step(tsr_batch *b, tsr_job *j)
     b->cb(b->user, &info);
 }
 
+/* Inpainting with a 4-channel model, after each evaluation (diffusers'
+ * StableDiffusionInpaintPipeline loop): outside the mask the latents are
+ * replaced by the init image's latents noised to the next evaluation's level
+ * with the initial noise - or the clean latents after the last one:
+ * latents = (1 - mask) * known + mask * latents.  tmp holds C * lh * lw. */
+static int blend_known(tsr_job *j, int C, float *tmp)
+{
+    const size_t px = (size_t)j->lh * j->lw;
+    const float *known = j->image_latent;
+    if (!tsr_sampler_done(j->sampler)) {
+        TSR_TRY(tsr_sampler_add_noise_next(j->sampler, j->image_latent, j->noise, tmp));
+        known = tmp;
+    }
+    for (size_t p = 0; p < px; p++) {
+        const float m = j->mask[p], keep = 1.0f - m;
+        for (int c = 0; c < C; c++) {
+            const size_t i = p * C + c;
+            j->latent[i] = keep * known[i] + m * j->latent[i];
+        }
+    }
+    return TSR_OK;
+}
+
 /* Rows held by denoising images. */
 static int denoising_rows(const tsr_batch *b)
 {
@@ -390,6 +413,8 @@ static int step_group(tsr_batch *b, int *finished)
             pred = b->guided;
         }
         rc = tsr_sampler_step(j->sampler, pred, j->latent, &j->rng, j->x0);
+        if (rc == TSR_OK && j->image_latent)
+            rc = blend_known(j, C, b->guided);
         if (rc < 0) {
             tsr_batch_fail_job(b, j, rc);
             continue;

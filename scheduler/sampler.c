@@ -284,25 +284,44 @@ void tsr_sampler_scale_noise(const tsr_sampler *s, float *x)
         x[i] = x[i] * k;
 }
 
-void tsr_sampler_add_noise(const tsr_sampler *s, const float *x0, const float *noise, float *out)
+/* scheduler.add_noise with the noise level of full-schedule index `idx`
+ * (diffusers' sigmas[step_index] for the sigma schedulers, or
+ * alphas_cumprod[timesteps[idx]] for the DDPM family, which look the level
+ * up by timestep value). */
+static void add_noise_at(const tsr_sampler *s, int idx, const float *x0, const float *noise,
+                         float *out)
 {
     tsr_sampler_kind k = s->p.kind;
     if (sigma_based(k)) {
-        float sigma = s->sigmas[s->begin];
+        float sigma = s->sigmas[idx];
         for (size_t i = 0; i < s->n; i++)
             out[i] = x0[i] + noise[i] * sigma;
     } else if (tsr_sched_is_multistep(k)) {
-        float sigma = s->sigmas[s->begin];
+        float sigma = s->sigmas[idx];
         float alpha_t = 1.0f / sqrtf(sigma * sigma + 1.0f);
         float sigma_t = sigma * alpha_t;
         for (size_t i = 0; i < s->n; i++)
             out[i] = alpha_t * x0[i] + sigma_t * noise[i];
     } else {
-        float a = tsr_sched_acp(s, (long)s->timesteps[s->begin]);
+        float a = tsr_sched_acp(s, (long)s->timesteps[idx]);
         float sa = sqrtf(a), sb = sqrtf(1.0f - a);
         for (size_t i = 0; i < s->n; i++)
             out[i] = sa * x0[i] + sb * noise[i];
     }
+}
+
+void tsr_sampler_add_noise(const tsr_sampler *s, const float *x0, const float *noise, float *out)
+{
+    add_noise_at(s, s->begin, x0, noise, out);
+}
+
+int tsr_sampler_add_noise_next(const tsr_sampler *s, const float *x0, const float *noise,
+                               float *out)
+{
+    if (tsr_sampler_done(s))
+        return tsr_errorf(TSR_ERR_INVALID, "sampler: add_noise_next() after the last step");
+    add_noise_at(s, s->pos, x0, noise, out);
+    return TSR_OK;
 }
 
 int tsr_sched_noise(tsr_sampler *s, tsr_rng *rng, float *dst)

@@ -208,6 +208,17 @@ void tsr_sampler_scale_noise(const tsr_sampler *s, float *latent);
 /* img2img: out = scheduler.add_noise(x0, noise, first timestep).  Buffers
  * borrowed; out may alias either input. */
 void tsr_sampler_add_noise(const tsr_sampler *s, const float *x0, const float *noise, float *out);
+/* Inpainting with a 4-channel model: scheduler.add_noise(x0, noise,
+ * timesteps[i + 1]) called after step i, as diffusers'
+ * StableDiffusionInpaintPipeline does.  With the pipelines' begin index set,
+ * diffusers' sigma schedulers take the level at their current step_index
+ * (the next evaluation's: for Heun that is per evaluation, since the loop
+ * runs once per timestep entry), and DDIM/PNDM/LCM look alphas_cumprod up at
+ * the next evaluation's timestep: both are the sampler's current position.
+ * TSR_ERR_INVALID when done (the pipeline blends with the clean latents
+ * after the last step). */
+int tsr_sampler_add_noise_next(const tsr_sampler *s, const float *x0, const float *noise,
+                               float *out);
 
 /* One model evaluation: consume model_output (the UNet result after CFG),
  * advance `sample` in place, and write the x0 prediction (for previews) to

@@ -428,9 +428,9 @@ static int test_batch_rows(void)
 static int test_flag_errors(void)
 {
     run_out r;
-    char demo[PATH_MAX], sd1[PATH_MAX], init[PATH_MAX], junk[PATH_MAX];
+    char demo[PATH_MAX], inp[PATH_MAX], init[PATH_MAX], junk[PATH_MAX];
     model_path("demo", demo);
-    model_path("sd1", sd1);
+    model_path("sd1_inpaint", inp);
     data_path("pipeline/init.png", init);
     tmp_path("junk.png", junk);
     FILE *f = fopen(junk, "w");
@@ -441,8 +441,8 @@ static int test_flag_errors(void)
     RUN(&r, "generate", "--model", demo, "--prompt", "x", "--steps", "1", "--clip-skip", "5");
     EXPECT(&r, 2, "--clip-skip: clip skip must be within 1..3");
     run_free(&r);
-    RUN(&r, "generate", "--model", sd1, "--prompt", "x", "--steps", "1", "--width", "64",
-        "--height", "64", "--init-image", init, "--mask", init);
+    RUN(&r, "generate", "--model", inp, "--prompt", "x", "--steps", "1", "--width", "64",
+        "--height", "64", "--init-image", init, "--strength", "0.5");
     EXPECT(&r, 2, "--mask");
     run_free(&r);
     /* before loading */
@@ -634,6 +634,53 @@ static int test_init_jpeg_resize(void)
     tsr_image_free(&src);
     tsr_image_free(&wide);
     tsr_image_free(&dec);
+    return 0;
+}
+
+/* Inpainting with an ordinary 4-channel model: --mask-blur 0 is the engine's
+ * (diffusers') image; the default (4) pastes it over the init image through
+ * the mask blurred with Pillow's GaussianBlur(4), doubled - pixel for pixel
+ * what image/blur.c computes. */
+static int test_mask_blur(void)
+{
+    run_out r;
+    char sd1[PATH_MAX], init[PATH_MAX], maskp[PATH_MAX], a[PATH_MAX], b[PATH_MAX];
+    model_path("sd1", sd1);
+    data_path("pipeline/init.png", init);
+    data_path("pipeline/mask.png", maskp);
+    RUN(&r, "generate", "--model", sd1, "--prompt", "a cat", "--steps", "2", "--width", "64",
+        "--height", "64", "--seed", "3", "--init-image", init, "--mask", maskp, "--mask-blur",
+        "0", "--output", tmp_path("raw.png", a));
+    ASSERT_EQ(r.status, 0);
+    run_free(&r);
+    RUN(&r, "generate", "--model", sd1, "--prompt", "a cat", "--steps", "2", "--width", "64",
+        "--height", "64", "--seed", "3", "--init-image", init, "--mask", maskp, "--output",
+        tmp_path("pasted.png", b));
+    ASSERT_EQ(r.status, 0);
+    run_free(&r);
+    tsr_image raw = {0}, pasted = {0}, orig = {0}, mask = {0}, blurred = {0}, want = {0};
+    ASSERT_OK(tsr_png_read(a, 3, &raw, NULL));
+    ASSERT_OK(tsr_png_read(b, 3, &pasted, NULL));
+    ASSERT_OK(tsr_png_read(init, 3, &orig, NULL));
+    ASSERT_OK(tsr_png_read(maskp, 1, &mask, NULL));
+    ASSERT_OK(tsr_image_gaussian_blur_pil(&mask, 4, &blurred));
+    for (size_t i = 0; i < 64 * 64; i++)
+        blurred.data[i] = blurred.data[i] >= 128 ? 255 : (uint8_t)(2 * blurred.data[i]);
+    ASSERT_OK(tsr_image_mask_overlay(&raw, &orig, &blurred, &want));
+    ASSERT_TRUE(memcmp(want.data, pasted.data, 64 * 64 * 3) == 0);
+    ASSERT_TRUE(memcmp(raw.data, pasted.data, 64 * 64 * 3) != 0);
+    /* far from the mask the init image comes back exactly */
+    ASSERT_TRUE(memcmp(pasted.data, orig.data, 3) == 0);
+    tsr_image_free(&raw);
+    tsr_image_free(&pasted);
+    tsr_image_free(&orig);
+    tsr_image_free(&mask);
+    tsr_image_free(&blurred);
+    tsr_image_free(&want);
+    RUN(&r, "generate", "--model", sd1, "--prompt", "x", "--mask-blur", "65", "--init-image",
+        init, "--mask", maskp);
+    EXPECT(&r, 2, "--mask-blur");
+    run_free(&r);
     return 0;
 }
 
@@ -889,6 +936,7 @@ static const tsr_test_entry tests[] = {
     {"output_checks", test_output_checks},
     {"jpeg_output", test_jpeg_output},
     {"init_jpeg_resize", test_init_jpeg_resize},
+    {"mask_blur", test_mask_blur},
     {"convert_in_place", test_convert_in_place},
     {"convert_ldm_folder", test_convert_ldm_folder},
     {"convert_images_demo", test_convert_images_demo},

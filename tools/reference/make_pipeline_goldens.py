@@ -258,6 +258,14 @@ def build_cases():
                       seed=800))
     cases.append(case("turbo_4step_cfg1", TURBO, sampler=None, schedule=None, steps=4, cfg=1.0,
                       seed=801))
+    # inpainting with an ordinary 4-channel UNet: the pipeline re-noises the
+    # init image's latents to the next step's level and pastes them outside
+    # the mask after every scheduler step (Heun: after every evaluation)
+    for i, s in enumerate(("euler", "dpmpp_2m", "ddim", "heun")):
+        cases.append(case(f"sd1_inpaint4_{s}", "sd1", kind="inpaint", sampler=s, strength=1.0,
+                          init="init.png", mask="mask.png", seed=710 + i))
+        cases.append(case(f"sd1_inpaint4_{s}_strength", "sd1", kind="inpaint", sampler=s,
+                          strength=0.75, init="init.png", mask="mask.png", seed=720 + i))
     return cases
 
 
@@ -315,8 +323,11 @@ def build_error_cases():
              args=with_(base, init_image="{tmp}/cut.png", strength="0.5"), message=["cut.png"]),
         dict(name="bad_strength", args=with_(base, init_image="tests/data/pipeline/init.png",
                                              strength="1.5"), message=["strength"]),
-        dict(name="mask_on_plain_model", args=with_(base, init_image="tests/data/pipeline/init.png",
-                                                    strength="0.5", mask="tests/data/pipeline/mask.png"),
+        dict(name="mask_without_init", args=with_(base, mask="tests/data/pipeline/mask.png"),
+             message=["mask", "init"]),
+        dict(name="inpaint_model_without_mask",
+             args=with_(base, model=f"{MODELS_REL}/sd1_inpaint",
+                        init_image="tests/data/pipeline/init.png", strength="0.5"),
              message=["mask"]),
         dict(name="missing_prompt", args=with_(base, prompt=None), message=["prompt"]),
     ]
@@ -426,7 +437,8 @@ def tessera_args(c):
     if c["init"]:
         a += ["--init-image", f"tests/data/pipeline/{c['init']}", "--strength", repr(c["strength"])]
     if c["mask"]:
-        a += ["--mask", f"tests/data/pipeline/{c['mask']}"]
+        # --mask-blur 0: no A1111 overlay, diffusers' image as it comes
+        a += ["--mask", f"tests/data/pipeline/{c['mask']}", "--mask-blur", "0"]
     extra = []
     if c["guidance_rescale"]:
         extra += ["--guidance-rescale", repr(c["guidance_rescale"])]
