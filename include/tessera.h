@@ -61,6 +61,14 @@ typedef enum tsr_log_level {
 
 void tsr_log_set_level(tsr_log_level level);
 
+/* Route the library's log lines (already formatted, no trailing newline) to
+ * a function instead of stderr; NULL restores stderr.  `user` is borrowed.
+ * The function may be called from any thread that uses the library (the
+ * caller's, the CPU backend's loader threads), possibly concurrently: it
+ * must be thread-safe and must not call back into the library. */
+typedef void (*tsr_log_fn)(void *user, tsr_log_level level, const char *message);
+void tsr_log_set_callback(tsr_log_fn fn, void *user);
+
 /* "0.1.0" */
 const char *tsr_version(void);
 
@@ -109,6 +117,28 @@ const char *tsr_engine_family(const tsr_engine *e);
 const char *tsr_engine_device(const tsr_engine *e);
 /* Whether the UNet is an inpainting UNet (9 input channels). */
 int tsr_engine_is_inpainting(const tsr_engine *e);
+/* The model's name for humans and infotexts: the file or folder stem. */
+const char *tsr_engine_model_name(const tsr_engine *e);
+/* A1111's short model hash ("AutoV2", 10 hex digits) of a single-file
+ * checkpoint, computed once at open; "" for folders. */
+const char *tsr_engine_model_hash(const tsr_engine *e);
+
+/* The samplers and schedules every engine offers (static tables, never
+ * freed).  Any of a sampler's names is accepted where a sampler is asked
+ * for; an A1111 name may carry a schedule ("DPM++ 2M Karras"). */
+typedef struct tsr_sampler_desc {
+    const char *name;           /* short name: "euler_a" */
+    const char *a1111;          /* A1111's name: "Euler a" */
+    const char *diffusers;      /* the diffusers class it matches */
+    unsigned schedules;         /* bit i set: offers tsr_schedules()[i] */
+} tsr_sampler_desc;
+typedef struct tsr_schedule_desc {
+    const char *name;           /* "default", "karras", "exponential", "sgm_uniform" */
+    const char *a1111;          /* A1111's scheduler name: "Automatic", "Karras", ... */
+} tsr_schedule_desc;
+/* Return the number of entries; *out gets the table. */
+int tsr_samplers(const tsr_sampler_desc **out);
+int tsr_schedules(const tsr_schedule_desc **out);
 
 #define TSR_MIN_SIZE 64
 #define TSR_MAX_SIZE 4096
@@ -139,49 +169,171 @@ typedef struct tsr_image_params {
 
 void tsr_image_params_init(tsr_image_params *p);
 
+/* Check parameters against an engine without touching any batch: the same
+ * checks and messages tsr_batch_submit gives (sizes, steps, guidance,
+ * sampler and schedule names, rng, clip skip against the text encoder's
+ * depth, strength, init image and mask against the model).  `field` (may be
+ * NULL) gets the name of the offending parameter - "width", "height",
+ * "steps", "cfg_scale", "guidance_rescale", "sampler", "scheduler", "rng",
+ * "clip_skip", "eta", "prompt", "negative_prompt", "strength", "init_image",
+ * "mask" - or NULL.  Reads only what is fixed at tsr_engine_open, so a
+ * server may call it on its own thread while a worker steps a batch of the
+ * same engine. */
+int tsr_image_params_check(const tsr_engine *e, const tsr_image_params *p, const char **field);
+
+/* ------------------------------------------------------------------------
+ * Batches.
+ *
+ * Life of an image (tsr_job_state):
+ *   QUEUED     submitted: parameters checked and copied, nothing computed
+ *   ENCODING   the prepare phase: prompts encoded, init image VAE-encoded,
+ *              initial noise drawn (run by tsr_batch_step before a UNet
+ *              call, timed separately: tsr_job_info.prepare_seconds)
+ *   DENOISING  taking part in UNet calls
+ *   DECODING   all steps done; the VAE decodes it (in chunks of at most
+ *              max_decode_images, tiled above max_decode_pixels)
+ *   DONE / FAILED / CANCELLED   final; the result waits for tsr_batch_take
+ *
+ * Bounds: a batch holds at most max_jobs images in any state until they are
+ * taken; submit fails with TSR_ERR_RANGE past that.  The batch's own buffers
+ * and the UNet/VAE workspaces are released when the batch runs empty, so a
+ * burst of large images does not pin their memory afterwards.
+ * tsr_engine_memory_estimate() gives the peak a step can need.
+ * ------------------------------------------------------------------------ */
+
+typedef enum tsr_job_state {
+    TSR_JOB_QUEUED = 0,
+    TSR_JOB_ENCODING = 1,
+    TSR_JOB_DENOISING = 2,
+    TSR_JOB_DECODING = 3,
+    TSR_JOB_DONE = 4,
+    TSR_JOB_FAILED = 5,
+    TSR_JOB_CANCELLED = 6,
+} tsr_job_state;
+
+/* "queued", "encoding", "denoising", "decoding", "done", "failed", "cancelled" */
+const char *tsr_job_state_name(tsr_job_state s);
+
+/* Previews given to the step callback. */
+typedef enum tsr_preview_mode {
+    TSR_PREVIEW_NONE = 0,
+    TSR_PREVIEW_LATENT = 1, /* latent size (1/8 of the image): cheapest */
+    TSR_PREVIEW_IMAGE = 2,  /* image size (linear map upscaled, or TAESD) */
+} tsr_preview_mode;
+
+typedef struct tsr_batch_options {
+    int max_rows;          /* UNet rows per call, 1..64; default 32 (16 images with guidance) */
+    int max_jobs;          /* images held in any state until taken; default 256, 1..65536 */
+    int max_decode_images; /* images per VAE decode call; default 4 */
+    long long max_decode_pixels; /* images larger than this (w*h) decode in tiles; default 1048576 */
+} tsr_batch_options;
+
+void tsr_batch_options_init(tsr_batch_options *o);
+
 /* Per-evaluation progress, given to the step callback.  Pointers are
  * borrowed for the duration of the call. */
 typedef struct tsr_step_info {
     int job;
+    tsr_job_state state;       /* DENOISING after an evaluation; DONE, FAILED or
+                                * CANCELLED once when the image reaches it */
+    int status;                /* why it failed (FAILED/CANCELLED), else TSR_OK */
     int step, steps;           /* user-visible steps done / total */
     double timestep;
-    int preview_width, preview_height; /* the latent size (1/8 of the image for SD) */
+    int preview_width, preview_height; /* latent or image size, per tsr_preview_mode */
     const uint8_t *preview_rgb;        /* RGB 8-bit, or NULL when previews are off */
-    const float *x0;           /* the x0 prediction, latent NHWC */
+    const float *x0;           /* the x0 prediction, latent NHWC (NULL once final) */
     int latent_height, latent_width, latent_channels;
 } tsr_step_info;
 
+/* The step callback runs on the thread inside tsr_batch_step.  From inside
+ * it the callback may call, on the same batch: tsr_batch_submit (the image
+ * joins at the next step), tsr_batch_cancel (any image, including the one
+ * reported: it leaves before the next UNet call; its memory is kept until
+ * the step returns), tsr_batch_take (images in a final state; the one
+ * reported once it is final), tsr_batch_job_info, tsr_batch_active,
+ * tsr_batch_stats.  It must not call tsr_batch_step (which then fails with
+ * TSR_ERR_INVALID) or tsr_batch_free. */
 typedef void (*tsr_step_fn)(void *user, const tsr_step_info *info);
 
-/* max_rows: UNet rows per call (1..64; 16 images with guidance = 32). */
-int tsr_batch_create(tsr_engine *e, int max_rows, tsr_batch **out);
+/* o NULL = defaults.  Owned: tsr_batch_free(). */
+int tsr_batch_create(tsr_engine *e, const tsr_batch_options *o, tsr_batch **out);
 void tsr_batch_free(tsr_batch *b);
-/* Called after every model evaluation of every image (borrowed user). */
+/* Called after every model evaluation of every image, and once when an
+ * image reaches a final state (borrowed user).  previews: tsr_preview_mode. */
 void tsr_batch_set_callback(tsr_batch *b, tsr_step_fn fn, void *user, int previews);
-/* Validate, encode the prompts and draw the initial noise; *job is the new
- * image's id.  Fails (and adds nothing) on any bad parameter. */
+/* Check and copy the parameters (init image and mask included); *job is the
+ * new image's id (> 0).  Fails, naming the field, and adds nothing on any
+ * bad parameter or when the batch already holds max_jobs images. */
 int tsr_batch_submit(tsr_batch *b, const tsr_image_params *p, int *job);
+/* Run the prepare phase (ENCODING) of up to max_images queued images, oldest
+ * first (max_images <= 0: all).  tsr_batch_step calls it itself for the
+ * queued images that can fill its rows; call it explicitly to move prompt
+ * encoding out of the next step.  *prepared (may be NULL) gets the count.
+ * An image whose preparation fails becomes FAILED; that is not an error of
+ * this call. */
+int tsr_batch_prepare(tsr_batch *b, int max_images, int *prepared);
 /* One UNet call (see above).  *finished gets the number of images that
- * completed in it (may be NULL).  Returns TSR_OK with nothing to do when no
- * image is active. */
+ * reached a final state in it (may be NULL).  Returns TSR_OK with nothing to
+ * do when no image is queued or denoising.  A failing UNet call fails the
+ * images in it (they report FAILED) and returns the error; the batch stays
+ * usable. */
 int tsr_batch_step(tsr_batch *b, int *finished);
+/* Cancel a queued or running image: it becomes CANCELLED at once (its slot
+ * is free for the next UNet call).  TSR_ERR_NOT_FOUND for an unknown id;
+ * TSR_ERR_INVALID when it is already final. */
 int tsr_batch_cancel(tsr_batch *b, int job);
-/* Images still being denoised. */
+/* Images queued, encoding, denoising or decoding. */
 int tsr_batch_active(const tsr_batch *b);
+
+typedef struct tsr_job_info {
+    int job;
+    tsr_job_state state;
+    int status;                /* TSR_OK, or why it failed / was cancelled */
+    int step, steps;           /* user-visible steps done / total (0/steps while queued) */
+    int width, height;
+    uint64_t seed;
+    double prepare_seconds;    /* the prepare phase */
+    double denoise_seconds;    /* wall time of the UNet calls it took part in (incl. its sampler) */
+    double decode_seconds;     /* its share of the VAE decode */
+} tsr_job_info;
+
+/* TSR_ERR_NOT_FOUND for an unknown (or already taken) id. */
+int tsr_batch_job_info(const tsr_batch *b, int job, tsr_job_info *out);
+
+typedef struct tsr_batch_stats {
+    uint64_t unet_calls;       /* since creation */
+    uint64_t unet_rows;        /* rows summed over those calls */
+    uint64_t images_evaluated; /* image evaluations summed over those calls */
+    int last_call_images, last_call_rows;
+    double last_call_seconds;  /* the UNet forward of the last call */
+    double unet_seconds, prepare_seconds, decode_seconds; /* totals */
+    int queued, running, finished; /* images now: queued/encoding, denoising/decoding, final */
+} tsr_batch_stats;
+
+void tsr_batch_stats_get(const tsr_batch *b, tsr_batch_stats *out);
 
 typedef struct tsr_result {
     int job;
     int status;         /* TSR_OK, or why the image failed / was cancelled */
     int width, height;
-    uint8_t *rgb;       /* owned by the caller after take: free() */
-    char *parameters;   /* A1111 infotext, owned: free() */
+    uint8_t *rgb;       /* owned by the caller after take: free(); NULL unless TSR_OK */
+    char *parameters;   /* A1111 infotext, owned: free(); NULL unless TSR_OK */
     uint64_t seed;
 } tsr_result;
 
-/* Take a finished (or failed/cancelled) image out of the batch; returns
- * TSR_ERR_NOT_FOUND when `job` is unknown or still running. */
+/* Take an image in a final state (DONE, FAILED, CANCELLED) out of the batch;
+ * returns TSR_ERR_NOT_FOUND when `job` is unknown or not final. */
 int tsr_batch_take(tsr_batch *b, int job, tsr_result *out);
 void tsr_result_free(tsr_result *r);
+
+/* Upper bound, in bytes, of the memory one tsr_batch_step of `images`
+ * images of width x height (cfg: with guidance, two rows each) can add on
+ * top of the loaded engine: UNet workspace for those rows + the batch's
+ * row buffers + VAE decode workspace for one decode chunk + per-image state.
+ * The UNet and VAE terms come from their planning passes, so they are exact
+ * for this engine's backend and model.  docs/api.md gives the formula. */
+int tsr_engine_memory_estimate(tsr_engine *e, const tsr_batch_options *o, int images, int width,
+                               int height, int cfg, size_t *bytes);
 
 #ifdef __cplusplus
 }
