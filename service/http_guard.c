@@ -1,0 +1,375 @@
+/*
+ * service/http_guard.c - the request head guard: 413, 414 and 431 answered
+ * with the contract's JSON, before evhttp buffers anything oversized.
+ *
+ * Why: evhttp enforces its own limits (max_headers_size, max_body_size)
+ * but answers them itself, with an HTML page and the wrong status for two
+ * of them (a long request line or oversized headers both become 400, a
+ * body over the limit a bare 413), and offers no hook between reading a
+ * request's head and reading its body.  So every connection's socket
+ * bufferevent is wrapped (evhttp_set_bevcb) in a filter bufferevent whose
+ * input filter follows HTTP/1.1 framing - request head, Content-Length or
+ * chunked body, trailers - the way evhttp reads it, and checks the limits
+ * as bytes arrive:
+ *   request line > 8 KiB               -> 414 uri_too_long
+ *   header lines > 16 KiB in all       -> 431 headers_too_large
+ *   Content-Length (or chunked total) > --max-body -> 413 payload_too_large
+ * A request within limits passes through untouched.  A request over one is
+ * replaced by a one-line request for /.tessera-guard/<secret>/<status>,
+ * which the router answers with the JSON error (svc_guard_answer); from
+ * then on the connection's input is read and dropped, so a client still
+ * sending its body is not reset before it reads the answer.  The secret is
+ * random per process, so no client can reach that path itself.
+ *
+ * The underlying socket's output gets a high-water mark, so the filter
+ * (and evhttp's write callback, which SSE uses for flow control) sees a
+ * slow reader instead of buffering without bound.
+ *
+ * evhttp's own limits stay set above these (backstop): a request that got
+ * past the guard and over them still gets evhttp's answer.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+
+#include "http.h"
+#include "log.h"
+#include "server.h"
+
+#define GUARD_LINE_MAX 8192           /* request line */
+#define GUARD_HEADERS_MAX 16384       /* header lines, CRLFs included */
+#define GUARD_CHUNK_LINE_MAX 1024     /* chunk-size lines and trailers */
+#define GUARD_OUT_HIGH (256 * 1024)   /* socket output high-water mark */
+#define GUARD_PREFIX "/.tessera-guard/"
+
+typedef enum gstate {
+    G_HEAD,       /* reading a request head */
+    G_BODY,       /* Content-Length body: body_left bytes */
+    G_CHUNK_SIZE, /* chunked: a chunk-size line */
+    G_CHUNK_DATA, /* chunked: body_left bytes of chunk data */
+    G_CHUNK_END,  /* chunked: the CRLF after the data */
+    G_TRAILER,    /* chunked: trailer lines until an empty one */
+    G_PASS,       /* framing lost (evhttp will fail the request): pass all */
+    G_REJECTED,   /* answered: drop everything */
+} gstate;
+
+typedef struct guard {
+    svc_server *srv;
+    gstate state;
+    size_t line_start;      /* G_HEAD: where the current line starts in src */
+    bool first_line;
+    bool no_body;           /* HEAD / TRACE */
+    size_t header_bytes;
+    long long content_length; /* -1: none */
+    bool chunked, bad_length;
+    bool seen_cl, seen_te;  /* the first of each header counts (evhttp_find_header) */
+    unsigned long long body_left, body_total;
+} guard;
+
+static void reset_head(guard *g)
+{
+    g->state = G_HEAD;
+    g->line_start = 0;
+    g->first_line = true;
+    g->no_body = false;
+    g->header_bytes = 0;
+    g->content_length = -1;
+    g->chunked = false;
+    g->bad_length = false;
+    g->seen_cl = g->seen_te = false;
+    g->body_total = 0;
+}
+
+/* Replace the request with the marker request and drop the rest. */
+static void reject(guard *g, struct evbuffer *src, struct evbuffer *dst, int status)
+{
+    SVC_DEBUG("http guard: rejecting a request with %d", status);
+    evbuffer_drain(src, evbuffer_get_length(src));
+    evbuffer_add_printf(dst, "GET " GUARD_PREFIX "%s/%d HTTP/1.1\r\nHost: guard\r\n\r\n",
+                        g->srv->guard_secret, status);
+    g->state = G_REJECTED;
+}
+
+static void trim(char *s)
+{
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r' || s[n - 1] == '\n'))
+        s[--n] = '\0';
+    size_t k = strspn(s, " \t");
+    memmove(s, s + k, n - k + 1);
+}
+
+/* A header line of the head (not the request line): note the framing
+ * headers, the first of each as evhttp_find_header does. */
+static void header_line(guard *g, struct evbuffer *src, size_t start, size_t len)
+{
+    bool *seen_cl = &g->seen_cl, *seen_te = &g->seen_te;
+    char line[128];
+    size_t n = len < sizeof line - 1 ? len : sizeof line - 1;
+    struct evbuffer_ptr p;
+    evbuffer_ptr_set(src, &p, start, EVBUFFER_PTR_SET);
+    if (evbuffer_copyout_from(src, &p, line, n) < 0)
+        return;
+    line[n] = '\0';
+    char *colon = strchr(line, ':');
+    if (!colon)
+        return;
+    *colon = '\0';
+    char *value = colon + 1;
+    if (!*seen_cl && strcasecmp(line, "Content-Length") == 0) {
+        *seen_cl = true;
+        if (len >= sizeof line - 1) {
+            g->bad_length = true; /* longer than any valid length */
+            return;
+        }
+        trim(value);
+        char *end = NULL;
+        long long v = strtoll(value, &end, 10);
+        if (!*value || *end || v < 0)
+            g->bad_length = true;
+        else
+            g->content_length = v;
+    } else if (!*seen_te && strcasecmp(line, "Transfer-Encoding") == 0) {
+        *seen_te = true;
+        trim(value);
+        g->chunked = strcasecmp(value, "chunked") == 0;
+    }
+}
+
+/* Move n bytes of src to dst. */
+static void pass(struct evbuffer *src, struct evbuffer *dst, size_t n)
+{
+    evbuffer_remove_buffer(src, dst, n);
+}
+
+/* One line at the front of src: its length without the EOL, and with it. */
+static bool front_line(struct evbuffer *src, size_t *len, size_t *total)
+{
+    size_t eol = 0;
+    struct evbuffer_ptr e = evbuffer_search_eol(src, NULL, &eol, EVBUFFER_EOL_CRLF);
+    if (e.pos < 0)
+        return false;
+    *len = (size_t)e.pos;
+    *total = (size_t)e.pos + eol;
+    return true;
+}
+
+static enum bufferevent_filter_result filter_in(struct evbuffer *src, struct evbuffer *dst,
+                                                ev_ssize_t limit, enum bufferevent_flush_mode mode,
+                                                void *ctx)
+{
+    (void)limit;
+    (void)mode;
+    guard *g = ctx;
+    const long long max_body = g->srv->cfg.max_body;
+    bool moved = false;
+    for (;;) {
+        size_t avail = evbuffer_get_length(src);
+        switch (g->state) {
+        case G_REJECTED:
+            evbuffer_drain(src, avail);
+            return moved ? BEV_OK : BEV_NEED_MORE;
+        case G_PASS:
+            if (avail)
+                pass(src, dst, avail);
+            return avail || moved ? BEV_OK : BEV_NEED_MORE;
+        case G_HEAD: {
+            struct evbuffer_ptr p;
+            evbuffer_ptr_set(src, &p, g->line_start, EVBUFFER_PTR_SET);
+            size_t eol = 0;
+            struct evbuffer_ptr e = evbuffer_search_eol(src, &p, &eol, EVBUFFER_EOL_CRLF);
+            if (e.pos < 0) {
+                size_t partial = avail - g->line_start;
+                if (g->first_line && partial > GUARD_LINE_MAX) {
+                    reject(g, src, dst, 414);
+                    return BEV_OK;
+                }
+                if (!g->first_line && g->header_bytes + partial > GUARD_HEADERS_MAX) {
+                    reject(g, src, dst, 431);
+                    return BEV_OK;
+                }
+                return moved ? BEV_OK : BEV_NEED_MORE;
+            }
+            size_t len = (size_t)e.pos - g->line_start;
+            if (g->first_line) {
+                if (len == 0 && g->line_start == 0) {
+                    /* a stray CRLF between requests: RFC 7230 3.5 says
+                     * ignore it; so does evhttp, so just pass it */
+                    pass(src, dst, eol);
+                    moved = true;
+                    continue;
+                }
+                if (len > GUARD_LINE_MAX) {
+                    reject(g, src, dst, 414);
+                    return BEV_OK;
+                }
+                char method[8] = {0};
+                struct evbuffer_ptr mp;
+                evbuffer_ptr_set(src, &mp, g->line_start, EVBUFFER_PTR_SET);
+                evbuffer_copyout_from(src, &mp, method, len < 6 ? len : 6);
+                g->no_body = strncmp(method, "HEAD ", 5) == 0 || strncmp(method, "TRACE ", 6) == 0;
+                g->first_line = false;
+            } else if (len == 0) {
+                /* end of the head: pass it, then follow its body */
+                pass(src, dst, (size_t)e.pos + eol);
+                moved = true;
+                g->line_start = 0;
+                if (g->no_body) {
+                    reset_head(g);
+                } else if (g->chunked) {
+                    g->state = G_CHUNK_SIZE;
+                } else if (g->bad_length) {
+                    g->state = G_PASS; /* evhttp answers 400 and closes */
+                } else if (g->content_length > max_body) {
+                    reject(g, src, dst, 413);
+                    return BEV_OK;
+                } else if (g->content_length > 0) {
+                    g->state = G_BODY;
+                    g->body_left = (unsigned long long)g->content_length;
+                } else {
+                    reset_head(g);
+                }
+                continue;
+            } else {
+                g->header_bytes += len + eol;
+                if (g->header_bytes > GUARD_HEADERS_MAX) {
+                    reject(g, src, dst, 431);
+                    return BEV_OK;
+                }
+                header_line(g, src, g->line_start, len);
+            }
+            g->line_start = (size_t)e.pos + eol;
+            continue;
+        }
+        case G_BODY:
+        case G_CHUNK_DATA: {
+            if (!avail)
+                return moved ? BEV_OK : BEV_NEED_MORE;
+            size_t n = g->body_left < avail ? (size_t)g->body_left : avail;
+            pass(src, dst, n);
+            moved = true;
+            g->body_left -= n;
+            if (g->body_left == 0) {
+                if (g->state == G_BODY)
+                    reset_head(g);
+                else
+                    g->state = G_CHUNK_END;
+            }
+            continue;
+        }
+        case G_CHUNK_SIZE:
+        case G_CHUNK_END:
+        case G_TRAILER: {
+            size_t len, total;
+            if (!front_line(src, &len, &total)) {
+                if (avail > GUARD_CHUNK_LINE_MAX)
+                    g->state = G_PASS; /* not HTTP any more: evhttp decides */
+                return moved ? BEV_OK : BEV_NEED_MORE;
+            }
+            if (g->state == G_CHUNK_SIZE) {
+                char line[64] = {0};
+                evbuffer_copyout(src, line, len < sizeof line - 1 ? len : sizeof line - 1);
+                char *end = NULL;
+                unsigned long long size = strtoull(line, &end, 16);
+                if (end == line) {
+                    g->state = G_PASS;
+                    continue;
+                }
+                g->body_total += size;
+                if (size > (unsigned long long)max_body ||
+                    g->body_total > (unsigned long long)max_body) {
+                    reject(g, src, dst, 413);
+                    return BEV_OK;
+                }
+                pass(src, dst, total);
+                moved = true;
+                if (size == 0) {
+                    g->state = G_TRAILER;
+                } else {
+                    g->state = G_CHUNK_DATA;
+                    g->body_left = size;
+                }
+            } else if (g->state == G_CHUNK_END) {
+                pass(src, dst, total);
+                moved = true;
+                g->state = G_CHUNK_SIZE;
+            } else {
+                pass(src, dst, total);
+                moved = true;
+                if (len == 0)
+                    reset_head(g);
+            }
+            continue;
+        }
+        }
+    }
+}
+
+static void guard_free(void *ctx)
+{
+    free(ctx);
+}
+
+struct bufferevent *svc_guard_bev(struct event_base *base, void *server)
+{
+    guard *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    g->srv = server;
+    reset_head(g);
+    struct bufferevent *sock = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+    if (!sock) {
+        free(g);
+        return NULL;
+    }
+    bufferevent_setwatermark(sock, EV_WRITE, 0, GUARD_OUT_HIGH);
+    struct bufferevent *f =
+        bufferevent_filter_new(sock, filter_in, NULL, BEV_OPT_CLOSE_ON_FREE, guard_free, g);
+    if (!f) {
+        bufferevent_free(sock);
+        free(g);
+        return NULL;
+    }
+    return f;
+}
+
+bool svc_guard_answer(svc_req *r)
+{
+    svc_server *s = r->srv;
+    size_t n = strlen(GUARD_PREFIX);
+    if (strncmp(r->path, GUARD_PREFIX, n) != 0)
+        return false;
+    const char *rest = r->path + n;
+    size_t k = strlen(s->guard_secret);
+    if (strncmp(rest, s->guard_secret, k) != 0 || rest[k] != '/')
+        return false;
+    int status = atoi(rest + k + 1);
+    free(r->path);
+    r->path = strdup("(request refused by the head guard)");
+    if (!r->path) {
+        svc_reply_error(r, 500, "internal", NULL, "out of memory");
+        return true;
+    }
+    switch (status) {
+    case 413:
+        svc_reply_error(r, 413, "payload_too_large", NULL,
+                        "the request body is larger than the limit of %lld bytes (--max-body)",
+                        s->cfg.max_body);
+        break;
+    case 414:
+        svc_reply_error(r, 414, "uri_too_long", NULL,
+                        "the request line is longer than %d bytes", GUARD_LINE_MAX);
+        break;
+    default:
+        svc_reply_error(r, 431, "headers_too_large", NULL,
+                        "the request headers are larger than %d bytes in all", GUARD_HEADERS_MAX);
+        break;
+    }
+    return true;
+}
