@@ -280,7 +280,7 @@ int svc_http_start(svc_server *s)
     }
     /* backstops above the guard's limits (http_guard.c) */
     evhttp_set_max_headers_size(s->http, 64 * 1024);
-    evhttp_set_max_body_size(s->http, s->cfg.max_body + 1);
+    evhttp_set_max_body_size(s->http, s->cfg.max_body);
     evhttp_set_timeout(s->http, 120);
     evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |

@@ -23,6 +23,7 @@ struct evhttp_request;
 struct evbuffer;
 struct event_base;
 struct bufferevent;
+struct evhttp_connection;
 
 typedef struct svc_req {
     struct svc_server *srv;
@@ -66,5 +67,6 @@ bool svc_route_is_ops(const char *path);
 struct bufferevent *svc_guard_bev(struct event_base *base, void *server);
 /* A request the guard replaced: answer it (true) or not ours (false). */
 bool svc_guard_answer(svc_req *r);
+
 
 #endif

@@ -21,13 +21,16 @@
  * sending its body is not reset before it reads the answer.  The secret is
  * random per process, so no client can reach that path itself.
  *
- * The underlying socket's output gets a high-water mark, so the filter
- * (and evhttp's write callback, which SSE uses for flow control) sees a
- * slow reader instead of buffering without bound.
+ * Output goes straight from the filter to the socket (filter_out), so
+ * evhttp's write callback, which SSE uses for flow control and evhttp for
+ * closing, fires only when the kernel has every byte.
  *
- * evhttp's own limits stay set above these (backstop): a request that got
- * past the guard and over them still gets evhttp's answer.
+ * Chunked request bodies are followed too, but a chunked body that grows
+ * past --max-body is left to evhttp (its head has been passed on by then):
+ * evhttp's own limit, set to the same value, answers 413 with its HTML
+ * page and closes.  Its header limit (64 KiB) stays above the guard's.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +48,7 @@
 #define GUARD_LINE_MAX 8192           /* request line */
 #define GUARD_HEADERS_MAX 16384       /* header lines, CRLFs included */
 #define GUARD_CHUNK_LINE_MAX 1024     /* chunk-size lines and trailers */
-#define GUARD_OUT_HIGH (256 * 1024)   /* socket output high-water mark */
+#define GUARD_IN_HIGH (256 * 1024)    /* input high-water marks (> a whole head) */
 #define GUARD_PREFIX "/.tessera-guard/"
 
 typedef enum gstate {
@@ -61,6 +64,9 @@ typedef enum gstate {
 
 typedef struct guard {
     svc_server *srv;
+    struct bufferevent *bev; /* the filter (the connection's bufferevent) */
+    struct event *kick;      /* flushes output evhttp queued (see on_output) */
+    struct event *writable;  /* the socket can take more output (see filter_out) */
     gstate state;
     size_t line_start;      /* G_HEAD: where the current line starts in src */
     bool first_line;
@@ -216,20 +222,23 @@ static enum bufferevent_filter_result filter_in(struct evbuffer *src, struct evb
                 g->no_body = strncmp(method, "HEAD ", 5) == 0 || strncmp(method, "TRACE ", 6) == 0;
                 g->first_line = false;
             } else if (len == 0) {
-                /* end of the head: pass it, then follow its body */
+                /* end of the head: refuse it whole, or pass it and follow
+                 * its body */
+                if (!g->no_body && !g->chunked && !g->bad_length &&
+                    g->content_length > max_body) {
+                    reject(g, src, dst, 413);
+                    return BEV_OK;
+                }
                 pass(src, dst, (size_t)e.pos + eol);
                 moved = true;
                 g->line_start = 0;
-                if (g->no_body) {
+                if (g->no_body)
                     reset_head(g);
-                } else if (g->chunked) {
+                else if (g->chunked)
                     g->state = G_CHUNK_SIZE;
-                } else if (g->bad_length) {
+                else if (g->bad_length)
                     g->state = G_PASS; /* evhttp answers 400 and closes */
-                } else if (g->content_length > max_body) {
-                    reject(g, src, dst, 413);
-                    return BEV_OK;
-                } else if (g->content_length > 0) {
+                else if (g->content_length > 0) {
                     g->state = G_BODY;
                     g->body_left = (unsigned long long)g->content_length;
                 } else {
@@ -284,8 +293,10 @@ static enum bufferevent_filter_result filter_in(struct evbuffer *src, struct evb
                 g->body_total += size;
                 if (size > (unsigned long long)max_body ||
                     g->body_total > (unsigned long long)max_body) {
-                    reject(g, src, dst, 413);
-                    return BEV_OK;
+                    /* evhttp has the head already; its own limit (the same
+                     * --max-body) answers 413 and closes */
+                    g->state = G_PASS;
+                    continue;
                 }
                 pass(src, dst, total);
                 moved = true;
@@ -313,7 +324,71 @@ static enum bufferevent_filter_result filter_in(struct evbuffer *src, struct evb
 
 static void guard_free(void *ctx)
 {
-    free(ctx);
+    guard *g = ctx;
+    if (g->kick)
+        event_free(g->kick);
+    if (g->writable)
+        event_free(g->writable);
+    free(g);
+}
+
+/* libevent 2.1's filter bufferevent moves its output to the socket only
+ * when data is added while writing is enabled; evhttp queues a reply first
+ * and enables writing after, so the reply would wait for the next write
+ * (its own error pages included).  Every addition schedules a flush on the
+ * next loop iteration, by which time writing is enabled. */
+static void on_kick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    guard *g = arg;
+    bufferevent_flush(g->bev, EV_WRITE, BEV_NORMAL);
+}
+
+static void on_output(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    (void)buf;
+    guard *g = arg;
+    if (info->n_added)
+        event_active(g->kick, 0, 0);
+}
+
+/* The output side: write evhttp's output straight to the socket, and keep
+ * what the socket does not take in the filter's own buffer until it is
+ * writable again.  So the filter's output drains - and evhttp's write
+ * callback fires (the end of a reply, SSE flow control) - only once every
+ * byte is in the kernel.  Handing output to the socket bufferevent instead
+ * would let evhttp free a connection (Connection: close) while its last
+ * reply still sat in that bufferevent, unsent. */
+static enum bufferevent_filter_result filter_out(struct evbuffer *src, struct evbuffer *dst,
+                                                 ev_ssize_t limit,
+                                                 enum bufferevent_flush_mode mode, void *ctx)
+{
+    (void)limit;
+    (void)mode;
+    guard *g = ctx;
+    evutil_socket_t fd = bufferevent_getfd(g->bev);
+    if (fd < 0) {
+        evbuffer_remove_buffer(src, dst, evbuffer_get_length(src));
+        return BEV_OK;
+    }
+    while (evbuffer_get_length(src) > 0) {
+        int n = evbuffer_write(src, fd);
+        if (n > 0)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            if (!g->writable)
+                g->writable = event_new(bufferevent_get_base(g->bev), fd, EV_WRITE, on_kick, g);
+            if (g->writable)
+                event_add(g->writable, NULL);
+            return BEV_NEED_MORE;
+        }
+        /* the peer is gone: let the socket bufferevent's own write fail
+         * and report it to evhttp */
+        evbuffer_remove_buffer(src, dst, evbuffer_get_length(src));
+        return BEV_OK;
+    }
+    return BEV_OK;
 }
 
 struct bufferevent *svc_guard_bev(struct event_base *base, void *server)
@@ -328,12 +403,24 @@ struct bufferevent *svc_guard_bev(struct event_base *base, void *server)
         free(g);
         return NULL;
     }
-    bufferevent_setwatermark(sock, EV_WRITE, 0, GUARD_OUT_HIGH);
-    struct bufferevent *f =
-        bufferevent_filter_new(sock, filter_in, NULL, BEV_OPT_CLOSE_ON_FREE, guard_free, g);
+    /* a client that writes while it is being answered (or streamed to)
+     * fills these and then its own socket */
+    bufferevent_setwatermark(sock, EV_READ, 0, GUARD_IN_HIGH);
+    /* deferred callbacks: evhttp's write callback (SSE flow control, the
+     * end of a reply) runs from the loop, never inside our own calls */
+    struct bufferevent *f = bufferevent_filter_new(
+        sock, filter_in, filter_out, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS, guard_free,
+        g);
     if (!f) {
         bufferevent_free(sock);
         free(g);
+        return NULL;
+    }
+    bufferevent_setwatermark(f, EV_READ, 0, GUARD_IN_HIGH);
+    g->bev = f;
+    g->kick = event_new(base, -1, 0, on_kick, g);
+    if (!g->kick || !evbuffer_add_cb(bufferevent_get_output(f), on_output, g)) {
+        bufferevent_free(f); /* frees g through guard_free */
         return NULL;
     }
     return f;

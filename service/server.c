@@ -506,7 +506,8 @@ static int open_journal(svc_server *s)
     }
     if (st.bad)
         SVC_WARN("journal: %zu record(s) not understood; ignored", st.bad);
-    qsort(st.recs, st.n, sizeof *st.recs, cmp_rec);
+    if (st.n)
+        qsort(st.recs, st.n, sizeof *st.recs, cmp_rec);
     replay_rec **keep = calloc(st.n ? st.n : 1, sizeof *keep);
     size_t nkeep = 0;
     for (size_t i = 0; i < st.n;) {
@@ -525,7 +526,8 @@ static int open_journal(svc_server *s)
             keep[nkeep++] = accept;
         i = k;
     }
-    qsort(keep, nkeep, sizeof *keep, cmp_order);
+    if (nkeep)
+        qsort(keep, nkeep, sizeof *keep, cmp_order);
     s->replay = cJSON_CreateArray();
     const char **payloads = calloc(nkeep ? nkeep : 1, sizeof *payloads);
     size_t *lens = calloc(nkeep ? nkeep : 1, sizeof *lens);
