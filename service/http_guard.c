@@ -21,9 +21,9 @@
  * sending its body is not reset before it reads the answer.  The secret is
  * random per process, so no client can reach that path itself.
  *
- * Output goes straight from the filter to the socket (filter_out), so
- * evhttp's write callback, which SSE uses for flow control and evhttp for
- * closing, fires only when the kernel has every byte.
+ * Output goes from the filter's buffer straight to the socket (on_kick),
+ * so evhttp's write callback, which SSE uses for flow control and evhttp
+ * for closing, fires only when the kernel has every byte.
  *
  * Chunked request bodies are followed too, but a chunked body that grows
  * past --max-body is left to evhttp (its head has been passed on by then):
@@ -332,17 +332,68 @@ static void guard_free(void *ctx)
     free(g);
 }
 
-/* libevent 2.1's filter bufferevent moves its output to the socket only
- * when data is added while writing is enabled; evhttp queues a reply first
- * and enables writing after, so the reply would wait for the next write
- * (its own error pages included).  Every addition schedules a flush on the
- * next loop iteration, by which time writing is enabled. */
+/* The output side.  evhttp writes into the filter's output buffer; this
+ * file moves those bytes to the socket itself, from an event of its own
+ * (`kick`, activated whenever evhttp adds output), and then tells evhttp
+ * the buffer has drained with a deferred write callback.  Why not let the
+ * filter hand its output to the socket bufferevent:
+ * - libevent 2.1's filter moves output only when data is added while
+ *   writing is enabled; evhttp adds a reply first and enables writing
+ *   after, so replies (its own error pages included) would wait;
+ * - the filter reports "drained" as soon as the bytes reach the socket
+ *   bufferevent, not the kernel, and evhttp then frees a Connection: close
+ *   connection with its last reply unsent;
+ * - when the filter writes while evhttp is still inside
+ *   evhttp_send_reply_chunk_with_cb, the write callback fires before evhttp
+ *   has installed it, and an SSE stream waiting for it stalls.
+ * Here the callback fires only once every byte is in the kernel, always
+ * from the loop, never inside an evhttp call. */
+
+static bool alive(guard *g)
+{
+    /* evhttp frees a connection with bufferevent_free, which clears the
+     * callbacks at once but finalizes (and frees g) later; touching the
+     * bufferevent in between would finalize it twice */
+    bufferevent_event_cb eventcb = NULL;
+    bufferevent_getcb(g->bev, NULL, NULL, &eventcb, NULL);
+    return eventcb != NULL;
+}
+
 static void on_kick(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     guard *g = arg;
-    bufferevent_flush(g->bev, EV_WRITE, BEV_NORMAL);
+    if (!alive(g)) {
+        if (g->writable)
+            event_del(g->writable);
+        return;
+    }
+    struct evbuffer *out = bufferevent_get_output(g->bev);
+    evutil_socket_t sock = bufferevent_getfd(g->bev);
+    if (sock < 0 || evbuffer_get_length(out) == 0)
+        return;
+    while (evbuffer_get_length(out) > 0) {
+        int n = evbuffer_write(out, sock);
+        if (n > 0)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            if (!g->writable)
+                g->writable = event_new(bufferevent_get_base(g->bev), sock, EV_WRITE, on_kick, g);
+            if (g->writable)
+                event_add(g->writable, NULL);
+            return;
+        }
+        /* the peer is gone: give the bytes to the socket bufferevent, whose
+         * own write fails and reports it to evhttp */
+        struct bufferevent *u = bufferevent_get_underlying(g->bev);
+        if (u)
+            evbuffer_add_buffer(bufferevent_get_output(u), out);
+        else
+            evbuffer_drain(out, evbuffer_get_length(out));
+        return;
+    }
+    bufferevent_trigger(g->bev, EV_WRITE, BEV_TRIG_DEFER_CALLBACKS);
 }
 
 static void on_output(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
@@ -353,42 +404,18 @@ static void on_output(struct evbuffer *buf, const struct evbuffer_cb_info *info,
         event_active(g->kick, 0, 0);
 }
 
-/* The output side: write evhttp's output straight to the socket, and keep
- * what the socket does not take in the filter's own buffer until it is
- * writable again.  So the filter's output drains - and evhttp's write
- * callback fires (the end of a reply, SSE flow control) - only once every
- * byte is in the kernel.  Handing output to the socket bufferevent instead
- * would let evhttp free a connection (Connection: close) while its last
- * reply still sat in that bufferevent, unsent. */
+/* The filter's own output path is not used (see above): bytes stay in the
+ * filter's output buffer until on_kick writes them. */
 static enum bufferevent_filter_result filter_out(struct evbuffer *src, struct evbuffer *dst,
                                                  ev_ssize_t limit,
                                                  enum bufferevent_flush_mode mode, void *ctx)
 {
+    (void)src;
+    (void)dst;
     (void)limit;
     (void)mode;
-    guard *g = ctx;
-    evutil_socket_t fd = bufferevent_getfd(g->bev);
-    if (fd < 0) {
-        evbuffer_remove_buffer(src, dst, evbuffer_get_length(src));
-        return BEV_OK;
-    }
-    while (evbuffer_get_length(src) > 0) {
-        int n = evbuffer_write(src, fd);
-        if (n > 0)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-            if (!g->writable)
-                g->writable = event_new(bufferevent_get_base(g->bev), fd, EV_WRITE, on_kick, g);
-            if (g->writable)
-                event_add(g->writable, NULL);
-            return BEV_NEED_MORE;
-        }
-        /* the peer is gone: let the socket bufferevent's own write fail
-         * and report it to evhttp */
-        evbuffer_remove_buffer(src, dst, evbuffer_get_length(src));
-        return BEV_OK;
-    }
-    return BEV_OK;
+    (void)ctx;
+    return BEV_NEED_MORE;
 }
 
 struct bufferevent *svc_guard_bev(struct event_base *base, void *server)
@@ -406,11 +433,8 @@ struct bufferevent *svc_guard_bev(struct event_base *base, void *server)
     /* a client that writes while it is being answered (or streamed to)
      * fills these and then its own socket */
     bufferevent_setwatermark(sock, EV_READ, 0, GUARD_IN_HIGH);
-    /* deferred callbacks: evhttp's write callback (SSE flow control, the
-     * end of a reply) runs from the loop, never inside our own calls */
-    struct bufferevent *f = bufferevent_filter_new(
-        sock, filter_in, filter_out, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS, guard_free,
-        g);
+    struct bufferevent *f =
+        bufferevent_filter_new(sock, filter_in, filter_out, BEV_OPT_CLOSE_ON_FREE, guard_free, g);
     if (!f) {
         bufferevent_free(sock);
         free(g);
