@@ -53,6 +53,11 @@ LISTEN_ARGS = ["--host", "127.0.0.1", "--port", "0"]
 PORT_RX = re.compile(r"(?:https?://)?(?:127\.0\.0\.1|localhost|0\.0\.0\.0|\[::1?\]):(\d{2,5})"
                      r"|\bport[ =:]+(\d{2,5})")
 
+# Steps of a job meant to run until the test cancels it (minutes at 64x64).
+# Not 1000: DDIM with steps_offset 1 (the demo model's scheduler) cannot run
+# 1000 steps (timestep 1000 is outside [0, 1000), as in diffusers).
+LONG = 500
+
 _servers = []
 _tmpdirs = []
 _observations = []  # (what was sent, status seen) for the report

@@ -131,6 +131,23 @@ def test_unknown_fields_ignored(s):
     svc.assert_same_image(s.image(r.json["id"]), dict(prompt=PROMPT, seed=7, **FAST), "unknown")
 
 
+def test_max_steps(s):
+    """steps 1000 is within the contract's range: either refused at submit
+    (400 naming steps) or run; never accepted and then failed."""
+    r = s.post("/v1/jobs", dict(prompt=PROMPT, seed=8, width=64, height=64, steps=1000))
+    svc.note("steps 1000 (contract maximum, DDIM model)", r.status)
+    if r.status == 400:
+        assert r.error["field"] == "steps", r
+        return
+    assert r.status == 202, r
+    jid = r.json["id"]
+    j = svc.wait_until(lambda: (lambda j: j if j["step"] >= 2 or j["state"] in
+                                ("done", "failed", "cancelled") else None)(s.job(jid)),
+                       60, "2 steps of a 1000-step job")
+    s.delete("/v1/jobs/" + jid)
+    assert j["state"] != "failed", "accepted a 1000-step job, then it failed: %s" % j["error"]
+
+
 def test_png_caching(s):
     c = s.submit(prompt=PROMPT, seed=5, **FAST)
     s.wait_job(c["id"])
@@ -154,7 +171,7 @@ def test_png_caching(s):
 
 
 def test_image_404_until_done_and_cancel(s):
-    c = s.submit(prompt=PROMPT, seed=9, width=64, height=64, steps=1000)
+    c = s.submit(prompt=PROMPT, seed=9, width=64, height=64, steps=svc.LONG)
     path = "/v1/jobs/%s/images/0.png" % c["id"]
     r = s.get(path)
     assert r.status == 404 and r.error["code"] == "not_found", r
@@ -176,7 +193,7 @@ def test_image_404_until_done_and_cancel(s):
 
 
 def test_cancel_queued(s):
-    long = s.submit(prompt=PROMPT, seed=1, width=64, height=64, steps=1000, n=8)
+    long = s.submit(prompt=PROMPT, seed=1, width=64, height=64, steps=svc.LONG, n=8)
     q = s.submit(prompt=PROMPT, seed=2, width=128, height=128, steps=3)
     j = s.job(q["id"])
     assert j["state"] == "queued" and j["position"] is not None, j
@@ -261,7 +278,7 @@ def test_batch(s):
 
 
 def test_batch_cancel(s):
-    body = {"defaults": dict(prompt=PROMPT, width=64, height=64, steps=1000),
+    body = {"defaults": dict(prompt=PROMPT, width=64, height=64, steps=svc.LONG),
             "jobs": [{"seed": i} for i in range(5)]}
     r = s.post("/v1/batches", body)
     assert r.status == 202, r
@@ -343,7 +360,7 @@ def test_concurrent_clients(s):
 
 TESTS = [test_healthz_readyz, test_models, test_samplers_schedulers, test_job_lifecycle,
          test_n_images, test_random_seed, test_seed_limits, test_unknown_fields_ignored,
-         test_png_caching, test_image_404_until_done_and_cancel, test_cancel_queued,
+         test_max_steps, test_png_caching, test_image_404_until_done_and_cancel, test_cancel_queued,
          test_delete_done_conflict, test_batch, test_batch_cancel, test_concurrent_clients,
          test_metrics, test_access_log]
 

@@ -79,8 +79,8 @@ def test_join_running(c):
 
 def test_cancel_frees_slot(c):
     s = c.two
-    a = s.submit(prompt=PROMPT, width=64, height=64, steps=1000, seed=31)
-    b = s.submit(prompt=PROMPT, width=64, height=64, steps=1000, seed=32)
+    a = s.submit(prompt=PROMPT, width=64, height=64, steps=svc.LONG, seed=31)
+    b = s.submit(prompt=PROMPT, width=64, height=64, steps=svc.LONG, seed=32)
     svc.wait_until(lambda: s.job(a["id"])["state"] == "running" and
                    s.job(b["id"])["state"] == "running", 60, "A and B running")
     cjob = s.submit(prompt=PROMPT, width=64, height=64, steps=3, seed=33)

@@ -173,13 +173,13 @@ def test_drain_timeout():
     data = svc.tmpdir("tsr-data-")
     args = ["--max-batch", "1", "--threads", "1", "--drain-timeout", "2"]
     s = svc.Server(args, data_dir=data, name="drain-timeout").start()
-    a = s.submit(prompt=PROMPT, width=64, height=64, steps=1000, seed=30)
+    a = s.submit(prompt=PROMPT, width=64, height=64, steps=svc.LONG, seed=30)
     svc.wait_until(lambda: s.job(a["id"])["step"] >= 1, 60, "A stepping")
     t0 = time.time()
     s.signal(signal.SIGTERM)
     rc = s.wait(30)
     took = time.time() - t0
-    svc.figure("--drain-timeout 2 with a 1000-step image: exit %s after %.1f s" % (rc, took))
+    svc.figure("--drain-timeout 2 with a long image: exit %s after %.1f s" % (rc, took))
     assert rc == 0 and took < 15, (rc, took)
     s2 = svc.Server(args, data_dir=data, name="after-timeout").start()
     j = s2.job(a["id"])
@@ -194,7 +194,7 @@ def _torn(variant):
     data = svc.tmpdir("tsr-data-")
     args = ["--max-batch", "1", "--threads", "1"]
     s = svc.Server(args, data_dir=data, name="torn-%s" % variant).start()
-    run = s.submit(prompt=PROMPT, width=64, height=64, steps=1000, seed=40)
+    run = s.submit(prompt=PROMPT, width=64, height=64, steps=svc.LONG, seed=40)
     q1 = s.submit(seed=41, **SMALL)
     q2 = s.submit(seed=42, **SMALL)
     svc.wait_until(lambda: s.job(run["id"])["state"] == "running", 60, "running")

@@ -22,7 +22,7 @@ def setup():
 
 
 def test_keepalive(s):
-    job = s.submit(prompt="a cyan ring", width=64, height=64, steps=1000, cfg_scale=1, seed=1)
+    job = s.submit(prompt="a cyan ring", width=64, height=64, steps=svc.LONG, cfg_scale=1, seed=1)
     sse = svc.SSE(s.port, "/v1/jobs/%s/events" % job["id"], s.auth(None), timeout=40)
     t0 = time.time()
     got = None

@@ -68,7 +68,7 @@ def test_sequence(s):
 
 def hold_worker(s):
     """A long job that occupies the only batch slot; cancel it to go on."""
-    a = s.submit(prompt=PROMPT, width=64, height=64, steps=1000, seed=1)
+    a = s.submit(prompt=PROMPT, width=64, height=64, steps=svc.LONG, seed=1)
     svc.wait_until(lambda: s.job(a["id"])["state"] == "running", 60, "blocker running")
     return a
 
