@@ -226,7 +226,7 @@ static void on_request(struct evhttp_request *req, void *arg)
     r->path = evhttp_uridecode(path && *path ? path : "/", 0, &plen);
     if (!r->path) {
         r->path = strdup("?");
-        svc_reply_error(r, 400, "invalid_request", NULL, "the request path cannot be decoded");
+        svc_reply_error(r, 404, "not_found", NULL, "the request path cannot be decoded");
         return;
     }
     if (uri && evhttp_uri_get_query(uri))

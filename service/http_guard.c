@@ -14,27 +14,34 @@
  *   request line > 8 KiB               -> 414 uri_too_long
  *   header lines > 16 KiB in all       -> 431 headers_too_large
  *   Content-Length (or chunked total) > --max-body -> 413 payload_too_large
- * A request within limits passes through untouched.  A request over one is
- * replaced by a one-line request for /.tessera-guard/<secret>/<status>,
- * which the router answers with the JSON error (svc_guard_answer); from
- * then on the connection's input is read and dropped, so a client still
- * sending its body is not reset before it reads the answer.  The secret is
- * random per process, so no client can reach that path itself.
+ * A request within limits passes through untouched, except that a chunked
+ * body is gathered here and handed on as one Content-Length body, so its
+ * size is known before evhttp sees it.  A request over a limit is replaced
+ * by a one-line request for /.tessera-guard/<secret>/<status>, which the
+ * router answers with the JSON error (svc_guard_answer); from then on the
+ * connection's input is read and dropped, so a client still sending its
+ * body is not reset before it reads the answer.  The secret is random per
+ * process, so no client can reach that path itself.
+ *
+ * What is not HTTP/1.x (a request line that is not METHOD SP target SP
+ * HTTP/1.0|1.1, a header line without a name and colon, a bad or doubled
+ * Content-Length, a transfer coding other than chunked, bad chunk framing)
+ * closes the connection without an answer: evhttp's own would be an HTML
+ * page outside the contract, and it would close anyway.
  *
  * Output goes from the filter's buffer straight to the socket (on_kick),
  * so evhttp's write callback, which SSE uses for flow control and evhttp
  * for closing, fires only when the kernel has every byte.
  *
- * Chunked request bodies are followed too, but a chunked body that grows
- * past --max-body is left to evhttp (its head has been passed on by then):
- * evhttp's own limit, set to the same value, answers 413 with its HTML
- * page and closes.  Its header limit (64 KiB) stays above the guard's.
+ * evhttp's own limits stay set as a backstop: headers 64 KiB (above the
+ * guard's), body --max-body.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -58,24 +65,23 @@ typedef enum gstate {
     G_CHUNK_DATA, /* chunked: body_left bytes of chunk data */
     G_CHUNK_END,  /* chunked: the CRLF after the data */
     G_TRAILER,    /* chunked: trailer lines until an empty one */
-    G_PASS,       /* framing lost (evhttp will fail the request): pass all */
-    G_REJECTED,   /* answered: drop everything */
+    G_REJECTED,   /* answered or dropped: ignore everything */
 } gstate;
 
 typedef struct guard {
     svc_server *srv;
     struct bufferevent *bev; /* the filter (the connection's bufferevent) */
     struct event *kick;      /* flushes output evhttp queued (see on_output) */
-    struct event *writable;  /* the socket can take more output (see filter_out) */
+    struct event *writable;  /* the socket can take more output (see on_kick) */
     gstate state;
-    size_t line_start;      /* G_HEAD: where the current line starts in src */
+    size_t line_start;       /* G_HEAD: where the current line starts in src */
     bool first_line;
-    bool no_body;           /* HEAD / TRACE */
+    bool no_body;            /* HEAD / TRACE */
     size_t header_bytes;
     long long content_length; /* -1: none */
-    bool chunked, bad_length;
-    bool seen_cl, seen_te;  /* the first of each header counts (evhttp_find_header) */
+    bool chunked, seen_cl, seen_te;
     unsigned long long body_left, body_total;
+    struct evbuffer *head, *body; /* a chunked request, gathered (see rewrite) */
 } guard;
 
 static void reset_head(guard *g)
@@ -86,10 +92,12 @@ static void reset_head(guard *g)
     g->no_body = false;
     g->header_bytes = 0;
     g->content_length = -1;
-    g->chunked = false;
-    g->bad_length = false;
-    g->seen_cl = g->seen_te = false;
+    g->chunked = g->seen_cl = g->seen_te = false;
     g->body_total = 0;
+    if (g->head)
+        evbuffer_drain(g->head, evbuffer_get_length(g->head));
+    if (g->body)
+        evbuffer_drain(g->body, evbuffer_get_length(g->body));
 }
 
 /* Replace the request with the marker request and drop the rest. */
@@ -102,6 +110,18 @@ static void reject(guard *g, struct evbuffer *src, struct evbuffer *dst, int sta
     g->state = G_REJECTED;
 }
 
+/* Not HTTP/1.x: close the connection without an answer (evhttp's would be
+ * an HTML page outside the contract). */
+static void drop(guard *g, struct evbuffer *src, const char *why)
+{
+    SVC_DEBUG("http guard: closing a connection: %s", why);
+    evbuffer_drain(src, evbuffer_get_length(src));
+    g->state = G_REJECTED;
+    evutil_socket_t fd = bufferevent_getfd(g->bev);
+    if (fd >= 0)
+        shutdown(fd, SHUT_RDWR); /* evhttp reads EOF and frees the connection */
+}
+
 static void trim(char *s)
 {
     size_t n = strlen(s);
@@ -111,41 +131,84 @@ static void trim(char *s)
     memmove(s, s + k, n - k + 1);
 }
 
-/* A header line of the head (not the request line): note the framing
- * headers, the first of each as evhttp_find_header does. */
-static void header_line(guard *g, struct evbuffer *src, size_t start, size_t len)
+/* Copy line [start, start+len) of src into buf (NUL-terminated, cut to size). */
+static size_t copy_line(struct evbuffer *src, size_t start, size_t len, char *buf, size_t size)
 {
-    bool *seen_cl = &g->seen_cl, *seen_te = &g->seen_te;
-    char line[128];
-    size_t n = len < sizeof line - 1 ? len : sizeof line - 1;
+    size_t n = len < size - 1 ? len : size - 1;
     struct evbuffer_ptr p;
     evbuffer_ptr_set(src, &p, start, EVBUFFER_PTR_SET);
-    if (evbuffer_copyout_from(src, &p, line, n) < 0)
-        return;
-    line[n] = '\0';
-    char *colon = strchr(line, ':');
-    if (!colon)
-        return;
+    if (evbuffer_copyout_from(src, &p, buf, n) < 0)
+        n = 0;
+    buf[n] = '\0';
+    return n;
+}
+
+/* "METHOD SP target SP HTTP/1.x"; notes whether the method has no body. */
+static bool request_line(guard *g, struct evbuffer *src, size_t start, size_t len)
+{
+    char line[GUARD_LINE_MAX + 1];
+    copy_line(src, start, len, line, sizeof line);
+    char *sp1 = strchr(line, ' ');
+    char *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
+    if (!sp1 || !sp2 || sp1 == line || sp2 == sp1 + 1 || strchr(sp2 + 1, ' '))
+        return false;
+    for (char *c = line; c < sp1; c++)
+        if (*c < 'A' || *c > 'Z')
+            return false;
+    if (strcmp(sp2 + 1, "HTTP/1.1") != 0 && strcmp(sp2 + 1, "HTTP/1.0") != 0)
+        return false;
+    *sp1 = '\0';
+    g->no_body = strcmp(line, "HEAD") == 0 || strcmp(line, "TRACE") == 0;
+    return true;
+}
+
+/* A header line; notes the framing headers (the first of each counts, as
+ * with evhttp_find_header).  False when it is not a header line. */
+static bool header_line(guard *g, struct evbuffer *src, size_t start, size_t len)
+{
+    char line[160];
+    size_t n = copy_line(src, start, len, line, sizeof line);
+    if (line[0] == ' ' || line[0] == '\t')
+        return g->header_bytes > 0; /* a folded continuation of the previous one */
+    char *colon = memchr(line, ':', n);
+    if (!colon) {
+        /* the name may be long: look for the colon past the copy */
+        struct evbuffer_ptr p;
+        evbuffer_ptr_set(src, &p, start, EVBUFFER_PTR_SET);
+        struct evbuffer_ptr c = evbuffer_search_range(src, ":", 1, &p, NULL);
+        if (c.pos < 0 || (size_t)c.pos >= start + len || c.pos == (ev_ssize_t)start)
+            return false;
+        return true;
+    }
+    if (colon == line)
+        return false;
+    for (char *c = line; c < colon; c++)
+        if (*c == ' ' || *c == '\t')
+            return false;
     *colon = '\0';
     char *value = colon + 1;
-    if (!*seen_cl && strcasecmp(line, "Content-Length") == 0) {
-        *seen_cl = true;
-        if (len >= sizeof line - 1) {
-            g->bad_length = true; /* longer than any valid length */
-            return;
-        }
+    if (strcasecmp(line, "Content-Length") == 0) {
+        if (len >= sizeof line - 1)
+            return false; /* longer than any valid length */
         trim(value);
         char *end = NULL;
-        long long v = strtoll(value, &end, 10);
-        if (!*value || *end || v < 0)
-            g->bad_length = true;
-        else
-            g->content_length = v;
-    } else if (!*seen_te && strcasecmp(line, "Transfer-Encoding") == 0) {
-        *seen_te = true;
+        long long v = value[0] >= '0' && value[0] <= '9' ? strtoll(value, &end, 10) : -1;
+        if (v < 0 || !end || *end)
+            return false;
+        if (g->seen_cl && v != g->content_length)
+            return false; /* two different lengths: a smuggling attempt */
+        g->seen_cl = true;
+        g->content_length = v;
+    } else if (strcasecmp(line, "Transfer-Encoding") == 0) {
+        if (g->seen_te)
+            return false;
+        g->seen_te = true;
         trim(value);
-        g->chunked = strcasecmp(value, "chunked") == 0;
+        if (strcasecmp(value, "chunked") != 0)
+            return false; /* no other coding is supported */
+        g->chunked = true;
     }
+    return true;
 }
 
 /* Move n bytes of src to dst. */
@@ -166,6 +229,34 @@ static bool front_line(struct evbuffer *src, size_t *len, size_t *total)
     return true;
 }
 
+/* A chunked request, complete: hand evhttp the same request with its body
+ * as one Content-Length body (so its size was checked before evhttp saw
+ * any of it, and a refusal is the contract's 413). */
+static void rewrite(guard *g, struct evbuffer *dst)
+{
+    bool first = true;
+    char *line;
+    size_t n;
+    while ((line = evbuffer_readln(g->head, &n, EVBUFFER_EOL_CRLF)) != NULL) {
+        if (n == 0) {
+            free(line);
+            break;
+        }
+        const char *colon = first ? NULL : strchr(line, ':');
+        size_t name = colon ? (size_t)(colon - line) : 0;
+        bool framing = colon && ((name == 17 && strncasecmp(line, "Transfer-Encoding", 17) == 0) ||
+                                 (name == 14 && strncasecmp(line, "Content-Length", 14) == 0));
+        if (!framing) {
+            evbuffer_add(dst, line, n);
+            evbuffer_add(dst, "\r\n", 2);
+        }
+        first = false;
+        free(line);
+    }
+    evbuffer_add_printf(dst, "Content-Length: %zu\r\n\r\n", evbuffer_get_length(g->body));
+    evbuffer_add_buffer(dst, g->body);
+}
+
 static enum bufferevent_filter_result filter_in(struct evbuffer *src, struct evbuffer *dst,
                                                 ev_ssize_t limit, enum bufferevent_flush_mode mode,
                                                 void *ctx)
@@ -173,7 +264,7 @@ static enum bufferevent_filter_result filter_in(struct evbuffer *src, struct evb
     (void)limit;
     (void)mode;
     guard *g = ctx;
-    const long long max_body = g->srv->cfg.max_body;
+    const unsigned long long max_body = (unsigned long long)g->srv->cfg.max_body;
     bool moved = false;
     for (;;) {
         size_t avail = evbuffer_get_length(src);
@@ -181,10 +272,6 @@ static enum bufferevent_filter_result filter_in(struct evbuffer *src, struct evb
         case G_REJECTED:
             evbuffer_drain(src, avail);
             return moved ? BEV_OK : BEV_NEED_MORE;
-        case G_PASS:
-            if (avail)
-                pass(src, dst, avail);
-            return avail || moved ? BEV_OK : BEV_NEED_MORE;
         case G_HEAD: {
             struct evbuffer_ptr p;
             evbuffer_ptr_set(src, &p, g->line_start, EVBUFFER_PTR_SET);
@@ -215,35 +302,40 @@ static enum bufferevent_filter_result filter_in(struct evbuffer *src, struct evb
                     reject(g, src, dst, 414);
                     return BEV_OK;
                 }
-                char method[8] = {0};
-                struct evbuffer_ptr mp;
-                evbuffer_ptr_set(src, &mp, g->line_start, EVBUFFER_PTR_SET);
-                evbuffer_copyout_from(src, &mp, method, len < 6 ? len : 6);
-                g->no_body = strncmp(method, "HEAD ", 5) == 0 || strncmp(method, "TRACE ", 6) == 0;
+                if (!request_line(g, src, g->line_start, len)) {
+                    drop(g, src, "not an HTTP/1.x request line");
+                    return moved ? BEV_OK : BEV_NEED_MORE;
+                }
                 g->first_line = false;
             } else if (len == 0) {
                 /* end of the head: refuse it whole, or pass it and follow
                  * its body */
-                if (!g->no_body && !g->chunked && !g->bad_length &&
-                    g->content_length > max_body) {
+                size_t head = (size_t)e.pos + eol;
+                if (g->no_body) {
+                    pass(src, dst, head);
+                    reset_head(g);
+                } else if (g->chunked) {
+                    if ((!g->head && !(g->head = evbuffer_new())) ||
+                        (!g->body && !(g->body = evbuffer_new()))) {
+                        drop(g, src, "out of memory");
+                        return moved ? BEV_OK : BEV_NEED_MORE;
+                    }
+                    evbuffer_remove_buffer(src, g->head, head);
+                    g->state = G_CHUNK_SIZE;
+                    continue;
+                } else if (g->content_length > (long long)max_body) {
                     reject(g, src, dst, 413);
                     return BEV_OK;
-                }
-                pass(src, dst, (size_t)e.pos + eol);
-                moved = true;
-                g->line_start = 0;
-                if (g->no_body)
-                    reset_head(g);
-                else if (g->chunked)
-                    g->state = G_CHUNK_SIZE;
-                else if (g->bad_length)
-                    g->state = G_PASS; /* evhttp answers 400 and closes */
-                else if (g->content_length > 0) {
-                    g->state = G_BODY;
-                    g->body_left = (unsigned long long)g->content_length;
                 } else {
-                    reset_head(g);
+                    pass(src, dst, head);
+                    if (g->content_length > 0) {
+                        g->state = G_BODY;
+                        g->body_left = (unsigned long long)g->content_length;
+                    } else {
+                        reset_head(g);
+                    }
                 }
+                moved = true;
                 continue;
             } else {
                 g->header_bytes += len + eol;
@@ -251,7 +343,10 @@ static enum bufferevent_filter_result filter_in(struct evbuffer *src, struct evb
                     reject(g, src, dst, 431);
                     return BEV_OK;
                 }
-                header_line(g, src, g->line_start, len);
+                if (!header_line(g, src, g->line_start, len)) {
+                    drop(g, src, "a malformed header line");
+                    return moved ? BEV_OK : BEV_NEED_MORE;
+                }
             }
             g->line_start = (size_t)e.pos + eol;
             continue;
@@ -261,8 +356,12 @@ static enum bufferevent_filter_result filter_in(struct evbuffer *src, struct evb
             if (!avail)
                 return moved ? BEV_OK : BEV_NEED_MORE;
             size_t n = g->body_left < avail ? (size_t)g->body_left : avail;
-            pass(src, dst, n);
-            moved = true;
+            if (g->state == G_BODY) {
+                pass(src, dst, n);
+                moved = true;
+            } else {
+                evbuffer_remove_buffer(src, g->body, n);
+            }
             g->body_left -= n;
             if (g->body_left == 0) {
                 if (g->state == G_BODY)
@@ -278,28 +377,27 @@ static enum bufferevent_filter_result filter_in(struct evbuffer *src, struct evb
             size_t len, total;
             if (!front_line(src, &len, &total)) {
                 if (avail > GUARD_CHUNK_LINE_MAX)
-                    g->state = G_PASS; /* not HTTP any more: evhttp decides */
+                    drop(g, src, "a chunk line past the limit");
                 return moved ? BEV_OK : BEV_NEED_MORE;
             }
             if (g->state == G_CHUNK_SIZE) {
-                char line[64] = {0};
-                evbuffer_copyout(src, line, len < sizeof line - 1 ? len : sizeof line - 1);
+                char line[64];
+                copy_line(src, 0, len, line, sizeof line);
                 char *end = NULL;
-                unsigned long long size = strtoull(line, &end, 16);
-                if (end == line) {
-                    g->state = G_PASS;
-                    continue;
+                bool hex = (line[0] >= '0' && line[0] <= '9') ||
+                           (line[0] >= 'a' && line[0] <= 'f') || (line[0] >= 'A' && line[0] <= 'F');
+                unsigned long long size = hex ? strtoull(line, &end, 16) : 0;
+                if (!hex || (*end && *end != ';' && *end != ' ' && *end != '\t') ||
+                    len > GUARD_CHUNK_LINE_MAX) {
+                    drop(g, src, "a malformed chunk size");
+                    return moved ? BEV_OK : BEV_NEED_MORE;
                 }
                 g->body_total += size;
-                if (size > (unsigned long long)max_body ||
-                    g->body_total > (unsigned long long)max_body) {
-                    /* evhttp has the head already; its own limit (the same
-                     * --max-body) answers 413 and closes */
-                    g->state = G_PASS;
-                    continue;
+                if (size > max_body || g->body_total > max_body) {
+                    reject(g, src, dst, 413);
+                    return BEV_OK;
                 }
-                pass(src, dst, total);
-                moved = true;
+                evbuffer_drain(src, total);
                 if (size == 0) {
                     g->state = G_TRAILER;
                 } else {
@@ -307,14 +405,19 @@ static enum bufferevent_filter_result filter_in(struct evbuffer *src, struct evb
                     g->body_left = size;
                 }
             } else if (g->state == G_CHUNK_END) {
-                pass(src, dst, total);
-                moved = true;
+                if (len != 0) {
+                    drop(g, src, "chunk data longer than its size");
+                    return moved ? BEV_OK : BEV_NEED_MORE;
+                }
+                evbuffer_drain(src, total);
                 g->state = G_CHUNK_SIZE;
             } else {
-                pass(src, dst, total);
-                moved = true;
-                if (len == 0)
+                evbuffer_drain(src, total); /* trailer fields are dropped */
+                if (len == 0) {
+                    rewrite(g, dst);
+                    moved = true;
                     reset_head(g);
+                }
             }
             continue;
         }
@@ -329,6 +432,10 @@ static void guard_free(void *ctx)
         event_free(g->kick);
     if (g->writable)
         event_free(g->writable);
+    if (g->head)
+        evbuffer_free(g->head);
+    if (g->body)
+        evbuffer_free(g->body);
     free(g);
 }
 

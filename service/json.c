@@ -72,8 +72,10 @@ static size_t put_utf8(char *o, uint32_t cp)
     return 4;
 }
 
-/* Reads a string at r->p (on the opening quote); malloc'd result. */
-static char *read_string(reader *r)
+/* Reads a string at r->p (on the opening quote); malloc'd result.  A
+ * \u0000 is kept as a NUL byte (the C string then ends early) and reported
+ * through *has_nul; NULL has_nul refuses it (object keys). */
+static char *read_string(reader *r, bool *has_nul)
 {
     r->p++; /* opening quote */
     const char *s = r->p;
@@ -164,10 +166,13 @@ static char *read_string(reader *r)
                 return NULL;
             }
             if (cp == 0) {
-                r->p = q;
-                fail(r, "string contains U+0000");
-                free(out);
-                return NULL;
+                if (!has_nul) {
+                    r->p = q;
+                    fail(r, "a key contains U+0000");
+                    free(out);
+                    return NULL;
+                }
+                *has_nul = true;
             }
             o += put_utf8(out + o, cp);
             break;
@@ -278,7 +283,7 @@ static cJSON *read_object(reader *r)
             goto bad;
         }
         const char *key_at = r->p;
-        char *key = read_string(r);
+        char *key = read_string(r, NULL);
         if (!key)
             goto bad;
         if (cJSON_GetObjectItemCaseSensitive(obj, key)) {
@@ -392,7 +397,8 @@ static cJSON *read_value(reader *r)
         r->depth--;
         return v;
     case '"': {
-        char *s = read_string(r);
+        bool nul = false;
+        char *s = read_string(r, &nul);
         if (!s)
             return NULL;
         v = cJSON_CreateString("");
@@ -403,6 +409,8 @@ static cJSON *read_value(reader *r)
         }
         cJSON_free(v->valuestring);
         v->valuestring = s;
+        if (nul)
+            v->type |= SVC_JSON_HAS_NUL;
         return v;
     }
     case 't':

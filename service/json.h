@@ -7,7 +7,9 @@
  * `30.5` can be told from `1000` and seeds up to 2^64-1 are read exactly.
  * The reader keeps each number's literal in its item's `valuestring`
  * (cJSON_Delete frees it), and its value in `valuedouble` as usual.
- * Strings containing U+0000 are refused (C strings cannot hold them).
+ * A string containing U+0000 is kept cut at the NUL and marked with
+ * SVC_JSON_HAS_NUL in its type bits, so the field that reads it can refuse
+ * it by name (C strings cannot hold it); keys containing it are refused.
  */
 #ifndef SVC_JSON_H
 #define SVC_JSON_H
@@ -19,6 +21,8 @@
 #include <cjson/cJSON.h>
 
 #define SVC_JSON_MAX_DEPTH 64
+/* A type bit cJSON does not use: the string held U+0000. */
+#define SVC_JSON_HAS_NUL (1 << 12)
 
 /* Parse buf[0..len).  Returns the tree (cJSON_Delete) or NULL with a
  * message ("invalid UTF-8 at byte 12", "duplicate key \"steps\"", ...). */

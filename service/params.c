@@ -148,6 +148,8 @@ static int get_string(parser *ps, const char *name, size_t max_len, bool require
         describe(it, got, sizeof got);
         return fail(ps, name, "%s must be a string, got %s", name, got);
     }
+    if (it->type & SVC_JSON_HAS_NUL)
+        return fail(ps, name, "%s must not contain U+0000 (NUL)", name);
     size_t len = strlen(it->valuestring);
     if (len > max_len)
         return fail(ps, name, "%s is %zu bytes long; at most %zu", name, len, max_len);
@@ -217,6 +219,8 @@ static int get_image(parser *ps, const char *name, int channels, uint8_t **file,
         describe(it, got, sizeof got);
         return fail(ps, name, "%s must be a base64 PNG or JPEG string, got %s", name, got);
     }
+    if (it->type & SVC_JSON_HAS_NUL)
+        return fail(ps, name, "%s is not valid base64: it contains U+0000", name);
     const char *s = it->valuestring;
     size_t len = strlen(s);
     if (strncmp(s, "data:", 5) == 0) {
