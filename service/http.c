@@ -281,7 +281,11 @@ int svc_http_start(svc_server *s)
     /* backstops above the guard's limits (http_guard.c) */
     evhttp_set_max_headers_size(s->http, 64 * 1024);
     evhttp_set_max_body_size(s->http, s->cfg.max_body);
-    evhttp_set_timeout(s->http, 120);
+    /* no progress for 50 s (libevent's default): the connection closes; a
+     * head trickling in counts as none until it is whole (the guard holds
+     * it), so a slowloris client is cut after 50 s.  Streams send a
+     * keepalive every 15 s, so only a reader that stopped reading hits it */
+    evhttp_set_timeout(s->http, 50);
     evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
                                             EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |

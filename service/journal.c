@@ -175,6 +175,12 @@ int svc_journal_local_open(const char *path, svc_journal_fn fn, void *user, svc_
         }
         uint32_t len = get_u32((const uint8_t *)data + off);
         uint32_t crc = get_u32((const uint8_t *)data + off + 4);
+        if (len == 0) {
+            /* never written: records are JSON objects (a zero-filled,
+             * preallocated tail reads as empty records with CRC 0) */
+            why = "an empty record";
+            break;
+        }
         if (len > JOURNAL_MAX_RECORD) {
             why = "a record length past the limit";
             break;

@@ -44,6 +44,8 @@ typedef struct svc_sse_client {
     bool gone;                  /* the connection closed under us */
     bool req_detached;          /* evhttp let go of the request: we free it */
     struct event *watch;        /* EOF detection on the socket */
+    struct event *keepalive;    /* every KEEPALIVE_S from the stream's start */
+    bool keepalive_due;         /* fired while a chunk was in flight */
     struct evhttp_connection *evcon;
     struct svc_sse_client *sprev, *snext; /* the job's / batch's clients */
     struct svc_sse_client *gprev, *gnext; /* every client */
@@ -55,7 +57,7 @@ struct svc_sse {
     svc_sse_client *all;
     int count;
     svc_sse_client *dead;       /* waiting for the reaper */
-    struct event *keepalive, *reaper;
+    struct event *reaper;
 };
 
 static void pump(svc_sse_client *c);
@@ -92,6 +94,10 @@ static void retire(svc_sse_client *c)
     if (c->watch) {
         event_free(c->watch);
         c->watch = NULL;
+    }
+    if (c->keepalive) {
+        event_free(c->keepalive);
+        c->keepalive = NULL;
     }
     unlink_client(c);
     svc_sse *x = c->srv->sse;
@@ -154,6 +160,8 @@ static void on_close(struct evhttp_connection *evcon, void *arg)
     retire(c);
 }
 
+static void send_keepalive(svc_sse_client *c);
+
 static void on_flushed(struct evhttp_connection *evcon, void *arg)
 {
     (void)evcon;
@@ -161,6 +169,8 @@ static void on_flushed(struct evhttp_connection *evcon, void *arg)
     c->inflight = false;
     if (!c->ended)
         pump(c);
+    if (!c->ended && !c->inflight && c->keepalive_due)
+        send_keepalive(c);
 }
 
 static void on_readable(evutil_socket_t fd, short what, void *arg)
@@ -220,22 +230,31 @@ static void pump(svc_sse_client *c)
         end_stream(c);
 }
 
+static void send_keepalive(svc_sse_client *c)
+{
+    c->keepalive_due = false;
+    struct evbuffer *buf = evbuffer_new();
+    if (!buf)
+        return;
+    evbuffer_add(buf, ": keepalive\n\n", 13);
+    send_chunk(c, buf);
+    evbuffer_free(buf);
+}
+
+/* Every KEEPALIVE_S of a stream, whatever else it carries (a proxy's idle
+ * timer sees bytes; a client sees the server is alive).  Sent after the
+ * chunk in flight, if any. */
 static void on_keepalive(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    svc_sse *x = arg;
-    for (svc_sse_client *c = x->all, *next; c; c = next) {
-        next = c->gnext;
-        if (c->ended || c->inflight)
-            continue;
-        struct evbuffer *buf = evbuffer_new();
-        if (!buf)
-            continue;
-        evbuffer_add(buf, ": keepalive\n\n", 13);
-        send_chunk(c, buf);
-        evbuffer_free(buf);
-    }
+    svc_sse_client *c = arg;
+    if (c->ended)
+        return;
+    if (c->inflight)
+        c->keepalive_due = true;
+    else
+        send_keepalive(c);
 }
 
 svc_sse *svc_sse_new(svc_server *s)
@@ -244,14 +263,11 @@ svc_sse *svc_sse_new(svc_server *s)
     if (!x)
         return NULL;
     x->srv = s;
-    x->keepalive = event_new(s->base, -1, EV_PERSIST, on_keepalive, x);
     x->reaper = event_new(s->base, -1, 0, reap, x);
-    if (!x->keepalive || !x->reaper) {
+    if (!x->reaper) {
         svc_sse_free(x);
         return NULL;
     }
-    struct timeval tv = {KEEPALIVE_S, 0};
-    event_add(x->keepalive, &tv);
     return x;
 }
 
@@ -261,8 +277,6 @@ void svc_sse_free(svc_sse *x)
         return;
     if (x->reaper)
         reap(-1, 0, x);
-    if (x->keepalive)
-        event_free(x->keepalive);
     if (x->reaper)
         event_free(x->reaper);
     free(x);
@@ -295,6 +309,11 @@ static void open_stream(svc_server *s, svc_req *r, svc_job *j, svc_batch *b, uin
             if (c->watch)
                 event_add(c->watch, NULL);
         }
+    }
+    c->keepalive = event_new(s->base, -1, EV_PERSIST, on_keepalive, c);
+    if (c->keepalive) {
+        struct timeval tv = {KEEPALIVE_S, 0};
+        event_add(c->keepalive, &tv);
     }
     svc_sse_client **head = j ? &j->clients : &b->clients;
     c->snext = *head;

@@ -7,7 +7,8 @@
  * callback, so a slow reader costs its own buffer and nothing else.
  * Last-Event-ID sets the starting cursor; a client arriving after the end
  * gets the history and the final event, then the stream closes.  A
- * `: keepalive` comment goes to every stream every 15 s.  Disconnects are
+ * `: keepalive` comment goes to every stream every 15 s from its start (after
+ * the chunk in flight, if any).  Disconnects are
  * seen by a read watch on the socket (EOF) and by failed writes.
  *
  * Owner: the event loop.  A client is freed at a safe point after its

@@ -277,12 +277,21 @@ static void *worker_main(void *arg)
         tsr_batch_stats now;
         tsr_batch_stats_get(w->batch, &now);
         if (now.unet_calls > last.unet_calls) {
-            svc_msg *m = svc_msg_new(SVC_MSG_UNET_CALL);
-            if (m) {
-                m->images = now.last_call_images;
-                m->seconds = now.last_call_seconds;
+            /* one call per step; should a step ever make more, report
+             * them as calls of the average size */
+            const uint64_t calls = now.unet_calls - last.unet_calls;
+            for (uint64_t k = 0; k < calls; k++) {
+                svc_msg *m = svc_msg_new(SVC_MSG_UNET_CALL);
+                if (m) {
+                    m->images = calls == 1 ? now.last_call_images
+                                           : (int)((now.images_evaluated -
+                                                    last.images_evaluated) / calls);
+                    m->seconds = calls == 1 ? now.last_call_seconds
+                                            : (now.unet_seconds - last.unet_seconds) /
+                                                  (double)calls;
+                }
+                post(w, m);
             }
-            post(w, m);
         }
         last = now;
         /* an image the engine let go of without a final callback would pin
