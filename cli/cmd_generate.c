@@ -53,6 +53,8 @@ typedef struct progress {
 static void on_step(void *user, const tsr_step_info *info)
 {
     progress *pr = user;
+    if (info->state != TSR_JOB_DENOISING)
+        return; /* final states: reported after the loop from the results */
     pr->evals_done++;
     if (pr->preview_dir && info->preview_rgb) {
         int index = info->job <= pr->n_jobs ? pr->job_index[info->job] : info->job;
@@ -78,6 +80,25 @@ static void on_step(void *user, const tsr_step_info *info)
     fflush(stderr);
 }
 
+
+/* The flag that sets an engine parameter (tsr_image_params_check's field). */
+static const char *flag_of_field(const char *field)
+{
+    static const char *const map[][2] = {
+        {"width", "--width"},         {"height", "--height"},
+        {"steps", "--steps"},         {"cfg_scale", "--cfg-scale"},
+        {"guidance_rescale", "--guidance-rescale"}, {"sampler", "--sampler"},
+        {"scheduler", "--scheduler"},  {"rng", "--rng"},
+        {"clip_skip", "--clip-skip"}, {"eta", "--eta"},
+        {"prompt", "--prompt"},       {"negative_prompt", "--negative-prompt"},
+        {"strength", "--strength"},   {"init_image", "--init-image"},
+        {"mask", "--mask"},
+    };
+    for (size_t i = 0; field && i < sizeof map / sizeof *map; i++)
+        if (strcmp(field, map[i][0]) == 0)
+            return map[i][1];
+    return NULL;
+}
 
 static int load_png(const char *flag, const char *path, int channels, tsr_image *img)
 {
@@ -287,11 +308,15 @@ int tsr_cmd_generate(int argc, char **argv)
         o.width = tsr_engine_default_size(engine);
     if (!o.height)
         o.height = tsr_engine_default_size(engine);
-    const int rows = (int)(o.cfg > 1 ? 2 * o.batch : o.batch);
-    TSR_CHECK_GOTO(rc, tsr_batch_create(engine, rows, &batch), fail);
+    tsr_batch_options bo;
+    tsr_batch_options_init(&bo);
+    bo.max_rows = (int)(o.cfg > 1 ? 2 * o.batch : o.batch);
+    TSR_CHECK_GOTO(rc, tsr_batch_create(engine, &bo, &batch), fail);
     progress pr = {isatty(STDERR_FILENO) && !o.quiet, (int)o.batch, 0, 0, 0, o.preview_dir,
                    job_index, MAX_BATCH + 1, 0};
-    tsr_batch_set_callback(batch, on_step, &pr, o.preview_dir != NULL);
+    /* TAESD previews are at image size; linear ones at latent size */
+    tsr_batch_set_callback(batch, on_step, &pr,
+                           o.preview_dir ? TSR_PREVIEW_LATENT : TSR_PREVIEW_NONE);
 
     for (int i = 0; i < o.batch; i++) {
         tsr_image_params p;
@@ -312,10 +337,15 @@ int tsr_cmd_generate(int argc, char **argv)
         p.init_image = o.init ? init.data : NULL;
         p.strength = o.strength;
         p.mask = o.mask ? mask.data : NULL;
-        rc = tsr_batch_submit(batch, &p, &jobs[n_jobs]);
+        const char *field = NULL;
+        rc = tsr_image_params_check(engine, &p, &field);
+        if (rc == TSR_OK)
+            rc = tsr_batch_submit(batch, &p, &jobs[n_jobs]);
         if (rc < 0) {
             /* the first image fails the same way as the rest: bad input */
-            fprintf(stderr, "tessera generate: %s\n", tsr_last_error());
+            const char *flag = flag_of_field(field);
+            fprintf(stderr, "tessera generate: %s%s%s\n", flag ? flag : "", flag ? ": " : "",
+                    tsr_last_error());
             goto usage;
         }
         job_index[jobs[n_jobs]] = i;

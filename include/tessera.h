@@ -234,8 +234,9 @@ void tsr_batch_options_init(tsr_batch_options *o);
  * borrowed for the duration of the call. */
 typedef struct tsr_step_info {
     int job;
-    tsr_job_state state;       /* DENOISING after an evaluation; DONE, FAILED or
-                                * CANCELLED once when the image reaches it */
+    tsr_job_state state;       /* DENOISING after an evaluation; DONE or FAILED
+                                * once when the image reaches it (a cancel is
+                                * the caller's own act and is not reported) */
     int status;                /* why it failed (FAILED/CANCELLED), else TSR_OK */
     int step, steps;           /* user-visible steps done / total */
     double timestep;
@@ -259,7 +260,9 @@ typedef void (*tsr_step_fn)(void *user, const tsr_step_info *info);
 int tsr_batch_create(tsr_engine *e, const tsr_batch_options *o, tsr_batch **out);
 void tsr_batch_free(tsr_batch *b);
 /* Called after every model evaluation of every image, and once when an
- * image reaches a final state (borrowed user).  previews: tsr_preview_mode. */
+ * image reaches DONE or FAILED (borrowed user).  previews: tsr_preview_mode;
+ * with a TAESD decoder on the engine, previews come from it at image size
+ * in either mode. */
 void tsr_batch_set_callback(tsr_batch *b, tsr_step_fn fn, void *user, int previews);
 /* Check and copy the parameters (init image and mask included); *job is the
  * new image's id (> 0).  Fails, naming the field, and adds nothing on any

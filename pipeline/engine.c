@@ -167,6 +167,15 @@ int tsr_engine_open(const tsr_engine_options *o, tsr_engine **out)
         goto fail;
     }
     e->vae_factor = tsr_vae_factor(e->vae);
+    if (e->taesd && (e->vae_factor != 8 ||
+                     tsr_taesd_latent_channels(e->taesd) != vd->latent_channels)) {
+        rc = tsr_errorf(TSR_ERR_INVALID,
+                        "%s: TAESD decodes %d-channel latents 8x; this VAE has %d channels and "
+                        "factor %d",
+                        o->taesd, tsr_taesd_latent_channels(e->taesd), vd->latent_channels,
+                        e->vae_factor);
+        goto fail;
+    }
     choose_preview_map(e, vd);
     e->size_multiple = e->vae_factor; /* the UNet takes any latent size */
 
@@ -189,6 +198,14 @@ int tsr_engine_open(const tsr_engine_options *o, tsr_engine **out)
         size = ud->sample_size * e->vae_factor;
     e->default_size = size;
     model_stem(path, e->model_name, sizeof e->model_name);
+    /* A1111's "Model hash" is defined for single checkpoint files; hashing
+     * reads the whole file, so it is done once here, not per image. */
+    if (tsr_model_layout_of(e->model) == TSR_LAYOUT_SINGLE_FILE &&
+        tsr_a1111_model_hash(path, e->model_hash) != TSR_OK) {
+        TSR_WARN("no model hash for the infotext: %s", tsr_last_error());
+        e->model_hash[0] = '\0';
+        tsr_error_clear();
+    }
     TSR_INFO("model %s (%s) on %s", e->model_name, tsr_family_name(e->family), e->backend->name);
     *out = e;
     return TSR_OK;
@@ -217,17 +234,82 @@ int tsr_engine_is_inpainting(const tsr_engine *e)
     return e->in_channels != e->latent_channels;
 }
 
-int tsr_job_infotext(tsr_engine *e, tsr_job *j)
+const char *tsr_engine_model_name(const tsr_engine *e)
 {
-    if (!e->hash_done) {
-        /* A1111's "Model hash" is defined for single checkpoint files. */
-        e->hash_done = true;
-        if (tsr_model_layout_of(e->model) == TSR_LAYOUT_SINGLE_FILE &&
-            tsr_a1111_model_hash(tsr_model_path(e->model), e->model_hash) != TSR_OK) {
-            e->model_hash[0] = '\0';
-            tsr_error_clear();
-        }
+    return e->model_name;
+}
+
+const char *tsr_engine_model_hash(const tsr_engine *e)
+{
+    return e->model_hash;
+}
+
+int tsr_engine_memory_estimate(tsr_engine *e, const tsr_batch_options *o, int images, int width,
+                               int height, int cfg, size_t *bytes)
+{
+    *bytes = 0;
+    tsr_batch_options def;
+    if (!o) {
+        tsr_batch_options_init(&def);
+        o = &def;
     }
+    if (images < 1 || width < TSR_MIN_SIZE || height < TSR_MIN_SIZE || width > TSR_MAX_SIZE ||
+        height > TSR_MAX_SIZE || width % e->vae_factor || height % e->vae_factor)
+        return tsr_errorf(TSR_ERR_INVALID, "memory estimate: %d images of %dx%d", images, width,
+                          height);
+    const int per = cfg ? 2 : 1;
+    int rows = images * per;
+    if (rows > o->max_rows)
+        rows = o->max_rows - o->max_rows % per;
+    const int used = rows / per; /* images in one UNet call */
+    const size_t lh = (size_t)height / e->vae_factor, lw = (size_t)width / e->vae_factor;
+    const size_t C = (size_t)e->latent_channels, Cin = (size_t)e->in_channels;
+    const size_t L = 77 * 4; /* prompts up to 4 windows of 77 tokens */
+    const size_t D = (size_t)tsr_text_cond_dim(e->cond), P = (size_t)tsr_text_cond_pooled_dim(e->cond);
+    /* 1. the UNet's workspace for `rows` rows */
+    tsr_unet_inputs in;
+    memset(&in, 0, sizeof in);
+    in.batch = rows;
+    in.height = (int)lh;
+    in.width = (int)lw;
+    in.channels = (int)Cin;
+    in.context_len = (int)L;
+    float dummy = 0;
+    in.latents = in.timesteps = in.context = &dummy;
+    if (e->sdxl) {
+        in.text_embeds = in.time_ids = &dummy;
+        in.n_time_ids = 6;
+    }
+    size_t unet_ws;
+    TSR_TRY(tsr_unet_workspace_need(e->unet, &in, &unet_ws));
+    /* 2. the batch's row buffers: inputs, outputs, contexts, guidance */
+    size_t batch_bufs = sizeof(float) * ((size_t)rows * lh * lw * (Cin + C) +
+                                         (size_t)rows * L * (D + P + 7) + lh * lw * C);
+    /* 3. one VAE decode chunk (tiled above the pixel limit: 64x64-latent tiles) */
+    int chunk = images < o->max_decode_images ? images : o->max_decode_images;
+    size_t vae_ws;
+    const bool tiled = (long long)width * height > o->max_decode_pixels;
+    const int dh = tiled && lh > 64 ? 64 : (int)lh, dw = tiled && lw > 64 ? 64 : (int)lw;
+    TSR_TRY(tsr_vae_decode_workspace_need(e->vae, chunk, dh, dw, &vae_ws));
+    const size_t npix = (size_t)width * height;
+    size_t decode_io = (size_t)chunk * (lh * lw * C + npix * 3) * sizeof(float);
+    if (tiled) /* the tile's own input/output copies */
+        decode_io += (size_t)chunk * (64 * 64 * C + 512 * 512 * 3) * sizeof(float);
+    /* 4. per image: latent, x0, masks, conditioning, the finished RGB, a
+     *    preview at image size */
+    size_t per_image = sizeof(float) * (3 * lh * lw * C + lh * lw + 2 * L * D + 2 * P) + npix * 3;
+    size_t preview = npix * 3 + lh * lw * 3;
+    (void)used;
+    /* 5. what no planner sees: the backend's scratch (the CPU's im2col tiles
+     *    and attention score blocks per thread) and allocator slack */
+    const size_t planned =
+        unet_ws + batch_bufs + vae_ws + decode_io + (size_t)images * per_image + preview;
+    *bytes = planned + planned / 10 + ((size_t)64 << 20);
+    return TSR_OK;
+}
+
+int tsr_job_infotext(const tsr_engine *e, tsr_job *j)
+{
     tsr_a1111_info info;
     tsr_a1111_info_init(&info);
     info.prompt = j->prompt;

@@ -39,16 +39,34 @@ struct tsr_engine {
     int size_multiple;      /* image sides must be multiples of this (the VAE factor) */
     int default_size;
     char model_name[256];   /* file or folder stem, for the infotext */
-    char model_hash[11];    /* A1111 AutoV2 hash of a single file; "" unknown */
-    bool hash_done;
+    char model_hash[11];    /* A1111 AutoV2 hash of a single file, computed at open; "" unknown */
 };
 
-/* One image in flight. */
+/* Parameters after checking: the defaults applied and names resolved. */
+typedef struct tsr_params_resolved {
+    int width, height;
+    tsr_sampler_kind sampler;
+    tsr_schedule schedule;
+    tsr_rng_kind rng;
+} tsr_params_resolved;
+
+/* Check p against e (pipeline/params.c); *field names a bad parameter. */
+int tsr_params_resolve(const tsr_engine *e, const tsr_image_params *p, tsr_params_resolved *r,
+                       const char **field);
+
+/* One image in flight.  Owned by its batch (pipeline/batch.c) from submit
+ * until take; everything it points to is owned by it. */
 typedef struct tsr_job {
     int id;
     uint64_t order;     /* submission sequence: the oldest image leads a step */
-    int status;         /* TSR_OK while running and when done well */
-    bool running;       /* still denoising */
+    tsr_job_state state;
+    int status;         /* TSR_OK unless FAILED or CANCELLED */
+    bool final_reported; /* the step callback has seen its final state */
+    /* the submitted parameters, deep-copied (pointers owned); init_image and
+     * mask are released once the prepare phase has used them */
+    tsr_image_params params;
+    tsr_params_resolved res;
+    double prepare_s, denoise_s, decode_s;
     int width, height;  /* image */
     int lh, lw;         /* latent */
     tsr_sampler *sampler;
@@ -75,6 +93,20 @@ typedef struct tsr_job {
 } tsr_job;
 
 /* The A1111 infotext for a finished job (owned string in job->parameters). */
-int tsr_job_infotext(tsr_engine *e, tsr_job *j);
+int tsr_job_infotext(const tsr_engine *e, tsr_job *j);
+
+/* pipeline/job.c: a job's life outside the UNet call. */
+/* Copy p (already checked into r) into a new QUEUED job. */
+int tsr_job_create(const tsr_engine *e, const tsr_image_params *p, const tsr_params_resolved *r,
+                   tsr_job **out);
+void tsr_job_free(tsr_job *j);
+/* The prepare phase: sampler, prompt encoding, initial latents (img2img and
+ * inpainting encode their image).  QUEUED -> DENOISING on success. */
+int tsr_job_prepare(tsr_engine *e, tsr_job *j);
+/* Rows of one UNet call this image takes (2 with guidance). */
+static inline int tsr_job_rows(const tsr_job *j) { return j->cfg ? 2 : 1; }
+
+/* Monotonic seconds. */
+double tsr_pipeline_now(void);
 
 #endif

@@ -156,6 +156,19 @@ fail:
     return rc;
 }
 
+int tsr_text_cond_max_clip_skip(const tsr_text_cond *c)
+{
+    /* hidden state `skip` from the end exists for skip <= layers + 1; SDXL
+     * reads one further back than the clip skip says */
+    int best = 12;
+    for (int i = 0; i < c->n_enc; i++) {
+        int m = tsr_clip_get_config(c->enc[i].clip)->num_hidden_layers + 1 - (c->sdxl ? 1 : 0);
+        if (m < best)
+            best = m;
+    }
+    return best;
+}
+
 static tsr_clip_output cond_output(const tsr_text_cond *c, int clip_skip)
 {
     tsr_clip_output o;

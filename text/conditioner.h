@@ -49,6 +49,8 @@ void tsr_text_cond_free(tsr_text_cond *c);
 
 int tsr_text_cond_dim(const tsr_text_cond *c);
 int tsr_text_cond_pooled_dim(const tsr_text_cond *c);
+/* The largest clip skip these encoders can give (<= 12). */
+int tsr_text_cond_max_clip_skip(const tsr_text_cond *c);
 
 /* Encode n prompts (UTF-8, NUL-terminated) in one batched call.
  * clip_skip: 1 = the family's default layer; larger takes earlier layers.

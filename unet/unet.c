@@ -489,6 +489,25 @@ int tsr_unet_plan(tsr_unet *u, const tsr_unet_inputs *in)
     return TSR_OK;
 }
 
+int tsr_unet_workspace_need(tsr_unet *u, const tsr_unet_inputs *in, size_t *bytes)
+{
+    *bytes = 0;
+    TSR_TRY(check_inputs(u, in));
+    tsr_arena plan;
+    tsr_arena_init_measure(&plan, u->be);
+    int rc = unet_walk(u, &plan, in, NULL);
+    *bytes = plan.peak;
+    tsr_arena_free(&plan);
+    return rc;
+}
+
+void tsr_unet_trim(tsr_unet *u)
+{
+    tsr_arena_free(&u->ws);
+    memset(&u->ws, 0, sizeof u->ws);
+    memset(u->plan, 0, sizeof u->plan);
+}
+
 int tsr_unet_forward(tsr_unet *u, const tsr_unet_inputs *in, float *out)
 {
     if (!u || !out)

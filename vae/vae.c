@@ -130,6 +130,29 @@ static int plan(tsr_vae *v, vae_mode mode, int B, int h, int w)
     return TSR_OK;
 }
 
+int tsr_vae_decode_workspace_need(tsr_vae *v, int B, int h, int w, size_t *bytes)
+{
+    *bytes = 0;
+    tsr_arena m;
+    tsr_arena_init_measure(&m, v->backend);
+    vae_run r = {.v = v, .ws = &m, .measuring = true};
+    int rc = tsr_vae_net_decode(&r, NULL, B, h, w, NULL);
+    const size_t temps = m.peak;
+    tsr_arena_free(&m);
+    TSR_TRY(rc);
+    *bytes = 3 * align64(r.need * sizeof(float)) + temps + 4 * TSR_ARENA_ALIGN;
+    return TSR_OK;
+}
+
+void tsr_vae_trim(tsr_vae *v)
+{
+    tsr_arena_free(&v->ws);
+    memset(&v->ws, 0, sizeof v->ws);
+    v->slot_elems = 0;
+    v->plan_mode = 0;
+    v->plan_b = v->plan_h = v->plan_w = 0;
+}
+
 static int check_shape(const char *what, int batch, int h, int w)
 {
     if (batch < 1 || batch > VAE_MAX_BATCH)

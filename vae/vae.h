@@ -66,6 +66,11 @@ int tsr_vae_factor(const tsr_vae *v);
 bool tsr_vae_force_upcast(const tsr_vae *v);
 /* Bytes of the workspace currently held (0 before the first call). */
 size_t tsr_vae_workspace_bytes(const tsr_vae *v);
+/* The workspace an untiled decode of [B, h, w] latents needs (planning
+ * only; holds nothing). */
+int tsr_vae_decode_workspace_need(tsr_vae *v, int B, int h, int w, size_t *bytes);
+/* Release the workspace (the next call plans again). */
+void tsr_vae_trim(tsr_vae *v);
 
 /* Decode UNet latents [batch, h, w, C] (host) into images
  * [batch, h*f, w*f, out_channels] (host) in the decoder's raw range (about

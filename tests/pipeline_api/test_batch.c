@@ -26,6 +26,15 @@ static int open_engine(tsr_engine **e)
     return 0;
 }
 
+/* A batch with max_rows rows per UNet call, the other options default. */
+static int create_rows(tsr_engine *e, int rows, tsr_batch **b)
+{
+    tsr_batch_options o;
+    tsr_batch_options_init(&o);
+    o.max_rows = rows;
+    return tsr_batch_create(e, &o, b);
+}
+
 static tsr_image_params params_a(void)
 {
     tsr_image_params p;
@@ -78,7 +87,7 @@ static int alone(tsr_engine *e, const tsr_image_params *p, image *out)
 {
     tsr_batch *b;
     int job;
-    ASSERT_OK(tsr_batch_create(e, 2, &b));
+    ASSERT_OK(create_rows(e, 2, &b));
     ASSERT_OK(tsr_batch_submit(b, p, &job));
     if (run_all(b) || take(b, job, out))
         return 1;
@@ -109,7 +118,7 @@ static int test_join_mid_batch(void)
 
     tsr_batch *b;
     int ja, jb, finished = 0;
-    ASSERT_OK(tsr_batch_create(e, 8, &b));
+    ASSERT_OK(create_rows(e, 8, &b));
     ASSERT_OK(tsr_batch_submit(b, &pa, &ja));
     ASSERT_OK(tsr_batch_step(b, &finished));
     ASSERT_OK(tsr_batch_step(b, &finished));
@@ -144,7 +153,7 @@ static int test_cancel(void)
         return 1;
     tsr_batch *b;
     int ja, jb;
-    ASSERT_OK(tsr_batch_create(e, 8, &b));
+    ASSERT_OK(create_rows(e, 8, &b));
     ASSERT_OK(tsr_batch_submit(b, &pb, &jb));
     ASSERT_OK(tsr_batch_submit(b, &pa, &ja));
     ASSERT_OK(tsr_batch_step(b, NULL));
@@ -172,8 +181,8 @@ static int test_bad_params_add_nothing(void)
     if (open_engine(&e))
         return 1;
     tsr_batch *b;
-    ASSERT_OK(tsr_batch_create(e, 4, &b));
-    ASSERT_EQ(tsr_batch_create(e, 0, &(tsr_batch *){NULL}), TSR_ERR_INVALID);
+    ASSERT_OK(create_rows(e, 4, &b));
+    ASSERT_EQ(create_rows(e, 0, &(tsr_batch *){NULL}), TSR_ERR_INVALID);
     tsr_image_params p = params_a();
     int job = -1;
     p.steps = 0;
@@ -216,12 +225,16 @@ static int test_bad_params_add_nothing(void)
 }
 
 typedef struct seen {
-    int calls, last_step, previews;
+    int calls, last_step, previews, finals;
 } seen;
 
 static void on_step(void *user, const tsr_step_info *info)
 {
     seen *s = user;
+    if (info->state != TSR_JOB_DENOISING) {
+        s->finals += info->state == TSR_JOB_DONE;
+        return;
+    }
     s->calls++;
     s->last_step = info->step;
     if (info->preview_rgb && info->preview_width == info->latent_width &&
@@ -235,8 +248,8 @@ static int test_callback_and_previews(void)
     if (open_engine(&e))
         return 1;
     tsr_batch *b;
-    ASSERT_OK(tsr_batch_create(e, 4, &b));
-    seen s = {0, 0, 0};
+    ASSERT_OK(create_rows(e, 4, &b));
+    seen s = {0, 0, 0, 0};
     tsr_batch_set_callback(b, on_step, &s, 1);
     tsr_image_params p = params_a();
     p.sampler = "heun"; /* two evaluations per step but the last */
@@ -247,6 +260,7 @@ static int test_callback_and_previews(void)
     ASSERT_EQ(s.calls, 2 * 4 - 1);
     ASSERT_EQ(s.last_step, 4);
     ASSERT_EQ(s.previews, s.calls);
+    ASSERT_EQ(s.finals, 1); /* DONE is reported once */
     tsr_result r;
     ASSERT_OK(tsr_batch_take(b, job, &r));
     ASSERT_TRUE(strstr(r.parameters, "Steps: 4, Sampler: Heun") != NULL);
@@ -264,7 +278,7 @@ static int test_row_limit(void)
     if (open_engine(&e))
         return 1;
     tsr_batch *b;
-    ASSERT_OK(tsr_batch_create(e, 4, &b));
+    ASSERT_OK(create_rows(e, 4, &b));
     int jobs[3];
     for (int i = 0; i < 3; i++) {
         tsr_image_params p = params_a();

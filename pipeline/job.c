@@ -1,0 +1,282 @@
+/*
+ * pipeline/job.c - one image outside the UNet call: created from checked
+ * parameters (a deep copy, so the caller's buffers are free the moment
+ * submit returns), prepared (sampler, prompt encoding, initial latents) and
+ * freed.
+ *
+ * The prepare phase draws from the image's own RNG stream in diffusers'
+ * order: txt2img draws the initial noise; img2img draws the VAE sample noise
+ * then the noise added at the first timestep; inpainting (9-channel UNet)
+ * draws the initial noise and then the masked image's VAE sample noise.
+ * Since every stream is the image's own, preparing an image later than it
+ * was submitted (between other images' steps) changes none of its numbers.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "pipeline/pipeline_internal.h"
+
+double tsr_pipeline_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static char *dup_str(const char *s)
+{
+    if (!s)
+        return NULL;
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+static void *dup_bytes(const void *p, size_t n)
+{
+    void *d = malloc(n ? n : 1);
+    if (d && n)
+        memcpy(d, p, n);
+    return d;
+}
+
+void tsr_job_free(tsr_job *j)
+{
+    if (!j)
+        return;
+    tsr_sampler_free(j->sampler);
+    free(j->latent);
+    free(j->x0);
+    free(j->mask);
+    free(j->masked);
+    tsr_text_embedding_free(&j->cond);
+    tsr_text_embedding_free(&j->uncond);
+    free(j->prompt);
+    free(j->negative);
+    free((void *)j->params.init_image);
+    free((void *)j->params.mask);
+    free(j->rgb);
+    free(j->parameters);
+    free(j);
+}
+
+int tsr_job_create(const tsr_engine *e, const tsr_image_params *p, const tsr_params_resolved *r,
+                   tsr_job **out)
+{
+    *out = NULL;
+    tsr_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return tsr_errorf(TSR_ERR_NOMEM, "out of memory");
+    j->state = TSR_JOB_QUEUED;
+    j->params = *p;
+    j->params.prompt = j->params.negative_prompt = j->params.sampler = j->params.schedule = NULL;
+    j->params.rng = NULL;
+    j->params.init_image = j->params.mask = NULL;
+    j->res = *r;
+    j->width = r->width;
+    j->height = r->height;
+    j->lh = r->height / e->vae_factor;
+    j->lw = r->width / e->vae_factor;
+    j->sampler_kind = r->sampler;
+    j->schedule = r->schedule;
+    j->rng_kind = r->rng;
+    j->seed = p->seed;
+    j->cfg = p->cfg_scale > 1.0;
+    j->cfg_scale = p->cfg_scale;
+    j->rescale = p->guidance_rescale;
+    j->steps = p->steps;
+    j->clip_skip = p->clip_skip;
+    j->strength = p->init_image ? p->strength : -1.0;
+    j->prompt = dup_str(p->prompt);
+    j->negative = dup_str(p->negative_prompt);
+    const size_t npix = (size_t)r->width * r->height;
+    if (p->init_image)
+        j->params.init_image = dup_bytes(p->init_image, npix * 3);
+    if (p->mask)
+        j->params.mask = dup_bytes(p->mask, npix);
+    if (!j->prompt || (p->negative_prompt && !j->negative) ||
+        (p->init_image && !j->params.init_image) || (p->mask && !j->params.mask)) {
+        tsr_job_free(j);
+        return tsr_errorf(TSR_ERR_NOMEM, "out of memory copying the image parameters");
+    }
+    /* the copies stand in for the caller's strings from here on */
+    j->params.prompt = j->prompt;
+    j->params.negative_prompt = j->negative;
+    /* SDXL micro-conditioning, diffusers' defaults: original = target =
+     * the image size, crop (0, 0) */
+    const float ids[6] = {
+        (float)(p->original_height ? p->original_height : j->height),
+        (float)(p->original_width ? p->original_width : j->width),
+        (float)p->crop_top,
+        (float)p->crop_left,
+        (float)(p->target_height ? p->target_height : j->height),
+        (float)(p->target_width ? p->target_width : j->width),
+    };
+    memcpy(j->time_ids, ids, sizeof ids);
+    *out = j;
+    return TSR_OK;
+}
+
+/* Encode an 8-bit RGB image to latents (diffusers' retrieve_latents with
+ * sample mode): mean + std * noise drawn from the image's stream. */
+static int encode_image(tsr_engine *e, tsr_job *j, const float *pixels, float *latent)
+{
+    const size_t n = (size_t)j->lh * j->lw * e->latent_channels;
+    float *mean = malloc(n * sizeof(float)), *logvar = malloc(n * sizeof(float));
+    float *noise = malloc(n * sizeof(float));
+    int rc = TSR_OK;
+    if (!mean || !logvar || !noise) {
+        rc = tsr_errorf(TSR_ERR_NOMEM, "out of memory encoding the init image");
+        goto done;
+    }
+    TSR_CHECK_GOTO(rc, tsr_vae_encode(e->vae, pixels, 1, j->height, j->width, mean, logvar), done);
+    TSR_CHECK_GOTO(rc, tsr_rng_randn_nhwc(&j->rng, e->latent_channels, j->lh, j->lw, noise), done);
+    tsr_vae_sample(tsr_vae_get_desc(e->vae), mean, logvar, noise, n, latent);
+done:
+    free(mean);
+    free(logvar);
+    free(noise);
+    return rc;
+}
+
+static int prepare_latents(tsr_engine *e, tsr_job *j, const tsr_image_params *p)
+{
+    const size_t n = (size_t)j->lh * j->lw * e->latent_channels;
+    const size_t npix = (size_t)j->width * j->height;
+    j->latent = malloc(n * sizeof(float));
+    j->x0 = calloc(n, sizeof(float));
+    if (!j->latent || !j->x0)
+        return tsr_errorf(TSR_ERR_NOMEM, "out of memory for latents");
+    if (!p->init_image) {
+        TSR_TRY(tsr_rng_randn_nhwc(&j->rng, e->latent_channels, j->lh, j->lw, j->latent));
+        tsr_sampler_scale_noise(j->sampler, j->latent);
+        return TSR_OK;
+    }
+    float *pixels = malloc(npix * 3 * sizeof(float));
+    float *noise = malloc(n * sizeof(float));
+    int rc = TSR_OK;
+    if (!pixels || !noise) {
+        rc = tsr_errorf(TSR_ERR_NOMEM, "out of memory for the init image");
+        goto done;
+    }
+    tsr_vae_from_u8(p->init_image, npix * 3, pixels);
+    if (!p->mask) { /* img2img */
+        TSR_CHECK_GOTO(rc, encode_image(e, j, pixels, j->latent), done);
+        TSR_CHECK_GOTO(rc, tsr_rng_randn_nhwc(&j->rng, e->latent_channels, j->lh, j->lw, noise),
+                       done);
+        tsr_sampler_add_noise(j->sampler, j->latent, noise, j->latent);
+        goto done;
+    }
+    /* inpainting model: latents from noise (strength 1) or image + noise,
+     * then the masked image (pixels where the mask is < 0.5) encoded */
+    const bool strength_max = p->strength >= 1.0;
+    float *image_latent = NULL;
+    if (!strength_max) {
+        image_latent = malloc(n * sizeof(float));
+        if (!image_latent) {
+            rc = tsr_errorf(TSR_ERR_NOMEM, "out of memory for the init image");
+            goto done;
+        }
+        TSR_CHECK_GOTO(rc, encode_image(e, j, pixels, image_latent), inpaint_done);
+    }
+    TSR_CHECK_GOTO(rc, tsr_rng_randn_nhwc(&j->rng, e->latent_channels, j->lh, j->lw, noise),
+                   inpaint_done);
+    if (strength_max) {
+        memcpy(j->latent, noise, n * sizeof(float));
+        tsr_sampler_scale_noise(j->sampler, j->latent);
+    } else {
+        tsr_sampler_add_noise(j->sampler, image_latent, noise, j->latent);
+    }
+    j->mask = malloc((size_t)j->lh * j->lw * sizeof(float));
+    j->masked = malloc(n * sizeof(float));
+    if (!j->mask || !j->masked) {
+        rc = tsr_errorf(TSR_ERR_NOMEM, "out of memory for the mask");
+        goto inpaint_done;
+    }
+    /* binarize at 0.5, then torch's nearest resize to the latent size */
+    for (int y = 0; y < j->lh; y++)
+        for (int x = 0; x < j->lw; x++) {
+            int sy = (int)((int64_t)y * j->height / j->lh), sx = (int)((int64_t)x * j->width / j->lw);
+            j->mask[y * j->lw + x] = p->mask[(size_t)sy * j->width + sx] >= 128 ? 1.0f : 0.0f;
+        }
+    for (size_t i = 0; i < npix; i++)
+        if (p->mask[i] >= 128)
+            pixels[3 * i] = pixels[3 * i + 1] = pixels[3 * i + 2] = 0.0f;
+    TSR_CHECK_GOTO(rc, encode_image(e, j, pixels, j->masked), inpaint_done);
+inpaint_done:
+    free(image_latent);
+done:
+    free(pixels);
+    free(noise);
+    return rc;
+}
+
+static int encode_prompts(tsr_engine *e, tsr_job *j, const tsr_image_params *p)
+{
+    const char *prompt = p->prompt;
+    TSR_TRY(tsr_text_cond_encode(e->cond, &prompt, 1, p->clip_skip, &j->cond));
+    if (!j->cfg)
+        return TSR_OK;
+    if (!p->negative_prompt && e->force_zeros) {
+        /* diffusers: zeros when no negative prompt is given (SDXL) */
+        tsr_text_embedding *u = &j->uncond;
+        u->n_tokens = j->cond.n_tokens;
+        u->dim = j->cond.dim;
+        u->context = calloc((size_t)u->n_tokens * u->dim, sizeof(float));
+        u->pooled_dim = j->cond.pooled_dim;
+        if (u->pooled_dim)
+            u->pooled = calloc((size_t)u->pooled_dim, sizeof(float));
+        if (!u->context || (u->pooled_dim && !u->pooled))
+            return tsr_errorf(TSR_ERR_NOMEM, "out of memory");
+        return TSR_OK;
+    }
+    if (!p->negative_prompt || !*p->negative_prompt) {
+        /* the empty prompt's conditioning is computed once per model */
+        const tsr_text_embedding *empty;
+        TSR_TRY(tsr_text_cond_empty(e->cond, p->clip_skip, &empty));
+        TSR_TRY(tsr_text_embedding_copy(&j->uncond, empty));
+    } else {
+        TSR_TRY(tsr_text_cond_encode(e->cond, &p->negative_prompt, 1, p->clip_skip, &j->uncond));
+    }
+    /* a prompt and its negative share one length: pad the shorter with
+     * empty-prompt windows, as A1111 does */
+    const int n = j->cond.n_tokens > j->uncond.n_tokens ? j->cond.n_tokens : j->uncond.n_tokens;
+    TSR_TRY(tsr_text_cond_pad(e->cond, p->clip_skip, &j->cond, n));
+    TSR_TRY(tsr_text_cond_pad(e->cond, p->clip_skip, &j->uncond, n));
+    return TSR_OK;
+}
+
+static int make_sampler(tsr_engine *e, tsr_job *j, const tsr_image_params *p)
+{
+    tsr_sampler_params sp = tsr_sampler_params_default();
+    sp.kind = j->sampler_kind;
+    sp.schedule = j->schedule;
+    sp.steps = p->steps;
+    sp.strength = p->init_image ? p->strength : 1.0;
+    sp.eta = p->eta;
+    sp.channels = e->latent_channels;
+    sp.height = j->lh;
+    sp.width = j->lw;
+    sp.nhwc = true;
+    return tsr_sampler_create(&e->sched, &sp, &j->sampler);
+}
+
+int tsr_job_prepare(tsr_engine *e, tsr_job *j)
+{
+    const tsr_image_params *p = &j->params;
+    tsr_rng_init(&j->rng, j->rng_kind, j->seed);
+    TSR_TRY(make_sampler(e, j, p));
+    TSR_TRY(encode_prompts(e, j, p));
+    TSR_TRY(prepare_latents(e, j, p));
+    /* the init image and mask are in the latents now */
+    free((void *)j->params.init_image);
+    free((void *)j->params.mask);
+    j->params.init_image = j->params.mask = NULL;
+    return TSR_OK;
+}

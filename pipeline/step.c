@@ -1,0 +1,420 @@
+/*
+ * pipeline/step.c - one UNet call over a group of images, and what follows
+ * it: each image's guidance and sampler step, progress reports with
+ * previews, and the VAE decode of images that finished.
+ *
+ * A step prepares queued images while rows are free, takes the oldest
+ * denoising image, gathers every denoising image with the same latent size
+ * and prompt length (they can share one UNet call), lays out their rows -
+ * [uncond, cond] per image when classifier-free guidance is on, as diffusers
+ * concatenates them - runs the UNet once, and lets each image's sampler
+ * consume its own guided output.  Images that finish are decoded in chunks
+ * of at most max_decode_images, and those larger than max_decode_pixels
+ * are decoded in tiles, so the VAE's workspace is bounded whatever the
+ * batch holds.  When the batch runs empty, its buffers and the UNet/VAE
+ * workspaces are released.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "pipeline/batch_internal.h"
+
+#define MAX_ROWS TSR_UNET_MAX_BATCH
+
+/* Grow *buf to hold n floats. */
+static int reserve(float **buf, size_t *cap, size_t n)
+{
+    if (n <= *cap)
+        return TSR_OK;
+    float *p = realloc(*buf, n * sizeof(float));
+    if (!p)
+        return tsr_errorf(TSR_ERR_NOMEM, "out of memory for %zu floats", n);
+    *buf = p;
+    *cap = n;
+    return TSR_OK;
+}
+
+static int reserve_u8(uint8_t **buf, size_t *cap, size_t n)
+{
+    if (n <= *cap)
+        return TSR_OK;
+    uint8_t *p = realloc(*buf, n);
+    if (!p)
+        return tsr_errorf(TSR_ERR_NOMEM, "out of memory for a %zu-byte preview", n);
+    *buf = p;
+    *cap = n;
+    return TSR_OK;
+}
+
+static bool same_group(const tsr_job *a, const tsr_job *b)
+{
+    return a->lh == b->lh && a->lw == b->lw && a->cond.n_tokens == b->cond.n_tokens;
+}
+
+/* diffusers' rescale_noise_cfg: match the std of the guided prediction to
+ * the text-conditioned one (torch.std: unbiased), then blend. */
+static void rescale_guidance(float *guided, const float *text, size_t n, double phi)
+{
+    double st = 0, sg = 0, mt = 0, mg = 0;
+    for (size_t i = 0; i < n; i++) {
+        mt += text[i];
+        mg += guided[i];
+    }
+    mt /= (double)n;
+    mg /= (double)n;
+    for (size_t i = 0; i < n; i++) {
+        st += (text[i] - mt) * (text[i] - mt);
+        sg += (guided[i] - mg) * (guided[i] - mg);
+    }
+    const double ratio = sg > 0 ? sqrt(st / sg) : 1.0;
+    for (size_t i = 0; i < n; i++)
+        guided[i] = (float)(phi * guided[i] * ratio + (1 - phi) * guided[i]);
+}
+
+/* Decoded images: tiles of 64 latent pixels (512 image pixels) with 16 of
+ * overlap for images above the untiled limit. */
+static int decode_chunk(tsr_batch *b, tsr_job **done, int nd)
+{
+    tsr_engine *e = b->e;
+    const int lh = done[0]->lh, lw = done[0]->lw, C = e->latent_channels;
+    const size_t nl = (size_t)lh * lw * C, npix = (size_t)done[0]->width * done[0]->height;
+    float *lat = malloc(nd * nl * sizeof(float)), *img = malloc(nd * npix * 3 * sizeof(float));
+    int rc = TSR_OK;
+    const double t0 = tsr_pipeline_now();
+    if (!lat || !img)
+        rc = tsr_errorf(TSR_ERR_NOMEM, "out of memory decoding %d images", nd);
+    for (int i = 0; i < nd && rc == TSR_OK; i++)
+        memcpy(lat + i * nl, done[i]->latent, nl * sizeof(float));
+    if (rc == TSR_OK) {
+        if ((long long)npix > b->opt.max_decode_pixels) {
+            const tsr_vae_tiling tiling = {.tile = 64, .overlap = 16};
+            rc = tsr_vae_decode_tiled(e->vae, lat, nd, lh, lw, &tiling, img);
+        } else {
+            rc = tsr_vae_decode(e->vae, lat, nd, lh, lw, img);
+        }
+    }
+    const double dt = tsr_pipeline_now() - t0;
+    b->stats.decode_seconds += dt;
+    for (int i = 0; i < nd; i++) {
+        tsr_job *j = done[i];
+        j->decode_s += dt / nd;
+        if (j->state != TSR_JOB_DECODING)
+            continue; /* cancelled by the callback meanwhile */
+        if (rc < 0) {
+            tsr_batch_fail_job(b, j, rc);
+            continue;
+        }
+        j->rgb = malloc(npix * 3);
+        if (!j->rgb) {
+            tsr_batch_fail_job(b, j, tsr_errorf(TSR_ERR_NOMEM, "out of memory"));
+            continue;
+        }
+        tsr_vae_to_u8(img + i * npix * 3, npix * 3, j->rgb);
+        int irc = tsr_job_infotext(e, j);
+        if (irc < 0) {
+            tsr_batch_fail_job(b, j, irc);
+            continue;
+        }
+        j->state = TSR_JOB_DONE;
+        tsr_batch_report_final(b, j);
+    }
+    free(lat);
+    free(img);
+    return rc;
+}
+
+/* Decode the group's images that finished, in bounded chunks; returns how
+ * many reached a final state. */
+static int decode_finished(tsr_batch *b, tsr_job **group, int n)
+{
+    tsr_job *done[MAX_ROWS];
+    int nd = 0, finals = 0;
+    for (int i = 0; i < n; i++)
+        if (group[i]->state == TSR_JOB_DECODING)
+            done[nd++] = group[i];
+    for (int i = 0; i < nd; i += b->opt.max_decode_images) {
+        int k = nd - i < b->opt.max_decode_images ? nd - i : b->opt.max_decode_images;
+        decode_chunk(b, done + i, k);
+        tsr_error_clear();
+    }
+    for (int i = 0; i < nd; i++)
+        finals += done[i]->state == TSR_JOB_DONE || done[i]->state == TSR_JOB_FAILED;
+    return finals;
+}
+
+/* Bilinear upscale (half-pixel centres, clamped edges) of an RGB image. */
+static void upscale_rgb(const uint8_t *src, int sh, int sw, uint8_t *dst, int dh, int dw)
+{
+    for (int y = 0; y < dh; y++) {
+        double fy = ((double)y + 0.5) * sh / dh - 0.5;
+        if (fy < 0)
+            fy = 0;
+        int y0 = (int)fy, y1 = y0 + 1 < sh ? y0 + 1 : sh - 1;
+        double wy = fy - y0;
+        for (int x = 0; x < dw; x++) {
+            double fx = ((double)x + 0.5) * sw / dw - 0.5;
+            if (fx < 0)
+                fx = 0;
+            int x0 = (int)fx, x1 = x0 + 1 < sw ? x0 + 1 : sw - 1;
+            double wx = fx - x0;
+            for (int c = 0; c < 3; c++) {
+                double a = src[((size_t)y0 * sw + x0) * 3 + c], bb = src[((size_t)y0 * sw + x1) * 3 + c];
+                double cc = src[((size_t)y1 * sw + x0) * 3 + c], d = src[((size_t)y1 * sw + x1) * 3 + c];
+                double v = (a * (1 - wx) + bb * wx) * (1 - wy) + (cc * (1 - wx) + d * wx) * wy;
+                dst[((size_t)y * dw + x) * 3 + c] = (uint8_t)(v + 0.5);
+            }
+        }
+    }
+}
+
+/* The preview for the callback: TAESD (image size) when the engine has it,
+ * else the linear map at latent size, upscaled for TSR_PREVIEW_IMAGE. */
+static void make_preview(tsr_batch *b, tsr_job *j, tsr_step_info *info)
+{
+    tsr_engine *e = b->e;
+    const int ih = j->lh * e->vae_factor, iw = j->lw * e->vae_factor;
+    int rc;
+    if (e->taesd) {
+        rc = reserve_u8(&b->preview, &b->preview_cap, (size_t)ih * iw * 3);
+        if (rc == TSR_OK)
+            rc = tsr_taesd_preview(e->taesd, j->x0, j->lh, j->lw, b->preview);
+        if (rc == TSR_OK) {
+            info->preview_rgb = b->preview;
+            info->preview_width = iw;
+            info->preview_height = ih;
+        }
+        tsr_error_clear();
+        return;
+    }
+    if (!e->preview_linear)
+        return;
+    rc = reserve_u8(&b->preview_small, &b->preview_small_cap, (size_t)j->lh * j->lw * 3);
+    if (rc == TSR_OK)
+        rc = tsr_preview_linear(&e->preview_map, j->x0, j->lh, j->lw, e->latent_channels, NULL,
+                                b->preview_small);
+    if (rc == TSR_OK && b->previews == TSR_PREVIEW_LATENT) {
+        info->preview_rgb = b->preview_small;
+        info->preview_width = j->lw;
+        info->preview_height = j->lh;
+    } else if (rc == TSR_OK &&
+               reserve_u8(&b->preview, &b->preview_cap, (size_t)ih * iw * 3) == TSR_OK) {
+        upscale_rgb(b->preview_small, j->lh, j->lw, b->preview, ih, iw);
+        info->preview_rgb = b->preview;
+        info->preview_width = iw;
+        info->preview_height = ih;
+    }
+    tsr_error_clear();
+}
+
+static void report_step(tsr_batch *b, tsr_job *j)
+{
+    if (!b->cb)
+        return;
+    tsr_step_info info;
+    memset(&info, 0, sizeof info);
+    info.job = j->id;
+    info.state = TSR_JOB_DENOISING;
+    info.step = tsr_sampler_steps_done(j->sampler);
+    info.steps = tsr_sampler_steps_total(j->sampler);
+    info.timestep = tsr_sampler_done(j->sampler) ? 0 : tsr_sampler_timestep(j->sampler);
+    info.x0 = j->x0;
+    info.latent_height = j->lh;
+    info.latent_width = j->lw;
+    info.latent_channels = b->e->latent_channels;
+    if (b->previews)
+        make_preview(b, j, &info);
+    b->cb(b->user, &info);
+}
+
+/* Rows held by denoising images. */
+static int denoising_rows(const tsr_batch *b)
+{
+    int rows = 0;
+    for (int i = 0; i < b->n_jobs; i++)
+        if (b->jobs[i]->state == TSR_JOB_DENOISING)
+            rows += tsr_job_rows(b->jobs[i]);
+    return rows;
+}
+
+/* Prepare queued images while their rows fit beside the denoising ones
+ * (at least one when none is denoising). */
+static void prepare_to_fill(tsr_batch *b)
+{
+    for (;;) {
+        tsr_job *next = NULL;
+        for (int i = 0; i < b->n_jobs; i++)
+            if (b->jobs[i]->state == TSR_JOB_QUEUED &&
+                (!next || b->jobs[i]->order < next->order))
+                next = b->jobs[i];
+        if (!next)
+            return;
+        const int rows = denoising_rows(b);
+        if (rows > 0 && rows + tsr_job_rows(next) > b->opt.max_rows)
+            return;
+        tsr_batch_prepare(b, 1, NULL);
+    }
+}
+
+static void release_if_idle(tsr_batch *b)
+{
+    if (tsr_batch_active(b) > 0)
+        return;
+    tsr_batch_release_buffers(b);
+    tsr_unet_trim(b->e->unet);
+    tsr_vae_trim(b->e->vae);
+}
+
+static int step_group(tsr_batch *b, int *finished)
+{
+    tsr_engine *e = b->e;
+    tsr_job *lead = NULL;
+    for (int i = 0; i < b->n_jobs; i++)
+        if (b->jobs[i]->state == TSR_JOB_DENOISING && (!lead || b->jobs[i]->order < lead->order))
+            lead = b->jobs[i];
+    if (!lead)
+        return TSR_OK;
+
+    /* the group: the oldest image and every compatible one that fits */
+    tsr_job *group[MAX_ROWS];
+    int n = 0, rows = 0;
+    for (int i = 0; i < b->n_jobs; i++) {
+        tsr_job *j = b->jobs[i];
+        if (j->state != TSR_JOB_DENOISING || !same_group(lead, j) ||
+            rows + tsr_job_rows(j) > b->opt.max_rows)
+            continue;
+        group[n++] = j;
+        rows += tsr_job_rows(j);
+    }
+    const int lh = lead->lh, lw = lead->lw, C = e->latent_channels, Cin = e->in_channels;
+    const int L = lead->cond.n_tokens, D = lead->cond.dim, P = lead->cond.pooled_dim;
+    const size_t px = (size_t)lh * lw, nl = px * C;
+    TSR_TRY(reserve(&b->in, &b->in_cap, rows * px * Cin));
+    TSR_TRY(reserve(&b->out, &b->out_cap, rows * nl));
+    TSR_TRY(reserve(&b->ctx, &b->ctx_cap, (size_t)rows * L * D));
+    TSR_TRY(reserve(&b->guided, &b->guided_cap, nl));
+    TSR_TRY(reserve(&b->t, &b->t_cap, (size_t)rows));
+    if (e->sdxl) {
+        TSR_TRY(reserve(&b->pooled, &b->pooled_cap, (size_t)rows * P));
+        TSR_TRY(reserve(&b->tids, &b->tids_cap, (size_t)rows * 6));
+    }
+
+    int r = 0;
+    for (int g = 0; g < n; g++) {
+        tsr_job *j = group[g];
+        /* scale_model_input once, shared by the image's rows */
+        float *row0 = b->in + (size_t)r * px * Cin;
+        if (Cin == C) {
+            tsr_sampler_scale_input(j->sampler, j->latent, row0);
+        } else { /* inpainting: [latent, mask, masked-image latents] per pixel */
+            tsr_sampler_scale_input(j->sampler, j->latent, b->guided);
+            for (size_t p = 0; p < px; p++) {
+                float *dst = row0 + p * Cin;
+                memcpy(dst, b->guided + p * C, C * sizeof(float));
+                dst[C] = j->mask[p];
+                memcpy(dst + C + 1, j->masked + p * C, C * sizeof(float));
+            }
+        }
+        const float t = (float)tsr_sampler_timestep(j->sampler);
+        for (int k = 0; k < tsr_job_rows(j); k++) {
+            const tsr_text_embedding *te = (j->cfg && k == 0) ? &j->uncond : &j->cond;
+            if (k > 0)
+                memcpy(b->in + (size_t)(r + k) * px * Cin, row0, px * Cin * sizeof(float));
+            b->t[r + k] = t;
+            memcpy(b->ctx + (size_t)(r + k) * L * D, te->context, (size_t)L * D * sizeof(float));
+            if (e->sdxl) {
+                memcpy(b->pooled + (size_t)(r + k) * P, te->pooled, (size_t)P * sizeof(float));
+                memcpy(b->tids + (size_t)(r + k) * 6, j->time_ids, sizeof j->time_ids);
+            }
+        }
+        r += tsr_job_rows(j);
+    }
+
+    tsr_unet_inputs in;
+    memset(&in, 0, sizeof in);
+    in.batch = rows;
+    in.height = lh;
+    in.width = lw;
+    in.channels = Cin;
+    in.context_len = L;
+    in.latents = b->in;
+    in.timesteps = b->t;
+    in.context = b->ctx;
+    if (e->sdxl) {
+        in.text_embeds = b->pooled;
+        in.time_ids = b->tids;
+        in.n_time_ids = 6;
+    }
+    const double t0 = tsr_pipeline_now();
+    int rc = tsr_unet_forward(e->unet, &in, b->out);
+    const double unet_s = tsr_pipeline_now() - t0;
+    b->stats.unet_calls++;
+    b->stats.unet_rows += (uint64_t)rows;
+    b->stats.images_evaluated += (uint64_t)n;
+    b->stats.last_call_images = n;
+    b->stats.last_call_rows = rows;
+    b->stats.last_call_seconds = unet_s;
+    b->stats.unet_seconds += unet_s;
+    if (rc < 0) {
+        const char *why = tsr_last_error();
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", why);
+        for (int g = 0; g < n; g++) {
+            tsr_errorf(rc, "%s", msg);
+            if (group[g]->state == TSR_JOB_DENOISING)
+                tsr_batch_fail_job(b, group[g], rc);
+        }
+        if (finished)
+            *finished = n;
+        return tsr_errorf(rc, "%s", msg);
+    }
+
+    r = 0;
+    for (int g = 0; g < n; g++) {
+        tsr_job *j = group[g];
+        const float *pred = b->out + (size_t)r * nl;
+        r += tsr_job_rows(j);
+        j->denoise_s += unet_s;
+        if (j->state != TSR_JOB_DENOISING)
+            continue; /* cancelled from the callback during this step */
+        if (j->cfg) {
+            const float *u = pred, *c = pred + nl;
+            const float s = (float)j->cfg_scale;
+            for (size_t i = 0; i < nl; i++)
+                b->guided[i] = u[i] + s * (c[i] - u[i]);
+            if (j->rescale > 0)
+                rescale_guidance(b->guided, c, nl, j->rescale);
+            pred = b->guided;
+        }
+        rc = tsr_sampler_step(j->sampler, pred, j->latent, &j->rng, j->x0);
+        if (rc < 0) {
+            tsr_batch_fail_job(b, j, rc);
+            continue;
+        }
+        if (tsr_sampler_done(j->sampler))
+            j->state = TSR_JOB_DECODING;
+        report_step(b, j);
+    }
+    int nd = decode_finished(b, group, n);
+    if (finished)
+        *finished = nd;
+    return TSR_OK;
+}
+
+int tsr_batch_step(tsr_batch *b, int *finished)
+{
+    if (finished)
+        *finished = 0;
+    if (b->busy > 0)
+        return tsr_errorf(TSR_ERR_INVALID, "tsr_batch_step called from inside a step callback");
+    b->busy++;
+    prepare_to_fill(b);
+    int rc = step_group(b, finished);
+    b->busy--;
+    tsr_batch_bury(b);
+    release_if_idle(b);
+    return rc;
+}
