@@ -198,6 +198,8 @@ class Spec:
         m = self.match(path)
         responses = self.doc["components"]["responses"]
         if m is None:
+            if method == "OPTIONS" and status == 204:
+                return "CORS preflight", {"description": "preflight"}
             if status == 404:
                 return "unknown path", responses["NotFound"]
             if status in GLOBAL_ERRORS:
@@ -205,7 +207,9 @@ class Spec:
             raise SpecViolation("%s %s: status %d for a path the spec does not know (want 404)"
                                 % (method, path, status))
         tpl, item, _ = m
-        op = item.get(method.lower())
+        if method == "OPTIONS" and status == 204:
+            return "CORS preflight", {"description": "preflight"}
+        op = item.get("get" if method == "HEAD" else method.lower())
         if op is None:
             if status == 405:
                 return "wrong method", responses["MethodNotAllowed"]
@@ -259,7 +263,10 @@ class Spec:
                         break
                 if media is None:
                     problems.append("Content-Type %r, the spec has %s" % (ctype, list(content)))
-            if media and _media(media)[0] == "application/json":
+            if method == "HEAD":
+                if body:
+                    problems.append("HEAD answered with a body of %d bytes" % len(body))
+            elif media and _media(media)[0] == "application/json":
                 try:
                     parsed = _strict_json(body)
                 except (UnicodeDecodeError, ValueError) as e:

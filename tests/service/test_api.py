@@ -170,6 +170,21 @@ def test_png_caching(s):
     assert hashlib.sha256(r.body).hexdigest()[:32] == etag.strip('"')
 
 
+def test_head(s):
+    c = s.submit(prompt=PROMPT, seed=6, **FAST)
+    s.wait_job(c["id"])
+    for path in ("/v1/jobs/" + c["id"], "/v1/jobs/%s/images/0.png" % c["id"], "/healthz",
+                 "/v1/models"):
+        g = s.get(path)
+        h = s.request("HEAD", path)
+        assert h.status == 200 and h.body == b"", h
+        assert h.headers.get("content-type") == g.headers.get("content-type"), (h.headers,
+                                                                               g.headers)
+        if "etag" in g.headers:
+            assert h.headers["etag"] == g.headers["etag"]
+    assert s.request("HEAD", "/v1/jobs/j_0000000000000000").status == 404
+
+
 def test_image_404_until_done_and_cancel(s):
     c = s.submit(prompt=PROMPT, seed=9, width=64, height=64, steps=svc.LONG)
     path = "/v1/jobs/%s/images/0.png" % c["id"]
@@ -360,7 +375,7 @@ def test_concurrent_clients(s):
 
 TESTS = [test_healthz_readyz, test_models, test_samplers_schedulers, test_job_lifecycle,
          test_n_images, test_random_seed, test_seed_limits, test_unknown_fields_ignored,
-         test_max_steps, test_png_caching, test_image_404_until_done_and_cancel, test_cancel_queued,
+         test_max_steps, test_png_caching, test_head, test_image_404_until_done_and_cancel, test_cancel_queued,
          test_delete_done_conflict, test_batch, test_batch_cancel, test_concurrent_clients,
          test_metrics, test_access_log]
 
