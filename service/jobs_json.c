@@ -114,7 +114,6 @@ cJSON *svc_batch_json(svc_server *s, const svc_batch *b)
         return NULL;
     cJSON_AddStringToObject(o, "id", b->ids);
     cJSON_AddStringToObject(o, "state", b->final_jobs >= b->n ? "done" : "running");
-    cJSON_AddNumberToObject(o, "created", b->created);
     cJSON_AddItemToObject(o, "counts", counts_json(b));
     cJSON *jobs = cJSON_AddArrayToObject(o, "jobs");
     for (int i = 0; i < b->n; i++) {

@@ -38,9 +38,7 @@ static void readyz(svc_req *r)
         svc_reply_json(r, 200, status_json("ready"));
         return;
     }
-    cJSON *o = status_json(s->phase == SVC_PHASE_LOADING ? "loading" : "draining");
-    svc_req_add_header(r, "Retry-After", s->phase == SVC_PHASE_LOADING ? "5" : "30");
-    svc_reply_json(r, 503, o);
+    svc_reply_unavailable(r); /* the 503 error object, with Retry-After */
 }
 
 static void metrics(svc_req *r)
