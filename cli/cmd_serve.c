@@ -112,7 +112,8 @@ int tsr_cmd_serve(int argc, char **argv)
     if (level) {
         int l = tsr_log_level_parse(level);
         if (l < 0) {
-            fprintf(stderr, "tessera serve: --log-level must be debug, info, warn, error or none\n");
+            fprintf(stderr,
+                    "tessera serve: --log-level must be debug, info, warn, error or none\n");
             return TSR_EXIT_USAGE;
         }
         c.log_level = l;

@@ -22,6 +22,7 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
+#include "auth.h"
 #include "log.h"
 #include "server.h"
 #include "sse.h"
@@ -183,21 +184,6 @@ void svc_reply_unavailable(svc_req *r)
                                                   : "the server is shutting down");
 }
 
-/* Constant-time comparison of the bearer token (no early exit on the first
- * difference, nor on the length). */
-static bool token_ok(svc_server *s, const char *header)
-{
-    static const char prefix[] = "Bearer ";
-    if (!header || strncasecmp(header, prefix, sizeof prefix - 1) != 0)
-        return false;
-    const char *got = header + sizeof prefix - 1;
-    size_t n = strlen(got);
-    volatile unsigned char diff = (unsigned char)(n != s->token_len);
-    for (size_t i = 0; i < s->token_len; i++)
-        diff |= (unsigned char)(s->token[i] ^ (i < n ? got[i] : 0));
-    return diff == 0;
-}
-
 static void preflight(svc_req *r)
 {
     svc_req_add_header(r, "Access-Control-Allow-Methods", "GET, POST, DELETE, HEAD, OPTIONS");
@@ -247,7 +233,8 @@ static void on_request(struct evhttp_request *req, void *arg)
         return;
     }
     const bool v1 = strncmp(r->path, "/v1/", 4) == 0;
-    if (v1 && s->token && !token_ok(s, svc_req_header(r, "Authorization"))) {
+    if (v1 && s->token &&
+        !svc_auth_check(s->token, s->token_len, svc_req_header(r, "Authorization"))) {
         svc_req_add_header(r, "WWW-Authenticate", "Bearer");
         svc_reply_error(r, 401, "unauthorized", NULL,
                         "a valid bearer token is required (Authorization: Bearer <token>)");

@@ -3,6 +3,7 @@
  * objects of GET /v1/jobs/{id} and /v1/batches/{id}, the job.json sidecar,
  * and SSE event text (docs/service-design.md, "HTTP contract").
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -163,7 +164,7 @@ void svc_job_event_sse(const svc_job *j, uint32_t index, struct evbuffer *out)
         cJSON_AddNumberToObject(d, "image", ev->a);
         cJSON_AddNumberToObject(d, "step", ev->b);
         cJSON_AddNumberToObject(d, "steps", ev->c);
-        cJSON_AddNumberToObject(d, "eta", (double)(int)(ev->eta * 1000.0f + 0.5f) / 1000.0);
+        cJSON_AddNumberToObject(d, "eta", round((double)ev->eta * 1000.0) / 1000.0);
         break;
     case SVC_EV_IMAGE:
         name = "image";

@@ -26,6 +26,7 @@
 #include <event2/event.h>
 #include <event2/thread.h>
 
+#include "auth.h"
 #include "http.h"
 #include "json.h"
 #include "log.h"
@@ -559,28 +560,6 @@ static int open_journal(svc_server *s)
     return 0;
 }
 
-static int read_token(svc_server *s)
-{
-    char *text = NULL;
-    size_t len = 0;
-    int rc = svc_read_file(s->cfg.token_file, &text, &len, 4096);
-    if (rc < 0) {
-        SVC_ERROR("--token-file %s: %s", s->cfg.token_file, strerror(-rc));
-        return -1;
-    }
-    while (len && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' ' ||
-                   text[len - 1] == '\t'))
-        text[--len] = '\0';
-    if (len == 0 || strlen(text) != len) {
-        SVC_ERROR("--token-file %s: the file holds no token", s->cfg.token_file);
-        free(text);
-        return -1;
-    }
-    s->token = text;
-    s->token_len = len;
-    return 0;
-}
-
 /* "cpu,cpu" -> workers; threads split across CPU workers. */
 static int start_workers(svc_server *s)
 {
@@ -675,7 +654,7 @@ int tsr_service_run(const tsr_service_config *cfg)
         SVC_ERROR("cannot create the event loop");
         goto out;
     }
-    if (s->cfg.token_file && read_token(s) < 0) {
+    if (s->cfg.token_file && svc_auth_load(s->cfg.token_file, &s->token, &s->token_len) < 0) {
         rc = TSR_ERR_INVALID;
         goto out;
     }
