@@ -58,6 +58,11 @@ PORT_RX = re.compile(r"(?:https?://)?(?:127\.0\.0\.1|localhost|0\.0\.0\.0|\[::1?
 # 1000 steps (timestep 1000 is outside [0, 1000), as in diffusers).
 LONG = 500
 
+# Differences up to this (per 8-bit value) are collected and fail the entry
+# at the end instead of stopping the case; larger ones fail at once.
+PIXEL_SOFT = 2
+_pixel_mismatches = []
+
 _servers = []
 _tmpdirs = []
 _observations = []  # (what was sent, status seen) for the report
@@ -854,9 +859,15 @@ def assert_same_image(served_png_bytes, params, what=""):
     a, b = got.rgb(), want.rgb()
     if a != b:
         diff = [abs(x - y) for x, y in zip(a, b)]
-        raise AssertionError("%s: served image differs from `tessera generate` %s: max |diff| %d, "
-                             "%d of %d values differ" % (what, params, max(diff),
-                                                         sum(1 for x in diff if x), len(diff)))
+        msg = "%s: served image differs from `tessera generate` %s: max |diff| %d, %d of %d " \
+              "values differ" % (what, params, max(diff), sum(1 for x in diff if x), len(diff))
+        if max(diff) > PIXEL_SOFT:
+            raise AssertionError(msg)
+        # A rounding flip or two: the engine's results depend on which images
+        # share a UNet call (see KNOWN_ISSUES.md).  Still a failure of the
+        # entry, reported at the end, so the rest of the case goes on.
+        _pixel_mismatches.append(msg)
+        print("  PIXEL " + msg, flush=True)
     assert got.texts.get("parameters") == want.texts.get("parameters"), \
         "%s: parameters chunk differs:\n served:   %r\n generate: %r" % (
             what, got.texts.get("parameters"), want.texts.get("parameters"))
@@ -933,6 +944,12 @@ def run_tests(tests, setup=None, teardown=None):
                 traceback.print_exc()
                 failed.append("(teardown)")
         cleanup()
+    if _pixel_mismatches:
+        failed.append("pixel-exact: %d image(s) differ from `tessera generate` by <= %d"
+                      % (len(_pixel_mismatches), PIXEL_SOFT))
+        print("images not byte-identical to `tessera generate` (each case went on):")
+        for m in _pixel_mismatches:
+            print("  " + m)
     if _observations:
         print("inputs tried -> status:")
         for what, status in _observations:

@@ -55,10 +55,14 @@ def test_samplers_schedulers(s):
     for x in r.json["samplers"]:
         for name in (x["name"], x["a1111"]):
             if name:
-                ids.append(s.submit(prompt=PROMPT, sampler=name, width=64, height=64, steps=1,
-                                    seed=1)["id"])
-    for i in ids:
-        assert s.wait_job(i)["state"] == "done", i
+                ids.append((name, s.submit(prompt=PROMPT, sampler=name, width=64, height=64,
+                                           steps=2, seed=1)["id"]))
+    bad = []
+    for name, i in ids:
+        j = s.wait_job(i)
+        if j["state"] != "done":
+            bad.append("sampler %r: %s %s" % (name, j["state"], j["error"]))
+    assert not bad, "listed samplers that do not run:\n  " + "\n  ".join(bad)
 
 
 def test_job_lifecycle(s):
