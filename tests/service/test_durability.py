@@ -131,7 +131,7 @@ def test_sigterm_drain():
     data = svc.tmpdir("tsr-data-")
     args = ["--max-batch", "1", "--threads", "1", "--drain-timeout", "60"]
     s = svc.Server(args, data_dir=data, name="drain").start()
-    a = s.submit(prompt=PROMPT, width=64, height=64, steps=40, seed=20)
+    a = s.submit(prompt=PROMPT, width=64, height=64, steps=200, seed=20)
     rest = [s.submit(seed=21 + i, **SMALL) for i in range(2)]
     svc.wait_until(lambda: s.job(a["id"])["step"] >= 1, 60, "A stepping")
     t0 = time.time()
@@ -154,13 +154,13 @@ def test_sigterm_drain():
     rh = s.get("/healthz")
     svc.note("GET /healthz while draining", rh.status)
     rc = s.wait(90)
-    svc.figure("SIGTERM drain: exit %s after %.1f s (one 40-step image running)"
+    svc.figure("SIGTERM drain: exit %s after %.1f s (one 200-step image running)"
                % (rc, time.time() - t0))
     assert rc == 0, "exit status %s after SIGTERM:\n%s" % (rc, s.output())
     s2 = svc.Server(args, data_dir=data, name="after-drain").start()
     ja = s2.job(a["id"])
     assert ja["state"] == "done", "the running image did not finish during the drain: %s" % ja
-    svc.assert_same_image(s2.image(a["id"]), dict(prompt=PROMPT, width=64, height=64, steps=40,
+    svc.assert_same_image(s2.image(a["id"]), dict(prompt=PROMPT, width=64, height=64, steps=200,
                                                   seed=20), "drained A")
     for i, q in enumerate(rest):
         j = s2.wait_job(q["id"])
