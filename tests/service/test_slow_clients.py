@@ -22,7 +22,8 @@ def setup():
 
 
 def test_keepalive(s):
-    job = s.submit(prompt="a cyan ring", width=64, height=64, steps=svc.LONG, cfg_scale=1, seed=1)
+    # 128x128 with guidance: long enough to outlast 15 s (cancelled once the comment came)
+    job = s.submit(prompt="a cyan ring", width=128, height=128, steps=svc.LONG, seed=1)
     sse = svc.SSE(s.port, "/v1/jobs/%s/events" % job["id"], s.auth(None), timeout=40)
     t0 = time.time()
     got = None
@@ -32,7 +33,8 @@ def test_keepalive(s):
             if any(c.startswith(": keepalive") or c == ":keepalive" for c in sse.comments):
                 got = time.time() - t0
                 break
-            assert e is not None, "stream closed"
+            assert e is not None, "stream closed after %.1f s, before any keepalive" % (
+                time.time() - t0)
     finally:
         s.delete("/v1/jobs/" + job["id"])
         sse.close()
