@@ -205,6 +205,11 @@ static void on_request(struct evhttp_request *req, void *arg)
     r->req = req;
     r->t0 = svc_now_mono();
     snprintf(r->method, sizeof r->method, "%s", method_name(evhttp_request_get_command(req)));
+    /* a method evhttp does not route, passed on by the guard as PATCH */
+    const char *foreign = evhttp_find_header(evhttp_request_get_input_headers(req),
+                                             SVC_METHOD_HEADER);
+    if (foreign && evhttp_request_get_command(req) == EVHTTP_REQ_PATCH)
+        snprintf(r->method, sizeof r->method, "%s", foreign);
     const char *raw = evhttp_request_get_uri(req);
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;

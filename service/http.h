@@ -64,6 +64,7 @@ void svc_route_ops(svc_req *r);
 bool svc_route_is_ops(const char *path);
 
 /* The head guard (http_guard.c): a bufferevent that checks request heads. */
+#define SVC_METHOD_HEADER "X-Tessera-Guard-Method"
 struct bufferevent *svc_guard_bev(struct event_base *base, void *server);
 /* A request the guard replaced: answer it (true) or not ours (false). */
 bool svc_guard_answer(svc_req *r);

@@ -23,6 +23,11 @@
  * body is not reset before it reads the answer.  The secret is random per
  * process, so no client can reach that path itself.
  *
+ * A method evhttp cannot route (one it does not know: it would answer 501
+ * in HTML; CONNECT: it would read the target as an authority) is sent on
+ * as PATCH with the real method in SVC_METHOD_HEADER, so the router answers
+ * 405 with the path's Allow (or 404), like for any other method.
+ *
  * What is not HTTP/1.x (a request line that is not METHOD SP target SP
  * HTTP/1.0|1.1, a header line without a name and colon, a bad or doubled
  * Content-Length, a transfer coding other than chunked, bad chunk framing)
@@ -80,6 +85,11 @@ typedef struct guard {
     size_t header_bytes;
     long long content_length; /* -1: none */
     bool chunked, seen_cl, seen_te;
+    /* a method evhttp does not route (it would answer 501, or take CONNECT's
+     * target for an authority): sent on as PATCH + SVC_METHOD_HEADER */
+    char method[16];
+    size_t method_len;
+    bool foreign;
     unsigned long long body_left, body_total;
     struct evbuffer *head, *body; /* a chunked request, gathered (see rewrite) */
 } guard;
@@ -93,6 +103,8 @@ static void reset_head(guard *g)
     g->header_bytes = 0;
     g->content_length = -1;
     g->chunked = g->seen_cl = g->seen_te = false;
+    g->foreign = false;
+    g->method_len = 0;
     g->body_total = 0;
     if (g->head)
         evbuffer_drain(g->head, evbuffer_get_length(g->head));
@@ -159,7 +171,33 @@ static bool request_line(guard *g, struct evbuffer *src, size_t start, size_t le
         return false;
     *sp1 = '\0';
     g->no_body = strcmp(line, "HEAD") == 0 || strcmp(line, "TRACE") == 0;
+    static const char *const known[] = {"GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS",
+                                        "TRACE", "PATCH"};
+    g->foreign = true;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(line, known[i]) == 0)
+            g->foreign = false;
+    g->method_len = (size_t)(sp1 - line);
+    snprintf(g->method, sizeof g->method, "%s", g->method_len < sizeof g->method ? line : "OTHER");
     return true;
+}
+
+/* Move a request head (its first head_len bytes of src) to dst; a foreign
+ * method becomes PATCH with the real one in SVC_METHOD_HEADER. */
+static void pass_head(guard *g, struct evbuffer *src, struct evbuffer *dst, size_t head_len)
+{
+    if (!g->foreign) {
+        evbuffer_remove_buffer(src, dst, head_len);
+        return;
+    }
+    size_t eol = 0;
+    struct evbuffer_ptr e = evbuffer_search_eol(src, NULL, &eol, EVBUFFER_EOL_CRLF);
+    size_t line_total = e.pos < 0 ? head_len : (size_t)e.pos + eol;
+    evbuffer_drain(src, g->method_len);
+    evbuffer_add(dst, "PATCH", 5);
+    evbuffer_remove_buffer(src, dst, line_total - g->method_len);
+    evbuffer_add_printf(dst, SVC_METHOD_HEADER ": %s\r\n", g->method);
+    evbuffer_remove_buffer(src, dst, head_len - line_total);
 }
 
 /* A header line; notes the framing headers (the first of each counts, as
@@ -246,7 +284,11 @@ static void rewrite(guard *g, struct evbuffer *dst)
         size_t name = colon ? (size_t)(colon - line) : 0;
         bool framing = colon && ((name == 17 && strncasecmp(line, "Transfer-Encoding", 17) == 0) ||
                                  (name == 14 && strncasecmp(line, "Content-Length", 14) == 0));
-        if (!framing) {
+        if (first && g->foreign) {
+            evbuffer_add(dst, "PATCH", 5);
+            evbuffer_add(dst, line + g->method_len, n - g->method_len);
+            evbuffer_add_printf(dst, "\r\n" SVC_METHOD_HEADER ": %s\r\n", g->method);
+        } else if (!framing) {
             evbuffer_add(dst, line, n);
             evbuffer_add(dst, "\r\n", 2);
         }
@@ -312,7 +354,7 @@ static enum bufferevent_filter_result filter_in(struct evbuffer *src, struct evb
                  * its body */
                 size_t head = (size_t)e.pos + eol;
                 if (g->no_body) {
-                    pass(src, dst, head);
+                    pass_head(g, src, dst, head);
                     reset_head(g);
                 } else if (g->chunked) {
                     if ((!g->head && !(g->head = evbuffer_new())) ||
@@ -327,7 +369,7 @@ static enum bufferevent_filter_result filter_in(struct evbuffer *src, struct evb
                     reject(g, src, dst, 413);
                     return BEV_OK;
                 } else {
-                    pass(src, dst, head);
+                    pass_head(g, src, dst, head);
                     if (g->content_length > 0) {
                         g->state = G_BODY;
                         g->body_left = (unsigned long long)g->content_length;
