@@ -25,6 +25,7 @@ static const command_entry commands[] = {
     {"encode", tsr_cmd_encode, "encode a prompt and print embedding statistics"},
     {"generate", tsr_cmd_generate, "generate images from a prompt"},
     {"bench", tsr_cmd_bench, "benchmark ops and models on a backend"},
+    {"serve", tsr_cmd_serve, "serve the HTTP API (jobs, batches, events, images)"},
 };
 
 static void usage(FILE *out)

@@ -16,6 +16,7 @@ PACKAGES=(
   libpng-dev        # PNG output
   libjpeg62-turbo-dev # JPEG preview tiles
   clang libclang-rt-14-dev # libFuzzer and sanitizer runtimes (scripts/fuzz.sh)
+  python3 python3-yaml # tests/service (standard library + PyYAML for docs/openapi.yaml)
 )
 
 missing=()

@@ -1,0 +1,132 @@
+/*
+ * cli/cmd_serve.c - `tessera serve`: the HTTP service (service/).
+ *
+ * This file only turns flags into a tsr_service_config; everything else is
+ * service/ (docs/service-design.md).  Flags are checked before anything
+ * starts, so a typo fails at once with a message naming the flag.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "commands.h"
+#include "core/log.h"
+#include "service.h"
+#include "tessera.h"
+
+/* "HOST:PORT", "[V6]:PORT", ":PORT" or "PORT" into host (static storage) and port. */
+static int parse_listen(const char *v, const char **host, int *port)
+{
+    static char buf[256];
+    const char *colon = strrchr(v, ':');
+    const char *p = colon ? colon + 1 : v;
+    char *end = NULL;
+    long n = strtol(p, &end, 10);
+    if (!*p || *end || n < 0 || n > 65535)
+        return -1;
+    *port = (int)n;
+    if (!colon || colon == v)
+        return 0; /* keep the default host */
+    size_t len = (size_t)(colon - v);
+    if (v[0] == '[' && len >= 2 && v[len - 1] == ']') {
+        v++;
+        len -= 2;
+    }
+    if (len == 0 || len >= sizeof buf)
+        return -1;
+    memcpy(buf, v, len);
+    buf[len] = '\0';
+    *host = buf;
+    return 0;
+}
+
+int tsr_cmd_serve(int argc, char **argv)
+{
+    tsr_service_config c;
+    tsr_service_config_init(&c);
+    const char *listen = NULL, *host = NULL, *level = NULL;
+    int64_t port = -1, threads = 0, max_batch = c.max_batch, max_queue = c.max_queue;
+    int64_t max_wait = 0, drain = c.drain_timeout_s, max_body = c.max_body;
+    const tsr_arg_spec specs[] = {
+        {"model", TSR_ARG_STRING, &c.model, "DIR_OR_FILE",
+         "diffusers folder or single .safetensors (default: models/demo)", 0, 0, 0, 0},
+        {"listen", TSR_ARG_STRING, &listen, "HOST:PORT",
+         "address to listen on (default 127.0.0.1:8080; port 0 = any free port)", 0, 0, 0, 0},
+        {"host", TSR_ARG_STRING, &host, "HOST", "the host part of --listen", 0, 0, 0, 0},
+        {"port", TSR_ARG_INT, &port, "PORT", "the port part of --listen", 0, 65535, 0, 0},
+        {"device", TSR_ARG_STRING, &c.device, "DEV[,DEV...]",
+         "auto (default), cpu, cuda:N; a list runs one worker per entry (cpu,cpu)", 0, 0, 0, 0},
+        {"threads", TSR_ARG_INT, &threads, "N",
+         "CPU threads in all, split across CPU workers (0 = all cores)", 0, 1024, 0, 0},
+        {"max-batch", TSR_ARG_INT, &max_batch, "N",
+         "images per UNet call, 1..32 (default 16; rows = 2N with guidance)", 1, 32, 0, 0},
+        {"max-queue", TSR_ARG_INT, &max_queue, "N",
+         "images waiting before new work gets 429 (default 256)", 1, 1000000, 0, 0},
+        {"data-dir", TSR_ARG_STRING, &c.data_dir, "DIR",
+         "journal, images and job records (default ./tessera-data)", 0, 0, 0, 0},
+        {"token-file", TSR_ARG_STRING, &c.token_file, "FILE",
+         "require 'Authorization: Bearer <token>' on /v1/ (the file's first line)", 0, 0, 0, 0},
+        {"cors-origin", TSR_ARG_STRING, &c.cors_origin, "ORIGIN",
+         "send Access-Control-Allow-Origin: ORIGIN (e.g. * or http://localhost:3000)", 0, 0, 0,
+         0},
+        {"max-wait-ms", TSR_ARG_INT, &max_wait, "MS",
+         "a new group of images waits up to MS for company (default 0)", 0, 60000, 0, 0},
+        {"drain-timeout", TSR_ARG_INT, &drain, "S",
+         "on SIGTERM, let running images finish for up to S seconds (default 30)", 0, 86400, 0,
+         0},
+        {"max-body", TSR_ARG_INT, &max_body, "BYTES",
+         "largest request body (default 33554432 = 32 MiB)", 1024, (int64_t)1 << 32, 0, 0},
+        {"log-level", TSR_ARG_STRING, &level, "LEVEL", "debug, info, warn, error or none", 0, 0,
+         0, 0},
+    };
+    const tsr_cli_command cmd = {
+        .name = "serve",
+        .synopsis = "serve [--model DIR_OR_FILE] [--listen HOST:PORT] [--device DEV[,DEV...]] "
+                    "[options]",
+        .summary = "serve the HTTP API (jobs, batches, events, images)",
+        .description =
+            "Images of all requests share UNet calls (step-level continuous batching); each\n"
+            "image equals what `tessera generate` makes with the same parameters and seed.\n"
+            "Accepted jobs are journaled in --data-dir before the 202, and survive restarts.\n"
+            "SIGTERM or SIGINT drains: new work gets 503, running images finish.\n"
+            "The HTTP contract: docs/service-design.md; examples: README.md.",
+        .specs = specs,
+        .n_specs = (int)(sizeof specs / sizeof specs[0]),
+    };
+    int rc = tsr_args_parse(&cmd, argc, argv, NULL, 0, NULL);
+    if (rc == TSR_ARGS_HELP)
+        return TSR_EXIT_OK;
+    if (rc)
+        return TSR_EXIT_USAGE;
+    if (listen && parse_listen(listen, &c.host, &c.port) < 0) {
+        fprintf(stderr, "tessera serve: --listen must be HOST:PORT (port 0..65535), got '%s'\n",
+                listen);
+        return TSR_EXIT_USAGE;
+    }
+    if (host)
+        c.host = host;
+    if (port >= 0)
+        c.port = (int)port;
+    c.log_level = tsr_log_level_current;
+    if (level) {
+        int l = tsr_log_level_parse(level);
+        if (l < 0) {
+            fprintf(stderr,
+                    "tessera serve: --log-level must be debug, info, warn, error or none\n");
+            return TSR_EXIT_USAGE;
+        }
+        c.log_level = l;
+    }
+    if (!c.model)
+        c.model = tsr_cli_default_model();
+    c.threads = (int)threads;
+    c.max_batch = (int)max_batch;
+    c.max_queue = (int)max_queue;
+    c.max_wait_ms = (int)max_wait;
+    c.drain_timeout_s = (int)drain;
+    c.max_body = max_body;
+    c.ready_out = stdout;
+    rc = tsr_service_run(&c);
+    return rc == 0 ? TSR_EXIT_OK : TSR_EXIT_FAILURE;
+}

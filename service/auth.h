@@ -1,0 +1,22 @@
+/*
+ * service/auth.h - bearer tokens (--token-file).
+ *
+ * The token is the file's content without trailing whitespace (one line);
+ * an empty or unreadable file is refused at start, since an empty token
+ * would let anyone in.  Requests to /v1/ must carry
+ * `Authorization: Bearer <token>` (scheme case-insensitive, RFC 7235); the
+ * comparison takes the same time wherever the first difference is and
+ * whatever the lengths.
+ */
+#ifndef SVC_AUTH_H
+#define SVC_AUTH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Read the token (malloc'd into *token).  0, or -1 with the reason logged. */
+int svc_auth_load(const char *path, char **token, size_t *len);
+/* Whether an Authorization header value carries the token. */
+bool svc_auth_check(const char *token, size_t len, const char *header);
+
+#endif

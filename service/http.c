@@ -1,0 +1,315 @@
+/*
+ * service/http.c - evhttp set-up, the router, replies, the access log,
+ * authentication and CORS (see http.h).
+ *
+ * Limits: the head guard (http_guard.c) answers 413/414/431 itself;
+ * evhttp's own limits are set above the guard's as a backstop, and a URI
+ * past 8 KiB that reached a handler anyway is refused here too.
+ */
+#include "http.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#include "auth.h"
+#include "log.h"
+#include "server.h"
+#include "sse.h"
+#include "util.h"
+
+#define URI_MAX 8192
+
+static const char *reason(int status)
+{
+    switch (status) {
+    case 200: return "OK";
+    case 202: return "Accepted";
+    case 204: return "No Content";
+    case 304: return "Not Modified";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
+    case 413: return "Payload Too Large";
+    case 414: return "URI Too Long";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default: return "Unknown";
+    }
+}
+
+static const char *method_name(enum evhttp_cmd_type t)
+{
+    switch (t) {
+    case EVHTTP_REQ_GET: return "GET";
+    case EVHTTP_REQ_POST: return "POST";
+    case EVHTTP_REQ_HEAD: return "HEAD";
+    case EVHTTP_REQ_PUT: return "PUT";
+    case EVHTTP_REQ_DELETE: return "DELETE";
+    case EVHTTP_REQ_OPTIONS: return "OPTIONS";
+    case EVHTTP_REQ_TRACE: return "TRACE";
+    case EVHTTP_REQ_CONNECT: return "CONNECT";
+    case EVHTTP_REQ_PATCH: return "PATCH";
+    default: return "OTHER";
+    }
+}
+
+void svc_req_add_header(svc_req *r, const char *name, const char *value)
+{
+    if (r->req)
+        evhttp_add_header(evhttp_request_get_output_headers(r->req), name, value);
+}
+
+const char *svc_req_header(svc_req *r, const char *name)
+{
+    return evhttp_find_header(evhttp_request_get_input_headers(r->req), name);
+}
+
+const char *svc_req_body(svc_req *r, size_t *len)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(r->req);
+    *len = evbuffer_get_length(in);
+    if (*len == 0)
+        return "";
+    return (const char *)evbuffer_pullup(in, -1);
+}
+
+static void common_headers(svc_req *r)
+{
+    if (r->srv->cfg.cors_origin) {
+        svc_req_add_header(r, "Access-Control-Allow-Origin", r->srv->cfg.cors_origin);
+        svc_req_add_header(r, "Access-Control-Expose-Headers", "Location, ETag, Retry-After");
+        if (strcmp(r->srv->cfg.cors_origin, "*") != 0)
+            svc_req_add_header(r, "Vary", "Origin");
+    }
+}
+
+void svc_req_finish(svc_req *r, int status)
+{
+    svc_server *s = r->srv;
+    if (status >= 100 && status < 600)
+        s->metrics.http[status]++;
+    SVC_INFO("http: %s %s %d %zu %.1fms", r->method, r->path ? r->path : "?", status, r->bytes_out,
+             (svc_now_mono() - r->t0) * 1000.0);
+    free(r->path);
+    free(r->query);
+    free(r);
+}
+
+void svc_reply_buffer(svc_req *r, int status, const char *content_type, struct evbuffer *body)
+{
+    if (content_type)
+        svc_req_add_header(r, "Content-Type", content_type);
+    common_headers(r);
+    r->bytes_out = body ? evbuffer_get_length(body) : 0;
+    evhttp_send_reply(r->req, status, reason(status), body);
+    r->req = NULL;
+    svc_req_finish(r, status);
+}
+
+void svc_reply_json(svc_req *r, int status, cJSON *body)
+{
+    char *text = body ? cJSON_PrintUnformatted(body) : NULL;
+    cJSON_Delete(body);
+    struct evbuffer *buf = evbuffer_new();
+    if (!text || !buf) {
+        cJSON_free(text);
+        if (buf)
+            evbuffer_free(buf);
+        /* last resort: a fixed body */
+        struct evbuffer *b = evbuffer_new();
+        if (b)
+            evbuffer_add_printf(b, "{\"error\":{\"code\":\"internal\",\"message\":\"out of "
+                                   "memory\",\"field\":null}}\n");
+        svc_reply_buffer(r, 500, "application/json", b);
+        if (b)
+            evbuffer_free(b);
+        return;
+    }
+    evbuffer_add(buf, text, strlen(text));
+    evbuffer_add(buf, "\n", 1);
+    cJSON_free(text);
+    svc_reply_buffer(r, status, "application/json", buf);
+    evbuffer_free(buf);
+}
+
+void svc_reply_error(svc_req *r, int status, const char *code, const char *field,
+                     const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cJSON *o = cJSON_CreateObject();
+    cJSON *e = cJSON_AddObjectToObject(o, "error");
+    cJSON_AddStringToObject(e, "code", code);
+    cJSON_AddStringToObject(e, "message", msg);
+    if (field && field[0])
+        cJSON_AddStringToObject(e, "field", field);
+    else
+        cJSON_AddNullToObject(e, "field");
+    if (status >= 400 && status != 404)
+        SVC_DEBUG("http: %s %s -> %d %s: %s", r->method, r->path, status, code, msg);
+    svc_reply_json(r, status, o);
+}
+
+void svc_reply_method_not_allowed(svc_req *r, const char *allow)
+{
+    svc_req_add_header(r, "Allow", allow);
+    svc_reply_error(r, 405, "method_not_allowed", NULL, "%s is not allowed on %s (allowed: %s)",
+                    r->method, r->path, allow);
+}
+
+void svc_reply_unavailable(svc_req *r)
+{
+    svc_server *s = r->srv;
+    svc_req_add_header(r, "Retry-After", s->phase == SVC_PHASE_LOADING ? "5" : "30");
+    svc_reply_error(r, 503, "unavailable", NULL, "%s",
+                    s->phase == SVC_PHASE_LOADING ? "the model is still loading"
+                                                  : "the server is shutting down");
+}
+
+static void preflight(svc_req *r)
+{
+    svc_req_add_header(r, "Access-Control-Allow-Methods", "GET, POST, DELETE, HEAD, OPTIONS");
+    svc_req_add_header(r, "Access-Control-Allow-Headers",
+                       "Authorization, Content-Type, Last-Event-ID, If-None-Match");
+    svc_req_add_header(r, "Access-Control-Max-Age", "600");
+    svc_reply_buffer(r, 204, NULL, NULL);
+}
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+    svc_server *s = arg;
+    svc_req *r = calloc(1, sizeof *r);
+    if (!r) {
+        evhttp_send_error(req, 500, "out of memory");
+        return;
+    }
+    r->srv = s;
+    r->req = req;
+    r->t0 = svc_now_mono();
+    snprintf(r->method, sizeof r->method, "%s", method_name(evhttp_request_get_command(req)));
+    /* a method evhttp does not route, passed on by the guard as PATCH */
+    const char *foreign = evhttp_find_header(evhttp_request_get_input_headers(req),
+                                             SVC_METHOD_HEADER);
+    if (foreign && evhttp_request_get_command(req) == EVHTTP_REQ_PATCH)
+        snprintf(r->method, sizeof r->method, "%s", foreign);
+    const char *raw = evhttp_request_get_uri(req);
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+    size_t plen = 0;
+    r->path = evhttp_uridecode(path && *path ? path : "/", 0, &plen);
+    if (!r->path) {
+        r->path = strdup("?");
+        svc_reply_error(r, 404, "not_found", NULL, "the request path cannot be decoded");
+        return;
+    }
+    if (uri && evhttp_uri_get_query(uri))
+        r->query = strdup(evhttp_uri_get_query(uri));
+    if (svc_guard_answer(r))
+        return;
+    if (raw && strlen(raw) > URI_MAX) {
+        svc_reply_error(r, 414, "uri_too_long", NULL, "the request URI is longer than %d bytes",
+                        URI_MAX);
+        return;
+    }
+    if (plen != strlen(r->path)) {
+        svc_reply_error(r, 404, "not_found", NULL, "no such path");
+        return;
+    }
+    if (evhttp_request_get_command(req) == EVHTTP_REQ_OPTIONS && s->cfg.cors_origin) {
+        preflight(r);
+        return;
+    }
+    const bool v1 = strncmp(r->path, "/v1/", 4) == 0;
+    if (v1 && s->token &&
+        !svc_auth_check(s->token, s->token_len, svc_req_header(r, "Authorization"))) {
+        svc_req_add_header(r, "WWW-Authenticate", "Bearer");
+        svc_reply_error(r, 401, "unauthorized", NULL,
+                        "a valid bearer token is required (Authorization: Bearer <token>)");
+        return;
+    }
+    if (svc_route_is_ops(r->path)) {
+        svc_route_ops(r);
+    } else if (strncmp(r->path, "/v1/jobs", 8) == 0 &&
+               (r->path[8] == '\0' || r->path[8] == '/')) {
+        svc_route_jobs(r, r->path + 8);
+    } else if (strncmp(r->path, "/v1/batches", 11) == 0 &&
+               (r->path[11] == '\0' || r->path[11] == '/')) {
+        svc_route_batches(r, r->path + 11);
+    } else {
+        svc_reply_error(r, 404, "not_found", NULL, "no such path: %s", r->path);
+    }
+}
+
+static struct bufferevent *make_bev(struct event_base *base, void *arg)
+{
+    return svc_guard_bev(base, arg);
+}
+
+int svc_http_start(svc_server *s)
+{
+    s->http = evhttp_new(s->base);
+    if (!s->http) {
+        SVC_ERROR("cannot create the HTTP server");
+        return -1;
+    }
+    /* backstops above the guard's limits (http_guard.c) */
+    evhttp_set_max_headers_size(s->http, 64 * 1024);
+    evhttp_set_max_body_size(s->http, s->cfg.max_body);
+    /* no progress for 50 s (libevent's default): the connection closes; a
+     * head trickling in counts as none until it is whole (the guard holds
+     * it), so a slowloris client is cut after 50 s.  Streams send a
+     * keepalive every 15 s, so only a reader that stopped reading hits it */
+    evhttp_set_timeout(s->http, 50);
+    evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+                                            EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
+                                            EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
+    evhttp_set_default_content_type(s->http, "application/json");
+    evhttp_set_bevcb(s->http, make_bev, s);
+    evhttp_set_gencb(s->http, on_request, s);
+    struct evhttp_bound_socket *h =
+        evhttp_bind_socket_with_handle(s->http, s->cfg.host, (ev_uint16_t)s->cfg.port);
+    if (!h) {
+        SVC_ERROR("cannot listen on %s:%d (address in use, or not an address of this machine)",
+                  s->cfg.host, s->cfg.port);
+        return -1;
+    }
+    /* the port actually bound (port 0: the kernel's choice) */
+    evutil_socket_t fd = evhttp_bound_socket_get_fd(h);
+    struct sockaddr_storage ss;
+    ev_socklen_t len = sizeof ss;
+    s->port = s->cfg.port;
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0) {
+        if (ss.ss_family == AF_INET)
+            s->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        else if (ss.ss_family == AF_INET6)
+            s->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    }
+    return 0;
+}
+
+void svc_http_stop(svc_server *s)
+{
+    if (s->http) {
+        evhttp_free(s->http);
+        s->http = NULL;
+    }
+}

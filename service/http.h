@@ -1,0 +1,73 @@
+/*
+ * service/http.h - the HTTP layer: evhttp set-up, the router, replies.
+ *
+ * Every request gets a svc_req (allocated when its handler starts, freed
+ * when its reply is sent), which carries what the access log needs.  A
+ * handler answers through svc_reply_* exactly once, now or later (a POST
+ * waits for the journal's fsync; an SSE stream lasts).  Replies add the
+ * CORS header when configured and count into /metrics.
+ *
+ * Limits: the request head guard (http_guard.c) answers 413/414/431 with
+ * the contract's JSON before evhttp buffers anything oversized.
+ */
+#ifndef SVC_HTTP_H
+#define SVC_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+struct svc_server;
+struct evhttp_request;
+struct evbuffer;
+struct event_base;
+struct bufferevent;
+struct evhttp_connection;
+
+typedef struct svc_req {
+    struct svc_server *srv;
+    struct evhttp_request *req;
+    double t0;
+    char method[12];
+    char *path;       /* owned: the decoded path */
+    char *query;      /* owned or NULL */
+    size_t bytes_out; /* streamed responses count here */
+} svc_req;
+
+/* Bind and start serving on s->base.  0, or -1 (logged). */
+int svc_http_start(struct svc_server *s);
+void svc_http_stop(struct svc_server *s);
+
+/* Replies (each ends r: it is freed). */
+void svc_reply_json(svc_req *r, int status, cJSON *body);
+void svc_reply_error(svc_req *r, int status, const char *code, const char *field,
+                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* body is drained into the reply (may be NULL). */
+void svc_reply_buffer(svc_req *r, int status, const char *content_type, struct evbuffer *body);
+void svc_reply_method_not_allowed(svc_req *r, const char *allow);
+/* 503 with Retry-After. */
+void svc_reply_unavailable(svc_req *r);
+
+void svc_req_add_header(svc_req *r, const char *name, const char *value);
+const char *svc_req_header(svc_req *r, const char *name);
+/* The body as bytes (NUL-terminated copy, owned by r's request). */
+const char *svc_req_body(svc_req *r, size_t *len);
+/* Access log + metrics for a response that ends outside svc_reply_*
+ * (streams), then free r. */
+void svc_req_finish(svc_req *r, int status);
+
+/* Routes (routes_*.c); rest = path after the prefix. */
+void svc_route_jobs(svc_req *r, const char *rest);
+void svc_route_batches(svc_req *r, const char *rest);
+void svc_route_ops(svc_req *r);
+bool svc_route_is_ops(const char *path);
+
+/* The head guard (http_guard.c): a bufferevent that checks request heads. */
+#define SVC_METHOD_HEADER "X-Tessera-Guard-Method"
+struct bufferevent *svc_guard_bev(struct event_base *base, void *server);
+/* A request the guard replaced: answer it (true) or not ours (false). */
+bool svc_guard_answer(svc_req *r);
+
+
+#endif

@@ -1,0 +1,232 @@
+/*
+ * service/jobs_json.c - what jobs and batches look like on the wire: the
+ * objects of GET /v1/jobs/{id} and /v1/batches/{id}, the job.json sidecar,
+ * and SSE event text (docs/service-design.md, "HTTP contract").
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+
+#include "jobs.h"
+#include "json.h"
+#include "server.h"
+
+void svc_image_url(const svc_job *j, int index, char *buf, size_t size)
+{
+    snprintf(buf, size, "/v1/jobs/%s/images/%d.png", j->ids, index);
+}
+
+static cJSON *error_json(const svc_job *j)
+{
+    if (!j->error_code)
+        return cJSON_CreateNull();
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "code", j->error_code);
+    cJSON_AddStringToObject(e, "message", j->error_message ? j->error_message : "");
+    return e;
+}
+
+static cJSON *job_json(const svc_job *j, bool file)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddStringToObject(o, "id", j->ids);
+    cJSON_AddStringToObject(o, "state", svc_state_name(j->state));
+    svc_json_add_number_or_null(o, "position", j->position,
+                                !file && j->queued_images > 0 && j->position >= 0);
+    int step = 0, steps = 0;
+    for (int i = 0; i < j->n; i++) {
+        step += j->images[i].step;
+        steps += j->images[i].steps;
+    }
+    cJSON_AddNumberToObject(o, "step", step);
+    cJSON_AddNumberToObject(o, "steps", steps);
+    cJSON_AddNumberToObject(o, "created", j->created);
+    svc_json_add_number_or_null(o, "started", j->started, j->started > 0);
+    svc_json_add_number_or_null(o, "finished", j->finished, j->finished > 0);
+    cJSON_AddItemToObject(o, "error", error_json(j));
+    svc_json_add_string_or_null(o, "batch", j->batch ? j->batch->ids : NULL);
+    if (file)
+        cJSON_AddNumberToObject(o, "batch_index", j->batch_index);
+    cJSON_AddItemToObject(o, "params", cJSON_Duplicate(j->view, 1));
+    cJSON *images = cJSON_AddArrayToObject(o, "images");
+    for (int i = 0; i < j->n; i++) {
+        const svc_image *img = &j->images[i];
+        cJSON *im = cJSON_CreateObject();
+        cJSON_AddNumberToObject(im, "index", i);
+        cJSON_AddItemToObject(im, "seed", svc_json_u64(img->seed));
+        cJSON_AddStringToObject(im, "state", svc_state_name(img->state));
+        cJSON_AddNumberToObject(im, "step", img->step);
+        bool stored = img->state == SVC_DONE && img->etag[0];
+        char url[96];
+        svc_image_url(j, i, url, sizeof url);
+        svc_json_add_string_or_null(im, "url", stored ? url : NULL);
+        svc_json_add_string_or_null(im, "infotext", stored ? img->infotext : NULL);
+        if (file) {
+            cJSON_AddNumberToObject(im, "steps", img->steps);
+            svc_json_add_string_or_null(im, "etag", stored ? img->etag : NULL);
+            cJSON_AddNumberToObject(im, "bytes", (double)img->bytes);
+        }
+        cJSON_AddItemToArray(images, im);
+    }
+    return o;
+}
+
+cJSON *svc_job_json(svc_server *s, const svc_job *j)
+{
+    (void)s;
+    return job_json(j, false);
+}
+
+cJSON *svc_job_file_json(svc_server *s, const svc_job *j)
+{
+    (void)s;
+    cJSON *o = job_json(j, true);
+    if (o)
+        cJSON_AddNumberToObject(o, "version", 1);
+    return o;
+}
+
+static void batch_counts(const svc_batch *b, int counts[5])
+{
+    memset(counts, 0, 5 * sizeof counts[0]);
+    for (int i = 0; i < b->n; i++)
+        counts[b->jobs[i]->state]++;
+}
+
+static cJSON *counts_json(const svc_batch *b)
+{
+    int counts[5];
+    batch_counts(b, counts);
+    cJSON *c = cJSON_CreateObject();
+    for (int i = 0; i < 5; i++)
+        cJSON_AddNumberToObject(c, svc_state_name((svc_state)i), counts[i]);
+    return c;
+}
+
+cJSON *svc_batch_json(svc_server *s, const svc_batch *b)
+{
+    (void)s;
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddStringToObject(o, "id", b->ids);
+    cJSON_AddStringToObject(o, "state", b->final_jobs >= b->n ? "done" : "running");
+    cJSON_AddItemToObject(o, "counts", counts_json(b));
+    cJSON *jobs = cJSON_AddArrayToObject(o, "jobs");
+    for (int i = 0; i < b->n; i++) {
+        const svc_job *j = b->jobs[i];
+        cJSON *jo = cJSON_CreateObject();
+        cJSON_AddStringToObject(jo, "id", j->ids);
+        cJSON_AddStringToObject(jo, "state", svc_state_name(j->state));
+        cJSON *images = cJSON_AddArrayToObject(jo, "images");
+        for (int k = 0; k < j->n; k++) {
+            cJSON *im = cJSON_CreateObject();
+            cJSON_AddNumberToObject(im, "index", k);
+            char url[96];
+            svc_image_url(j, k, url, sizeof url);
+            svc_json_add_string_or_null(im, "url", j->images[k].state == SVC_DONE &&
+                                                           j->images[k].etag[0]
+                                                       ? url
+                                                       : NULL);
+            cJSON_AddItemToArray(images, im);
+        }
+        cJSON_AddItemToArray(jobs, jo);
+    }
+    return o;
+}
+
+static void sse_event(struct evbuffer *out, uint32_t id, const char *name, cJSON *data)
+{
+    char *text = data ? cJSON_PrintUnformatted(data) : NULL;
+    evbuffer_add_printf(out, "id: %u\nevent: %s\ndata: %s\n\n", id, name, text ? text : "{}");
+    cJSON_free(text);
+    cJSON_Delete(data);
+}
+
+void svc_job_event_sse(const svc_job *j, uint32_t index, struct evbuffer *out)
+{
+    const svc_event *ev = &j->hist.ev[index];
+    cJSON *d = cJSON_CreateObject();
+    const char *name = "message";
+    char url[96];
+    switch ((svc_event_kind)ev->kind) {
+    case SVC_EV_QUEUED:
+        name = "queued";
+        cJSON_AddNumberToObject(d, "position", ev->a);
+        break;
+    case SVC_EV_STARTED: name = "started"; break;
+    case SVC_EV_STEP:
+        name = "step";
+        cJSON_AddNumberToObject(d, "image", ev->a);
+        cJSON_AddNumberToObject(d, "step", ev->b);
+        cJSON_AddNumberToObject(d, "steps", ev->c);
+        cJSON_AddNumberToObject(d, "eta", round((double)ev->eta * 1000.0) / 1000.0);
+        break;
+    case SVC_EV_IMAGE:
+        name = "image";
+        svc_image_url(j, ev->a, url, sizeof url);
+        cJSON_AddNumberToObject(d, "index", ev->a);
+        cJSON_AddStringToObject(d, "url", url);
+        cJSON_AddItemToObject(d, "seed", svc_json_u64(j->images[ev->a].seed));
+        break;
+    case SVC_EV_DONE: name = "done"; break;
+    case SVC_EV_FAILED:
+        name = "failed";
+        cJSON_AddItemToObject(d, "error", error_json(j));
+        break;
+    case SVC_EV_CANCELLED: name = "cancelled"; break;
+    default: break;
+    }
+    sse_event(out, index + 1, name, d);
+}
+
+void svc_batch_event_sse(const svc_batch *b, uint32_t index, struct evbuffer *out)
+{
+    const svc_event *ev = &b->hist.ev[index];
+    cJSON *d = cJSON_CreateObject();
+    const char *name = "message";
+    const svc_job *j = ev->job >= 0 && ev->job < b->n ? b->jobs[ev->job] : NULL;
+    char url[96];
+    switch ((svc_event_kind)ev->kind) {
+    case SVC_EV_B_IMAGE:
+        name = "image";
+        if (j) {
+            svc_image_url(j, ev->a, url, sizeof url);
+            cJSON_AddStringToObject(d, "job", j->ids);
+            cJSON_AddNumberToObject(d, "index", ev->a);
+            cJSON_AddStringToObject(d, "url", url);
+            cJSON_AddItemToObject(d, "seed", svc_json_u64(j->images[ev->a].seed));
+        }
+        break;
+    case SVC_EV_B_JOB:
+        name = "job";
+        if (j) {
+            cJSON_AddStringToObject(d, "job", j->ids);
+            cJSON_AddStringToObject(d, "state", svc_state_name(j->state));
+        }
+        break;
+    case SVC_EV_B_DONE:
+        name = "done";
+        cJSON_AddItemToObject(d, "counts", counts_json(b));
+        break;
+    default: break;
+    }
+    sse_event(out, index + 1, name, d);
+}
+
+bool svc_job_stream_over(const svc_job *j)
+{
+    if (!j->hist.n)
+        return false;
+    uint8_t k = j->hist.ev[j->hist.n - 1].kind;
+    return k == SVC_EV_DONE || k == SVC_EV_FAILED || k == SVC_EV_CANCELLED;
+}
+
+bool svc_batch_stream_over(const svc_batch *b)
+{
+    return b->hist.n && b->hist.ev[b->hist.n - 1].kind == SVC_EV_B_DONE;
+}

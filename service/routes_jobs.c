@@ -1,0 +1,296 @@
+/*
+ * service/routes_jobs.c - /v1/jobs: submit, read, cancel, follow, and fetch
+ * images (docs/service-design.md, "Endpoints").
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+
+#include "http.h"
+#include "json.h"
+#include "log.h"
+#include "server.h"
+#include "sse.h"
+#include "util.h"
+
+#define IMAGE_FILE_MAX (256u << 20)
+
+/* ---------------------------------------------------------------- submit */
+
+typedef struct submit_ctx {
+    svc_req *r;
+    svc_job *job;
+} submit_ctx;
+
+static cJSON *accepted_json(const svc_job *j)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", j->ids);
+    cJSON_AddStringToObject(o, "state", svc_state_name(j->state));
+    cJSON_AddNumberToObject(o, "position", j->position < 0 ? 0 : j->position);
+    cJSON_AddNumberToObject(o, "images", j->n);
+    cJSON_AddItemToObject(o, "seed", svc_json_u64(j->images[0].seed));
+    cJSON_AddNumberToObject(o, "created", j->created);
+    cJSON *urls = cJSON_AddObjectToObject(o, "urls");
+    char buf[96];
+    snprintf(buf, sizeof buf, "/v1/jobs/%s", j->ids);
+    cJSON_AddStringToObject(urls, "self", buf);
+    snprintf(buf, sizeof buf, "/v1/jobs/%s/events", j->ids);
+    cJSON_AddStringToObject(urls, "events", buf);
+    return o;
+}
+
+static void on_accepted(void *user, int status)
+{
+    submit_ctx *c = user;
+    svc_req *r = c->r;
+    svc_job *j = c->job;
+    free(c);
+    if (status < 0) {
+        svc_reply_error(r, 500, "internal", NULL, "the job could not be journaled: %s",
+                        strerror(-status));
+        return;
+    }
+    char loc[64];
+    snprintf(loc, sizeof loc, "/v1/jobs/%s", j->ids);
+    svc_req_add_header(r, "Location", loc);
+    svc_reply_json(r, 202, accepted_json(j));
+}
+
+/* Shared by jobs and batches: refuse work outside READY. */
+static bool can_accept(svc_req *r)
+{
+    if (r->srv->phase != SVC_PHASE_READY) {
+        svc_reply_unavailable(r);
+        return false;
+    }
+    return true;
+}
+
+static void submit(svc_req *r)
+{
+    svc_server *s = r->srv;
+    if (!can_accept(r))
+        return;
+    size_t len = 0;
+    const char *body = svc_req_body(r, &len);
+    char err[256];
+    cJSON *obj = svc_json_parse(body, len, err, sizeof err);
+    if (!obj) {
+        svc_reply_error(r, 400, "invalid_json", NULL, "the body is not valid JSON: %s", err);
+        return;
+    }
+    if (!cJSON_IsObject(obj)) {
+        cJSON_Delete(obj);
+        svc_reply_error(r, 400, "invalid_json", NULL, "the body must be a JSON object");
+        return;
+    }
+    svc_params_ctx ctx;
+    svc_server_params_ctx(s, &ctx);
+    svc_params *p = NULL;
+    svc_param_error pe;
+    int rc = svc_params_parse(obj, NULL, &ctx, &p, &pe);
+    cJSON_Delete(obj);
+    if (rc < 0) {
+        svc_reply_error(r, 400, "invalid_parameter", pe.field, "%s", pe.message);
+        return;
+    }
+    int waiting = s->queue->ops->length(s->queue) + s->pending_images;
+    if (waiting + p->n > s->cfg.max_queue) {
+        int n = p->n;
+        svc_params_unref(p);
+        svc_req_add_header(r, "Retry-After", "5");
+        svc_reply_error(r, 429, "queue_full", NULL,
+                        "the queue is full: %d image%s waiting, %d more would pass --max-queue %d",
+                        waiting, waiting == 1 ? "" : "s", n, s->cfg.max_queue);
+        return;
+    }
+    svc_job *j = svc_job_new(svc_jobs_new_id(s->jobs), p, svc_now_unix());
+    submit_ctx *c = j ? calloc(1, sizeof *c) : NULL;
+    if (!c) {
+        svc_job_free(j);
+        if (!j)
+            svc_params_unref(p);
+        svc_reply_error(r, 500, "internal", NULL, "out of memory");
+        return;
+    }
+    c->r = r;
+    c->job = j;
+    svc_server_accept(s, &j, 1, on_accepted, c);
+}
+
+/* ----------------------------------------------------------------- reads */
+
+static void send_job(svc_req *r, svc_job *j, int status)
+{
+    svc_reply_json(r, status, svc_job_json(r->srv, j));
+}
+
+static bool parse_last_event_id(svc_req *r, uint32_t *out)
+{
+    const char *h = svc_req_header(r, "Last-Event-ID");
+    *out = 0;
+    if (!h || !*h)
+        return true;
+    unsigned long long v = 0;
+    for (const char *p = h; *p; p++) {
+        if (*p < '0' || *p > '9' || v > 0xFFFFFFFFull)
+            return false;
+        v = v * 10 + (unsigned)(*p - '0');
+    }
+    if (v > 0xFFFFFFFFull)
+        return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+static bool etag_matches(const char *header, const char *quoted)
+{
+    if (!header)
+        return false;
+    if (strstr(header, "*"))
+        return true;
+    return strstr(header, quoted) != NULL;
+}
+
+static void send_image(svc_req *r, svc_job *j, int index)
+{
+    svc_server *s = r->srv;
+    const svc_image *img = &j->images[index];
+    if (img->state != SVC_DONE || !img->etag[0]) {
+        svc_reply_error(r, 404, "not_found", NULL, "image %d of %s is not done (it is %s)", index,
+                        j->ids, svc_state_name(img->state));
+        return;
+    }
+    char etag[40];
+    snprintf(etag, sizeof etag, "\"%s\"", img->etag);
+    svc_req_add_header(r, "ETag", etag);
+    svc_req_add_header(r, "Cache-Control", "public, max-age=31536000, immutable");
+    if (etag_matches(svc_req_header(r, "If-None-Match"), etag)) {
+        svc_reply_buffer(r, 304, NULL, NULL);
+        return;
+    }
+    char path[PATH_MAX];
+    svc_store_image_path(s->cfg.data_dir, j->ids, index, path, sizeof path);
+    char *data = NULL;
+    size_t len = 0;
+    int rc = svc_read_file(path, &data, &len, IMAGE_FILE_MAX);
+    if (rc < 0) {
+        SVC_WARN("image %s: %s", path, strerror(-rc));
+        svc_reply_error(r, 404, "not_found", NULL, "image %d of %s is missing from the data "
+                        "directory", index, j->ids);
+        return;
+    }
+    struct evbuffer *buf = evbuffer_new();
+    if (!buf || evbuffer_add(buf, data, len) < 0) {
+        free(data);
+        if (buf)
+            evbuffer_free(buf);
+        svc_reply_error(r, 500, "internal", NULL, "out of memory");
+        return;
+    }
+    svc_reply_buffer(r, 200, "image/png", buf);
+    evbuffer_free(buf);
+    free(data);
+}
+
+static bool is_get(const svc_req *r)
+{
+    return strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
+}
+
+void svc_route_jobs(svc_req *r, const char *rest)
+{
+    svc_server *s = r->srv;
+    if (rest[0] == '\0') {
+        if (strcmp(r->method, "POST") == 0)
+            submit(r);
+        else
+            svc_reply_method_not_allowed(r, "POST");
+        return;
+    }
+    /* rest = "/<id>[/...]" */
+    char id[20] = {0};
+    const char *slash = strchr(rest + 1, '/');
+    size_t idlen = slash ? (size_t)(slash - rest - 1) : strlen(rest + 1);
+    uint64_t jid = 0;
+    if (idlen < sizeof id)
+        memcpy(id, rest + 1, idlen);
+    svc_job *j = idlen < sizeof id && svc_id_parse(id, 'j', &jid) ? svc_jobs_find(s->jobs, jid)
+                                                                   : NULL;
+    const char *sub = slash ? slash : "";
+    /* 405 needs the path to exist; 404 first for unknown shapes */
+    if (sub[0] == '\0') {
+        if (!is_get(r) && strcmp(r->method, "DELETE") != 0) {
+            svc_reply_method_not_allowed(r, "GET, HEAD, DELETE");
+            return;
+        }
+        if (!j) {
+            svc_reply_error(r, 404, "not_found", NULL, "no job %.40s", rest + 1);
+            return;
+        }
+        if (strcmp(r->method, "DELETE") == 0) {
+            if (!svc_job_cancel(s, j)) {
+                svc_reply_error(r, 409, "conflict", NULL, "job %s is already %s", j->ids,
+                                svc_state_name(j->state));
+                return;
+            }
+            svc_jobs_update_positions(s);
+        }
+        send_job(r, j, 200);
+        return;
+    }
+    if (strcmp(sub, "/events") == 0) {
+        if (strcmp(r->method, "GET") != 0) {
+            svc_reply_method_not_allowed(r, "GET");
+            return;
+        }
+        if (!j) {
+            svc_reply_error(r, 404, "not_found", NULL, "no job %.40s", rest + 1);
+            return;
+        }
+        uint32_t last = 0;
+        if (!parse_last_event_id(r, &last)) {
+            svc_reply_error(r, 400, "invalid_parameter", "Last-Event-ID",
+                            "Last-Event-ID must be a non-negative integer event id");
+            return;
+        }
+        svc_sse_open_job(s, r, j, last);
+        return;
+    }
+    if (strncmp(sub, "/images/", 8) == 0) {
+        const char *name = sub + 8;
+        char *end = NULL;
+        errno = 0;
+        long index = strtol(name, &end, 10);
+        bool shape = name[0] >= '0' && name[0] <= '9' && end && strcmp(end, ".png") == 0 &&
+                     errno == 0 && (name[0] != '0' || end == name + 1);
+        if (!shape) {
+            svc_reply_error(r, 404, "not_found", NULL, "no such image: %.60s", name);
+            return;
+        }
+        if (!is_get(r)) {
+            svc_reply_method_not_allowed(r, "GET, HEAD");
+            return;
+        }
+        if (!j) {
+            svc_reply_error(r, 404, "not_found", NULL, "no job %.40s", rest + 1);
+            return;
+        }
+        if (index < 0 || index >= j->n) {
+            svc_reply_error(r, 404, "not_found", NULL, "job %s has %d image%s; no image %ld",
+                            j->ids, j->n, j->n == 1 ? "" : "s", index);
+            return;
+        }
+        send_image(r, j, (int)index);
+        return;
+    }
+    svc_reply_error(r, 404, "not_found", NULL, "no such path: %s", r->path);
+}

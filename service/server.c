@@ -1,0 +1,734 @@
+/*
+ * service/server.c - tsr_service_run: start-up, the mailbox dispatch,
+ * accepting jobs, drain and shutdown.
+ *
+ * Start-up: data directory, journal (replayed and compacted), finished jobs
+ * loaded from their job.json, storage thread, HTTP listener, then one
+ * worker per device, which open their engines while /readyz answers 503.
+ * When every engine is open the jobs the journal left unfinished are
+ * queued again and the "listening on" line is printed.
+ *
+ * Drain (SIGTERM / SIGINT): new work gets 503; the queue closes, so
+ * workers finish what they run and end; after --drain-timeout they cancel
+ * what is left (not journaled as final: it reruns at the next start).
+ * Once every worker has ended and the storage thread has written what it
+ * was given, the loop ends.  A second signal skips the wait.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <event2/thread.h>
+
+#include "auth.h"
+#include "http.h"
+#include "json.h"
+#include "log.h"
+#include "server.h"
+#include "sse.h"
+#include "util.h"
+
+#define MAX_WORKERS 16
+
+void tsr_service_config_init(tsr_service_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->host = "127.0.0.1";
+    c->port = 8080;
+    c->device = "auto";
+    c->max_batch = 16;
+    c->max_queue = 256;
+    c->data_dir = "./tessera-data";
+    c->drain_timeout_s = 30;
+    c->max_body = 32ll << 20;
+    c->log_level = TSR_LOG_INFO;
+}
+
+/* ------------------------------------------------------------ helpers */
+
+static int engine_check(void *user, const tsr_image_params *p, const char **field)
+{
+    return tsr_image_params_check((const tsr_engine *)user, p, field);
+}
+
+void svc_server_params_ctx(svc_server *s, svc_params_ctx *ctx)
+{
+    memset(ctx, 0, sizeof *ctx);
+    ctx->default_size = s->default_size ? s->default_size : 512;
+    ctx->max_size = TSR_MAX_SIZE;
+    if (s->engine0) {
+        ctx->check = engine_check;
+        ctx->check_user = s->engine0;
+    }
+}
+
+void svc_server_cancel_running(svc_server *s, uint64_t job)
+{
+    for (int i = 0; i < s->n_workers; i++)
+        svc_worker_cancel(s->workers[i], job);
+}
+
+static char *record_text(const char *kind, const svc_job *j)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddStringToObject(o, "record", kind);
+    cJSON_AddStringToObject(o, "id", j->ids);
+    cJSON_AddNumberToObject(o, "finished", j->finished);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return text;
+}
+
+static void journal_one(svc_server *s, char *text)
+{
+    char **p = malloc(sizeof *p);
+    size_t *l = malloc(sizeof *l);
+    if (!text || !p || !l) {
+        free(text);
+        free(p);
+        free(l);
+        SVC_ERROR("journal: out of memory for a record");
+        return;
+    }
+    p[0] = text;
+    l[0] = strlen(text);
+    svc_store_journal(s->store, p, l, 1, NULL);
+}
+
+void svc_server_persist_final(svc_server *s, svc_job *j)
+{
+    if (j->persisted)
+        return;
+    j->persisted = true;
+    cJSON *file = svc_job_file_json(s, j);
+    char *text = file ? cJSON_Print(file) : NULL;
+    cJSON_Delete(file);
+    if (text)
+        svc_store_job_file(s->store, j->id, text);
+    else
+        SVC_ERROR("job %s: out of memory writing job.json", j->ids);
+    journal_one(s, record_text(svc_state_name(j->state), j));
+}
+
+/* ------------------------------------------------------------ accepting */
+
+typedef struct pending_accept {
+    svc_job **jobs;
+    int n, images;
+    void (*done)(void *user, int status);
+    void *user;
+} pending_accept;
+
+void svc_server_accept(svc_server *s, svc_job **jobs, int n, void (*done)(void *user, int status),
+                       void *user)
+{
+    pending_accept *pa = calloc(1, sizeof *pa);
+    char **payloads = calloc((size_t)n, sizeof *payloads);
+    size_t *lens = calloc((size_t)n, sizeof *lens);
+    svc_job **copy = calloc((size_t)n, sizeof *copy);
+    bool ok = pa && payloads && lens && copy;
+    for (int i = 0; ok && i < n; i++) {
+        payloads[i] = svc_job_accept_record(jobs[i]);
+        ok = payloads[i] != NULL;
+        if (ok)
+            lens[i] = strlen(payloads[i]);
+    }
+    if (!ok) {
+        if (payloads)
+            for (int i = 0; i < n; i++)
+                free(payloads[i]);
+        free(payloads);
+        free(lens);
+        free(copy);
+        free(pa);
+        for (int i = 0; i < n; i++)
+            svc_job_free(jobs[i]);
+        done(user, -ENOMEM);
+        return;
+    }
+    memcpy(copy, jobs, (size_t)n * sizeof *copy);
+    pa->jobs = copy;
+    pa->n = n;
+    for (int i = 0; i < n; i++)
+        pa->images += jobs[i]->n;
+    pa->done = done;
+    pa->user = user;
+    s->pending_images += pa->images;
+    svc_store_journal(s->store, payloads, lens, n, pa);
+}
+
+static void accept_done(svc_server *s, pending_accept *pa, int status)
+{
+    s->pending_images -= pa->images;
+    if (status < 0) {
+        for (int i = 0; i < pa->n; i++) {
+            if (pa->jobs[i]->batch)
+                pa->jobs[i]->batch->n = 0; /* the batch never was */
+            svc_job_free(pa->jobs[i]);
+        }
+    } else {
+        for (int i = 0; i < pa->n; i++) {
+            svc_jobs_insert(s->jobs, pa->jobs[i]);
+            svc_job_enqueue(s, pa->jobs[i]);
+        }
+        svc_jobs_update_positions(s);
+    }
+    pa->done(pa->user, status < 0 ? status : 0);
+    free(pa->jobs);
+    free(pa);
+}
+
+/* ----------------------------------------------------------- ready/drain */
+
+static void stop_loop(svc_server *s);
+
+static void maybe_finish_drain(svc_server *s)
+{
+    if (s->phase != SVC_PHASE_DRAINING || s->n_exited < s->n_workers || s->store_flushed)
+        return;
+    /* every worker has ended: wait for the storage thread's queue */
+    s->store_flushed = true;
+    svc_store_barrier(s->store, &s->store_flushed);
+}
+
+static void begin_drain(svc_server *s, const char *why)
+{
+    if (s->phase >= SVC_PHASE_DRAINING)
+        return;
+    const bool loading = s->phase == SVC_PHASE_LOADING;
+    s->phase = SVC_PHASE_DRAINING;
+    if (loading)
+        SVC_INFO("%s: stopping once the engines are open", why);
+    else
+        SVC_INFO("%s: draining (running images finish, up to %d s; queued ones rerun at the "
+                 "next start)",
+                 why, s->cfg.drain_timeout_s);
+    s->queue->ops->close(s->queue);
+    if (!loading || s->n_ready + s->n_failed >= s->n_workers) {
+        struct timeval tv = {s->cfg.drain_timeout_s, 0};
+        evtimer_add(s->ev_drain, &tv);
+    }
+    maybe_finish_drain(s);
+}
+
+static void abort_workers(svc_server *s)
+{
+    if (s->drain_aborted)
+        return;
+    s->drain_aborted = true;
+    for (int i = 0; i < s->n_workers; i++)
+        svc_worker_abort(s->workers[i]);
+}
+
+static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    svc_server *s = arg;
+    if (s->n_exited < s->n_workers)
+        SVC_WARN("drain: %d s passed; cancelling the images still running (they rerun at the "
+                 "next start)",
+                 s->cfg.drain_timeout_s);
+    abort_workers(s);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    svc_server *s = arg;
+    const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    if (s->phase >= SVC_PHASE_DRAINING) {
+        SVC_WARN("%s again: cancelling what runs now", name);
+        abort_workers(s);
+        return;
+    }
+    begin_drain(s, name);
+}
+
+static void describe_devices(svc_server *s)
+{
+    size_t off = 0;
+    s->device_desc[0] = '\0';
+    for (int i = 0; i < s->n_workers; i++) {
+        tsr_engine *e = svc_worker_engine(s->workers[i]);
+        off += (size_t)snprintf(s->device_desc + off, sizeof s->device_desc - off, "%s%s",
+                                i ? ", " : "", e ? tsr_engine_device(e) : "?");
+        if (off >= sizeof s->device_desc)
+            break;
+    }
+}
+
+/* Replay the journal's unfinished jobs (now that parameters can be checked). */
+static void replay_jobs(svc_server *s)
+{
+    if (!s->replay)
+        return;
+    svc_params_ctx ctx;
+    svc_server_params_ctx(s, &ctx);
+    int n = cJSON_GetArraySize(s->replay), queued = 0;
+    svc_job **list = calloc((size_t)(n ? n : 1), sizeof *list);
+    const cJSON *rec;
+    cJSON_ArrayForEach(rec, s->replay)
+    {
+        const cJSON *idj = cJSON_GetObjectItemCaseSensitive(rec, "id");
+        const cJSON *req = cJSON_GetObjectItemCaseSensitive(rec, "request");
+        uint64_t id = 0;
+        if (!cJSON_IsString(idj) || !svc_id_parse(idj->valuestring, 'j', &id) ||
+            svc_jobs_find(s->jobs, id))
+            continue;
+        svc_params *p = NULL;
+        svc_param_error pe;
+        if (svc_params_parse(req, NULL, &ctx, &p, &pe) < 0) {
+            SVC_WARN("journal: job %s cannot run any more (%s%s%s); dropped", idj->valuestring,
+                     pe.field, pe.field[0] ? ": " : "", pe.message);
+            char *text = NULL;
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "record", "failed");
+            cJSON_AddStringToObject(o, "id", idj->valuestring);
+            text = cJSON_PrintUnformatted(o);
+            cJSON_Delete(o);
+            journal_one(s, text);
+            continue;
+        }
+        const cJSON *created = cJSON_GetObjectItemCaseSensitive(rec, "created");
+        svc_job *j = svc_job_new(id, p, cJSON_IsNumber(created) ? created->valuedouble
+                                                                : svc_now_unix());
+        if (!j) {
+            svc_params_unref(p);
+            continue;
+        }
+        const cJSON *batch = cJSON_GetObjectItemCaseSensitive(rec, "batch");
+        const cJSON *bi = cJSON_GetObjectItemCaseSensitive(rec, "batch_index");
+        uint64_t bid = 0;
+        if (cJSON_IsString(batch) && svc_id_parse(batch->valuestring, 'b', &bid)) {
+            j->batch_id = bid;
+            j->batch_index = cJSON_IsNumber(bi) ? (int)bi->valuedouble : 0;
+        }
+        svc_jobs_insert(s->jobs, j);
+        if (list)
+            list[queued++] = j;
+    }
+    svc_jobs_rebuild_batches(s->jobs);
+    for (int i = 0; i < queued; i++)
+        svc_job_enqueue(s, list[i]);
+    svc_jobs_update_positions(s);
+    free(list);
+    if (queued)
+        SVC_INFO("journal: %d unfinished job%s queued again", queued, queued == 1 ? "" : "s");
+    cJSON_Delete(s->replay);
+    s->replay = NULL;
+}
+
+static void become_ready(svc_server *s)
+{
+    s->engine0 = svc_worker_engine(s->workers[0]);
+    snprintf(s->model_name, sizeof s->model_name, "%s", tsr_engine_model_name(s->engine0));
+    snprintf(s->family, sizeof s->family, "%s", tsr_engine_family(s->engine0));
+    s->default_size = tsr_engine_default_size(s->engine0);
+    s->inpainting = tsr_engine_is_inpainting(s->engine0) != 0;
+    struct stat st;
+    s->model_created = stat(s->cfg.model, &st) == 0 ? (double)st.st_mtime : svc_now_unix();
+    describe_devices(s);
+    replay_jobs(s);
+    if (s->phase == SVC_PHASE_LOADING)
+        s->phase = SVC_PHASE_READY;
+    else {
+        /* a signal came while loading: the drain clock starts now */
+        struct timeval tv = {s->cfg.drain_timeout_s, 0};
+        evtimer_add(s->ev_drain, &tv);
+    }
+    FILE *out = s->cfg.ready_out ? s->cfg.ready_out : stdout;
+    const char *host = s->cfg.host;
+    bool v6 = strchr(host, ':') != NULL;
+    fprintf(out, "tessera serve: listening on http://%s%s%s:%d (model %s, device %s)\n",
+            v6 ? "[" : "", host, v6 ? "]" : "", s->port, s->model_name, s->device_desc);
+    fflush(out);
+}
+
+/* ----------------------------------------------------------- dispatch */
+
+static void on_msg(void *user, svc_msg *m)
+{
+    svc_server *s = user;
+    switch (m->type) {
+    case SVC_MSG_ENGINE_READY:
+        s->n_ready++;
+        SVC_INFO("worker %d: engine ready (%s)", m->worker,
+                 tsr_engine_device(svc_worker_engine(s->workers[m->worker])));
+        if (s->n_ready == s->n_workers)
+            become_ready(s);
+        break;
+    case SVC_MSG_ENGINE_FAILED:
+        s->n_failed++;
+        SVC_ERROR("worker %d: cannot open the model %s on %s: %s", m->worker, s->cfg.model,
+                  s->cfg.device, m->text ? m->text : "unknown error");
+        s->exit_code = TSR_ERR_IO;
+        if (s->phase == SVC_PHASE_LOADING)
+            begin_drain(s, "start-up failed");
+        break;
+    case SVC_MSG_IMAGE_STARTED: svc_jobs_on_started(s, m->job, m->index); break;
+    case SVC_MSG_IMAGE_STEP: svc_jobs_on_step(s, m->job, m->index, m->step, m->steps); break;
+    case SVC_MSG_IMAGE_STORED:
+        svc_jobs_on_stored(s, m->job, m->index, m->etag, m->bytes, &m->text);
+        break;
+    case SVC_MSG_IMAGE_FAILED: svc_jobs_on_failed(s, m->job, m->index, m->status, m->text); break;
+    case SVC_MSG_IMAGE_CANCELLED: svc_jobs_on_cancelled(s, m->job, m->index); break;
+    case SVC_MSG_UNET_CALL:
+        s->metrics.unet_calls++;
+        svc_hist_observe(&s->metrics.unet_images, m->images);
+        svc_hist_observe(&s->metrics.unet_seconds, m->seconds);
+        break;
+    case SVC_MSG_WORKER_IDLE: break;
+    case SVC_MSG_WORKER_EXIT:
+        s->n_exited++;
+        maybe_finish_drain(s);
+        break;
+    case SVC_MSG_TASK_DONE:
+        if (m->cookie == &s->store_flushed)
+            stop_loop(s);
+        else
+            accept_done(s, m->cookie, m->status);
+        break;
+    }
+    svc_jobs_update_positions(s);
+}
+
+static void stop_loop(svc_server *s)
+{
+    s->phase = SVC_PHASE_STOPPING;
+    svc_sse_close_all(s);
+    event_base_loopexit(s->base, NULL);
+}
+
+/* ----------------------------------------------------------- start-up */
+
+typedef struct replay_rec {
+    uint64_t id;
+    size_t order;
+    bool final;
+    char *payload; /* accept records: the text as journaled */
+    cJSON *json;
+} replay_rec;
+
+typedef struct replay_state {
+    replay_rec *recs;
+    size_t n, cap;
+    size_t bad;
+} replay_state;
+
+static int on_record(void *user, const char *payload, size_t len)
+{
+    replay_state *st = user;
+    char err[128];
+    cJSON *o = svc_json_parse(payload, len, err, sizeof err);
+    const cJSON *kind = o ? cJSON_GetObjectItemCaseSensitive(o, "record") : NULL;
+    const cJSON *idj = o ? cJSON_GetObjectItemCaseSensitive(o, "id") : NULL;
+    uint64_t id = 0;
+    if (!cJSON_IsString(kind) || !cJSON_IsString(idj) ||
+        !svc_id_parse(idj->valuestring, 'j', &id)) {
+        st->bad++;
+        cJSON_Delete(o);
+        return 0;
+    }
+    if (st->n == st->cap) {
+        size_t cap = st->cap ? st->cap * 2 : 64;
+        replay_rec *nr = realloc(st->recs, cap * sizeof *nr);
+        if (!nr) {
+            cJSON_Delete(o);
+            return 1;
+        }
+        st->recs = nr;
+        st->cap = cap;
+    }
+    replay_rec *r = &st->recs[st->n];
+    memset(r, 0, sizeof *r);
+    r->id = id;
+    r->order = st->n;
+    r->final = strcmp(kind->valuestring, "accept") != 0;
+    if (!r->final) {
+        r->payload = malloc(len + 1);
+        if (r->payload) {
+            memcpy(r->payload, payload, len);
+            r->payload[len] = '\0';
+        }
+        r->json = o;
+    } else {
+        cJSON_Delete(o);
+    }
+    st->n++;
+    return 0;
+}
+
+static int cmp_rec(const void *a, const void *b)
+{
+    const replay_rec *x = a, *y = b;
+    if (x->id != y->id)
+        return x->id < y->id ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+static int cmp_order(const void *a, const void *b)
+{
+    const replay_rec *x = *(replay_rec *const *)a, *y = *(replay_rec *const *)b;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+static void on_job_file(void *user, const char *dir_name, const char *json, size_t len)
+{
+    svc_server *s = user;
+    svc_job *j = svc_job_from_file(json, len);
+    if (!j || strcmp(j->ids, dir_name) != 0) {
+        SVC_WARN("store: jobs/%s/job.json is not a finished job; ignored", dir_name);
+        svc_job_free(j);
+        return;
+    }
+    if (svc_jobs_find(s->jobs, j->id)) {
+        svc_job_free(j);
+        return;
+    }
+    svc_jobs_insert(s->jobs, j);
+}
+
+/* Journal: replay, keep the unfinished accepts, compact. */
+static int open_journal(svc_server *s)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/journal.log", s->cfg.data_dir);
+    replay_state st = {0};
+    int rc = svc_journal_local_open(path, on_record, &st, &s->journal);
+    if (rc < 0) {
+        SVC_ERROR("cannot open the journal %s: %s", path, strerror(-rc));
+        return -1;
+    }
+    if (st.bad)
+        SVC_WARN("journal: %zu record(s) not understood; ignored", st.bad);
+    if (st.n)
+        qsort(st.recs, st.n, sizeof *st.recs, cmp_rec);
+    replay_rec **keep = calloc(st.n ? st.n : 1, sizeof *keep);
+    size_t nkeep = 0;
+    for (size_t i = 0; i < st.n;) {
+        size_t k = i;
+        replay_rec *accept = NULL;
+        bool final = false;
+        for (; k < st.n && st.recs[k].id == st.recs[i].id; k++) {
+            if (st.recs[k].final)
+                final = true;
+            else
+                accept = &st.recs[k];
+        }
+        /* a job.json already on disk (written before a crash cut off its
+         * final record) wins */
+        if (accept && !final && !svc_jobs_find(s->jobs, accept->id) && keep)
+            keep[nkeep++] = accept;
+        i = k;
+    }
+    if (nkeep)
+        qsort(keep, nkeep, sizeof *keep, cmp_order);
+    s->replay = cJSON_CreateArray();
+    const char **payloads = calloc(nkeep ? nkeep : 1, sizeof *payloads);
+    size_t *lens = calloc(nkeep ? nkeep : 1, sizeof *lens);
+    size_t np = 0;
+    for (size_t i = 0; i < nkeep; i++) {
+        if (!keep[i]->payload)
+            continue;
+        payloads[np] = keep[i]->payload;
+        lens[np] = strlen(keep[i]->payload);
+        np++;
+        cJSON_AddItemToArray(s->replay, keep[i]->json);
+        keep[i]->json = NULL;
+    }
+    rc = payloads && lens ? s->journal->ops->rewrite(s->journal, payloads, lens, (int)np)
+                          : -ENOMEM;
+    if (rc < 0)
+        SVC_WARN("journal: compaction failed (%s); it keeps growing until the next start",
+                 strerror(-rc));
+    else if (st.n)
+        SVC_INFO("journal: %zu record(s) read, %zu unfinished job(s) kept", st.n, np);
+    for (size_t i = 0; i < st.n; i++) {
+        free(st.recs[i].payload);
+        cJSON_Delete(st.recs[i].json);
+    }
+    free(st.recs);
+    free(keep);
+    free(payloads);
+    free(lens);
+    return 0;
+}
+
+/* "cpu,cpu" -> workers; threads split across CPU workers. */
+static int start_workers(svc_server *s)
+{
+    char list[512];
+    snprintf(list, sizeof list, "%s", s->cfg.device && *s->cfg.device ? s->cfg.device : "auto");
+    char *names[MAX_WORKERS];
+    int n = 0, n_cpu = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ')
+            tok++;
+        if (!*tok)
+            continue;
+        if (n == MAX_WORKERS) {
+            SVC_ERROR("--device: at most %d devices", MAX_WORKERS);
+            return -1;
+        }
+        names[n++] = tok;
+        n_cpu += strcmp(tok, "cpu") == 0;
+    }
+    if (n == 0) {
+        SVC_ERROR("--device: no device given");
+        return -1;
+    }
+    int threads = s->cfg.threads;
+    if (n_cpu > 1) {
+        int total = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+        threads = total / n_cpu > 0 ? total / n_cpu : 1;
+    }
+    s->workers = calloc((size_t)n, sizeof *s->workers);
+    if (!s->workers)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        svc_worker_config wc;
+        memset(&wc, 0, sizeof wc);
+        wc.index = i;
+        wc.model = s->cfg.model;
+        snprintf(wc.device, sizeof wc.device, "%s", names[i]);
+        wc.threads = threads;
+        wc.max_batch = s->cfg.max_batch;
+        wc.max_wait_ms = s->cfg.max_wait_ms;
+        wc.queue = s->queue;
+        wc.mailbox = s->mailbox;
+        wc.store = s->store;
+        s->workers[i] = svc_worker_start(&wc);
+        if (!s->workers[i]) {
+            SVC_ERROR("cannot start worker %d", i);
+            return -1;
+        }
+        s->n_workers++;
+    }
+    return 0;
+}
+
+static void on_engine_log(void *user, tsr_log_level level, const char *message)
+{
+    svc_log_engine(user, level, message);
+}
+
+int tsr_service_run(const tsr_service_config *cfg)
+{
+    svc_server *s = calloc(1, sizeof *s);
+    if (!s)
+        return TSR_ERR_NOMEM;
+    s->cfg = *cfg;
+    if (!s->cfg.host)
+        s->cfg.host = "127.0.0.1";
+    if (!s->cfg.data_dir)
+        s->cfg.data_dir = "./tessera-data";
+    if (s->cfg.max_batch < 1)
+        s->cfg.max_batch = 1;
+    if (s->cfg.max_batch > 32)
+        s->cfg.max_batch = 32;
+    if (s->cfg.max_body <= 0)
+        s->cfg.max_body = 32ll << 20;
+    svc_log_set_level((tsr_log_level)s->cfg.log_level);
+    tsr_log_set_level((tsr_log_level)s->cfg.log_level);
+    tsr_log_set_callback(on_engine_log, NULL);
+    svc_metrics_init(&s->metrics);
+    s->exit_code = 0;
+    int rc = TSR_ERR_IO;
+    snprintf(s->guard_secret, sizeof s->guard_secret, "%016llx%016llx",
+             (unsigned long long)svc_random_u64(), (unsigned long long)svc_random_u64());
+    signal(SIGPIPE, SIG_IGN);
+
+    if (evthread_use_pthreads() != 0) {
+        SVC_ERROR("libevent has no pthreads support");
+        goto out;
+    }
+    s->base = event_base_new();
+    if (!s->base || evthread_make_base_notifiable(s->base) != 0) {
+        SVC_ERROR("cannot create the event loop");
+        goto out;
+    }
+    if (s->cfg.token_file && svc_auth_load(s->cfg.token_file, &s->token, &s->token_len) < 0) {
+        rc = TSR_ERR_INVALID;
+        goto out;
+    }
+    int e = svc_store_prepare(s->cfg.data_dir);
+    if (e < 0) {
+        SVC_ERROR("--data-dir %s: %s", s->cfg.data_dir, strerror(-e));
+        goto out;
+    }
+    s->jobs = svc_jobs_new();
+    s->queue = svc_queue_local_new(s->cfg.max_batch);
+    s->mailbox = svc_mailbox_new(s->base, on_msg, s);
+    if (!s->jobs || !s->queue || !s->mailbox) {
+        rc = TSR_ERR_NOMEM;
+        goto out;
+    }
+    svc_store_scan(s->cfg.data_dir, on_job_file, s);
+    if (open_journal(s) < 0)
+        goto out;
+    s->store = svc_store_start(s->cfg.data_dir, s->journal, s->mailbox);
+    s->sse = svc_sse_new(s);
+    s->ev_sigterm = evsignal_new(s->base, SIGTERM, on_signal, s);
+    s->ev_sigint = evsignal_new(s->base, SIGINT, on_signal, s);
+    s->ev_drain = evtimer_new(s->base, on_drain_timeout, s);
+    if (!s->store || !s->sse || !s->ev_sigterm || !s->ev_sigint || !s->ev_drain) {
+        rc = TSR_ERR_NOMEM;
+        goto out;
+    }
+    evsignal_add(s->ev_sigterm, NULL);
+    evsignal_add(s->ev_sigint, NULL);
+    if (svc_http_start(s) < 0)
+        goto out;
+    SVC_INFO("tessera serve %s: loading %s on %s; data in %s", tsr_version(), s->cfg.model,
+             s->cfg.device ? s->cfg.device : "auto", s->cfg.data_dir);
+    if (start_workers(s) < 0) {
+        s->exit_code = TSR_ERR_INTERNAL;
+        begin_drain(s, "start-up failed");
+    }
+    event_base_dispatch(s->base);
+    rc = s->exit_code;
+    SVC_INFO("stopped");
+
+out:
+    if (s->queue)
+        s->queue->ops->close(s->queue);
+    for (int i = 0; i < s->n_workers; i++) {
+        svc_worker_abort(s->workers[i]);
+        svc_worker_join(s->workers[i]);
+    }
+    svc_store_stop(s->store);
+    svc_http_stop(s);
+    svc_sse_free(s->sse);
+    for (int i = 0; i < s->n_workers; i++)
+        svc_worker_free(s->workers[i]);
+    free(s->workers);
+    if (s->journal)
+        s->journal->ops->close(s->journal);
+    if (s->queue)
+        s->queue->ops->destroy(s->queue);
+    svc_jobs_free(s->jobs);
+    cJSON_Delete(s->replay);
+    svc_mailbox_free(s->mailbox);
+    if (s->ev_sigterm)
+        event_free(s->ev_sigterm);
+    if (s->ev_sigint)
+        event_free(s->ev_sigint);
+    if (s->ev_drain)
+        event_free(s->ev_drain);
+    if (s->base)
+        event_base_free(s->base);
+    tsr_log_set_callback(NULL, NULL);
+    free(s->token);
+    free(s);
+    return rc;
+}

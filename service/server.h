@@ -1,0 +1,91 @@
+/*
+ * service/server.h - the server: what the event loop owns, and the few
+ * calls that cross files (replies, the mailbox dispatch, drain).
+ *
+ * Ownership (one owner per piece of state):
+ * - svc_server and everything reached from it below is owned by the loop
+ *   thread, except: `queue` (its own mutex; workers pop), `store` (its own
+ *   thread and queue), the workers (their own threads; engines read-only
+ *   from the loop after ENGINE_READY), and `mailbox` (its own mutex).
+ * - Model facts (model_name, ...) are written once when engine 0 is ready
+ *   and only read afterwards.
+ */
+#ifndef SVC_SERVER_H
+#define SVC_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "jobs.h"
+#include "mailbox.h"
+#include "metrics.h"
+#include "queue.h"
+#include "service.h"
+#include "store.h"
+#include "tessera.h"
+#include "worker.h"
+
+struct event_base;
+struct event;
+struct evhttp;
+struct svc_sse;
+
+typedef enum svc_phase {
+    SVC_PHASE_LOADING,  /* engines opening: 503 for work */
+    SVC_PHASE_READY,
+    SVC_PHASE_DRAINING, /* SIGTERM: 503 for new work, running images finish */
+    SVC_PHASE_STOPPING, /* workers and storage done; the loop is ending */
+} svc_phase;
+
+typedef struct svc_server {
+    tsr_service_config cfg;
+    struct event_base *base;
+    struct evhttp *http;
+    svc_phase phase;
+    int port;
+
+    svc_worker **workers;
+    int n_workers, n_ready, n_exited, n_failed;
+    tsr_engine *engine0;       /* worker 0's, for checks and facts */
+    char model_name[256], family[32], device_desc[512];
+    int default_size;
+    bool inpainting;
+    double model_created;
+
+    svc_queue *queue;
+    svc_journal *journal;
+    svc_store *store;
+    svc_mailbox *mailbox;
+    svc_jobs *jobs;
+    svc_metrics metrics;
+    struct svc_sse *sse;
+
+    char *token;               /* bearer token, NULL = open */
+    size_t token_len;
+    char guard_secret[33];     /* marks requests the head guard rewrote (http_guard.c) */
+
+    int pending_images;        /* accepted, waiting for the journal's fsync */
+    int running_images;        /* taken by workers, not yet final */
+    bool positions_dirty;
+
+    struct event *ev_sigterm, *ev_sigint, *ev_drain, *ev_keepalive;
+    bool drain_aborted;        /* workers told to cancel what runs */
+    bool store_flushed;
+    int exit_code;
+
+    /* replay at start: unfinished jobs from the journal, run once ready */
+    cJSON *replay;             /* array of ACCEPT records */
+} svc_server;
+
+/* Engine 0's parameter context (checks, default size). */
+void svc_server_params_ctx(svc_server *s, svc_params_ctx *ctx);
+/* Tell every worker to cancel the running images of a job. */
+void svc_server_cancel_running(svc_server *s, uint64_t job);
+/* Journal a job's final state and write its job.json (async, in order). */
+void svc_server_persist_final(svc_server *s, svc_job *j);
+/* Accept jobs: journal them (fsync on the storage thread), then insert and
+ * enqueue them and call done(user, status) on the loop. */
+void svc_server_accept(svc_server *s, svc_job **jobs, int n, void (*done)(void *user, int status),
+                       void *user);
+
+#endif

@@ -1,0 +1,44 @@
+/*
+ * service/service.h - `tessera serve`, the HTTP service, as a library call.
+ *
+ * The CLI (cli/cmd_serve.c) fills a tsr_service_config and calls
+ * tsr_service_run, which returns when the server has drained after SIGTERM
+ * or SIGINT.  docs/service-design.md is the design and the HTTP contract.
+ */
+#ifndef TSR_SERVICE_H
+#define TSR_SERVICE_H
+
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tsr_service_config {
+    const char *model;       /* diffusers folder or .safetensors (required) */
+    const char *host;        /* default "127.0.0.1" */
+    int port;                /* default 8080; 0 = any free port */
+    const char *device;      /* "auto" (default), "cpu", "cpu,cpu", "cuda:0,cuda:1" */
+    int threads;             /* CPU threads in all (0 = all cores), split across CPU workers */
+    int max_batch;           /* images per UNet call, 1..32 (default 16) */
+    int max_queue;           /* images waiting, at most (default 256) */
+    const char *data_dir;    /* default "./tessera-data" */
+    const char *token_file;  /* NULL = no authentication */
+    const char *cors_origin; /* NULL = no CORS headers */
+    int max_wait_ms;         /* default 0 */
+    int drain_timeout_s;     /* default 30 */
+    long long max_body;      /* request body limit in bytes (default 32 MiB) */
+    int log_level;           /* tsr_log_level (default info) */
+    FILE *ready_out;         /* the "listening on" line goes here (default stdout) */
+} tsr_service_config;
+
+void tsr_service_config_init(tsr_service_config *c);
+
+/* Run until drained.  Returns 0 after a clean drain, or a negative
+ * tsr_status when the server could not start (the reason is logged). */
+int tsr_service_run(const tsr_service_config *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,359 @@
+/*
+ * service/store.c - see store.h.
+ */
+#include "store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "log.h"
+#include "svc_png.h"
+#include "util.h"
+
+typedef enum task_type { TASK_JOURNAL, TASK_IMAGE, TASK_FILE, TASK_BARRIER, TASK_STOP } task_type;
+
+typedef struct task {
+    task_type type;
+    /* JOURNAL */
+    char **payloads;
+    size_t *lens;
+    int n;
+    void *cookie;
+    /* IMAGE / FILE */
+    uint64_t job;
+    int index;
+    uint8_t *rgb;
+    int width, height;
+    char *text; /* infotext (IMAGE) or the JSON (FILE) */
+    struct task *next;
+} task;
+
+struct svc_store {
+    char dir[PATH_MAX];
+    svc_journal *journal;
+    svc_mailbox *mb;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    task *head, *tail; /* guarded by mu */
+    int pending;       /* guarded by mu */
+};
+
+int svc_store_prepare(const char *data_dir)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/jobs", data_dir) >= (int)sizeof path)
+        return -ENAMETOOLONG;
+    return svc_mkdirs(path);
+}
+
+void svc_store_image_path(const char *data_dir, const char *job_id, int index, char *buf,
+                          size_t size)
+{
+    snprintf(buf, size, "%s/jobs/%s/%d.png", data_dir, job_id, index);
+}
+
+void svc_store_scan(const char *data_dir,
+                    void (*fn)(void *user, const char *dir_name, const char *json, size_t len),
+                    void *user)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/jobs", data_dir);
+    DIR *d = opendir(path);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        char file[PATH_MAX];
+        if (snprintf(file, sizeof file, "%s/%s/job.json", path, de->d_name) >= (int)sizeof file)
+            continue;
+        char *json = NULL;
+        size_t len = 0;
+        int rc = svc_read_file(file, &json, &len, 64u << 20);
+        if (rc == 0)
+            fn(user, de->d_name, json, len);
+        else if (rc != -ENOENT)
+            SVC_WARN("store: cannot read %s: %s", file, strerror(-rc));
+        free(json);
+    }
+    closedir(d);
+}
+
+static void task_free(task *t)
+{
+    if (!t)
+        return;
+    if (t->payloads)
+        for (int i = 0; i < t->n; i++)
+            free(t->payloads[i]);
+    free(t->payloads);
+    free(t->lens);
+    free(t->rgb);
+    free(t->text);
+    free(t);
+}
+
+static void post_done(svc_store *s, void *cookie, int status)
+{
+    svc_msg *m = svc_msg_new(SVC_MSG_TASK_DONE);
+    if (!m) {
+        SVC_ERROR("store: out of memory posting a completion");
+        return;
+    }
+    m->cookie = cookie;
+    m->status = status;
+    svc_mailbox_post(s->mb, m);
+}
+
+/* jobs/<id>/ exists (created and its parent fsync'd the first time). */
+static int job_dir(svc_store *s, uint64_t job, char *buf, size_t size)
+{
+    char id[20];
+    svc_id_format('j', job, id);
+    snprintf(buf, size, "%s/jobs/%s", s->dir, id);
+    if (mkdir(buf, 0777) == 0) {
+        char parent[PATH_MAX];
+        snprintf(parent, sizeof parent, "%s/jobs", s->dir);
+        return svc_fsync_dir(parent);
+    }
+    return errno == EEXIST ? 0 : -errno;
+}
+
+static void run_image(svc_store *s, task *t)
+{
+    char id[20], dir[PATH_MAX], path[PATH_MAX], err[256];
+    svc_id_format('j', t->job, id);
+    uint8_t *png = NULL;
+    size_t len = 0;
+    int rc = svc_png_encode(t->rgb, t->width, t->height, t->text, &png, &len, err, sizeof err);
+    if (rc == 0) {
+        rc = job_dir(s, t->job, dir, sizeof dir);
+        if (rc == 0) {
+            svc_store_image_path(s->dir, id, t->index, path, sizeof path);
+            rc = svc_write_file_atomic(path, png, len);
+        }
+        if (rc < 0)
+            snprintf(err, sizeof err, "cannot write image %d of %s: %s", t->index, id,
+                     strerror(-rc));
+    }
+    svc_msg *m = svc_msg_new(rc == 0 ? SVC_MSG_IMAGE_STORED : SVC_MSG_IMAGE_FAILED);
+    if (!m) {
+        SVC_ERROR("store: out of memory posting image %d of %s", t->index, id);
+        free(png);
+        return;
+    }
+    m->job = t->job;
+    m->index = t->index;
+    if (rc == 0) {
+        char hex[65];
+        svc_sha256_hex(png, len, hex);
+        memcpy(m->etag, hex, 32);
+        m->etag[32] = '\0';
+        m->bytes = len;
+        m->text = t->text; /* the infotext goes to the loop */
+        t->text = NULL;
+    } else {
+        SVC_ERROR("store: %s", err);
+        m->status = TSR_ERR_IO;
+        m->text = strdup(err);
+    }
+    free(png);
+    svc_mailbox_post(s->mb, m);
+}
+
+static void run_file(svc_store *s, task *t)
+{
+    char dir[PATH_MAX], path[PATH_MAX];
+    int rc = job_dir(s, t->job, dir, sizeof dir);
+    if (rc == 0) {
+        snprintf(path, sizeof path, "%s/job.json", dir);
+        rc = svc_write_file_atomic(path, t->text, strlen(t->text));
+    }
+    if (rc < 0)
+        SVC_ERROR("store: cannot write %s/job.json: %s", dir, strerror(-rc));
+}
+
+static void run_journal(svc_store *s, task *t)
+{
+    int rc = s->journal->ops->append(s->journal, (const char *const *)t->payloads, t->lens, t->n);
+    if (rc < 0)
+        SVC_ERROR("journal: append of %d record(s) failed: %s", t->n, strerror(-rc));
+    if (t->cookie)
+        post_done(s, t->cookie, rc);
+}
+
+static void *store_main(void *arg)
+{
+    svc_store *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->head)
+            pthread_cond_wait(&s->cv, &s->mu);
+        task *t = s->head;
+        s->head = t->next;
+        if (!s->head)
+            s->tail = NULL;
+        pthread_mutex_unlock(&s->mu);
+        bool stop = t->type == TASK_STOP;
+        switch (t->type) {
+        case TASK_JOURNAL: run_journal(s, t); break;
+        case TASK_IMAGE: run_image(s, t); break;
+        case TASK_FILE: run_file(s, t); break;
+        case TASK_BARRIER: post_done(s, t->cookie, 0); break;
+        case TASK_STOP: break;
+        }
+        task_free(t);
+        pthread_mutex_lock(&s->mu);
+        s->pending--;
+        pthread_mutex_unlock(&s->mu);
+        if (stop)
+            break;
+    }
+    return NULL;
+}
+
+svc_store *svc_store_start(const char *data_dir, svc_journal *journal, svc_mailbox *mb)
+{
+    svc_store *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    snprintf(s->dir, sizeof s->dir, "%s", data_dir);
+    s->journal = journal;
+    s->mb = mb;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (pthread_create(&s->thread, NULL, store_main, s) != 0) {
+        pthread_cond_destroy(&s->cv);
+        pthread_mutex_destroy(&s->mu);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static void enqueue(svc_store *s, task *t)
+{
+    pthread_mutex_lock(&s->mu);
+    t->next = NULL;
+    if (s->tail)
+        s->tail->next = t;
+    else
+        s->head = t;
+    s->tail = t;
+    s->pending++;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void svc_store_stop(svc_store *s)
+{
+    if (!s)
+        return;
+    task *t = calloc(1, sizeof *t);
+    if (t) {
+        t->type = TASK_STOP;
+        enqueue(s, t);
+        pthread_join(s->thread, NULL);
+    } else {
+        SVC_ERROR("store: out of memory stopping the storage thread; detaching it");
+        pthread_detach(s->thread);
+        return;
+    }
+    for (task *x = s->head, *next; x; x = next) {
+        next = x->next;
+        task_free(x);
+    }
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+void svc_store_journal(svc_store *s, char **payloads, size_t *lens, int n, void *cookie)
+{
+    task *t = calloc(1, sizeof *t);
+    if (!t) {
+        for (int i = 0; i < n; i++)
+            free(payloads[i]);
+        free(payloads);
+        free(lens);
+        SVC_ERROR("store: out of memory queueing a journal append");
+        if (cookie)
+            post_done(s, cookie, -ENOMEM);
+        return;
+    }
+    t->type = TASK_JOURNAL;
+    t->payloads = payloads;
+    t->lens = lens;
+    t->n = n;
+    t->cookie = cookie;
+    enqueue(s, t);
+}
+
+void svc_store_image(svc_store *s, uint64_t job, int index, uint8_t *rgb, int width, int height,
+                     char *infotext)
+{
+    task *t = calloc(1, sizeof *t);
+    if (!t) {
+        free(rgb);
+        free(infotext);
+        svc_msg *m = svc_msg_new(SVC_MSG_IMAGE_FAILED);
+        if (m) {
+            m->job = job;
+            m->index = index;
+            m->status = TSR_ERR_NOMEM;
+            m->text = strdup("out of memory queueing the image write");
+            svc_mailbox_post(s->mb, m);
+        }
+        return;
+    }
+    t->type = TASK_IMAGE;
+    t->job = job;
+    t->index = index;
+    t->rgb = rgb;
+    t->width = width;
+    t->height = height;
+    t->text = infotext;
+    enqueue(s, t);
+}
+
+void svc_store_job_file(svc_store *s, uint64_t job, char *json)
+{
+    task *t = calloc(1, sizeof *t);
+    if (!t) {
+        free(json);
+        SVC_ERROR("store: out of memory queueing job.json");
+        return;
+    }
+    t->type = TASK_FILE;
+    t->job = job;
+    t->text = json;
+    enqueue(s, t);
+}
+
+void svc_store_barrier(svc_store *s, void *cookie)
+{
+    task *t = calloc(1, sizeof *t);
+    if (!t) {
+        post_done(s, cookie, -ENOMEM);
+        return;
+    }
+    t->type = TASK_BARRIER;
+    t->cookie = cookie;
+    enqueue(s, t);
+}
+
+int svc_store_pending(svc_store *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int n = s->pending;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}

@@ -1,0 +1,32 @@
+/*
+ * service/svc_png.h - images in and out of the service (service/png.c), without the engine's
+ * internal image/ module (the service sees only tessera.h):
+ *
+ * - svc_image_decode: a PNG or JPEG from memory (init images and masks sent
+ *   as base64) to 8-bit RGB or gray, through libpng's simplified API and
+ *   libjpeg-turbo.  Sizes are checked before anything is allocated, so a
+ *   hostile header cannot ask for gigabytes.
+ * - svc_png_encode: RGB to PNG with the A1111 `parameters` text, written
+ *   with the same libpng calls, settings and text rules (PIL's add_text:
+ *   Latin-1 -> tEXt, else uncompressed iTXt) as `tessera generate`, so the
+ *   served file is byte-for-byte the one the CLI writes.
+ */
+#ifndef SVC_SVC_PNG_H
+#define SVC_SVC_PNG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SVC_IMAGE_MAX_SIDE 4096
+
+/* channels 3 (RGB) or 1 (gray).  *pixels malloc'd (free()).  Returns 0, or
+ * -1 with a message in err ("not a PNG or JPEG image", "PNG: ...", ...). */
+int svc_image_decode(const uint8_t *data, size_t len, int channels, uint8_t **pixels, int *width,
+                     int *height, char *err, size_t err_size);
+
+/* PNG bytes (malloc'd) of an RGB image with an optional `parameters` text.
+ * Returns 0 or -1 with a message in err. */
+int svc_png_encode(const uint8_t *rgb, int width, int height, const char *parameters,
+                   uint8_t **out, size_t *out_len, char *err, size_t err_size);
+
+#endif

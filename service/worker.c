@@ -1,0 +1,373 @@
+/*
+ * service/worker.c - see worker.h.
+ */
+#include "worker.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+
+#define MAX_SLOTS 64
+
+/* An image in this worker's batch. */
+typedef struct slot {
+    int jid;           /* the batch's id */
+    uint64_t job;
+    int index;
+    int width, height;
+    int last_step;
+} slot;
+
+struct svc_worker {
+    svc_worker_config cfg;
+    pthread_t thread;
+    bool started;
+    _Atomic(tsr_engine *) engine; /* set once open */
+    tsr_batch *batch;             /* worker thread only */
+    slot slots[MAX_SLOTS];        /* worker thread only, oldest first */
+    int n_slots;
+    atomic_bool abort;
+    pthread_mutex_t mu;           /* guards the cancel list */
+    uint64_t *cancels;
+    int n_cancels, cap_cancels;
+};
+
+static void post(svc_worker *w, svc_msg *m)
+{
+    if (!m) {
+        SVC_ERROR("worker %d: out of memory posting a message", w->cfg.index);
+        return;
+    }
+    m->worker = w->cfg.index;
+    svc_mailbox_post(w->cfg.mailbox, m);
+}
+
+static svc_msg *image_msg(svc_msg_type type, const slot *s)
+{
+    svc_msg *m = svc_msg_new(type);
+    if (m) {
+        m->job = s->job;
+        m->index = s->index;
+    }
+    return m;
+}
+
+static int find_slot(svc_worker *w, int jid)
+{
+    for (int i = 0; i < w->n_slots; i++)
+        if (w->slots[i].jid == jid)
+            return i;
+    return -1;
+}
+
+static void drop_slot(svc_worker *w, int i)
+{
+    memmove(&w->slots[i], &w->slots[i + 1], (size_t)(w->n_slots - i - 1) * sizeof w->slots[0]);
+    w->n_slots--;
+}
+
+/* A final image: take it out of the batch and hand it on. */
+static void finish(svc_worker *w, int i, tsr_job_state state, int status)
+{
+    slot s = w->slots[i];
+    drop_slot(w, i);
+    tsr_result res;
+    memset(&res, 0, sizeof res);
+    int rc = tsr_batch_take(w->batch, s.jid, &res);
+    if (rc == TSR_OK && res.status == TSR_OK && res.rgb) {
+        /* the storage thread encodes and writes it, then tells the loop */
+        svc_store_image(w->cfg.store, s.job, s.index, res.rgb, res.width, res.height,
+                        res.parameters);
+        res.rgb = NULL;
+        res.parameters = NULL;
+        tsr_result_free(&res);
+        return;
+    }
+    if ((rc == TSR_OK && res.status == TSR_ERR_CANCELLED) ||
+        (rc < 0 && state == TSR_JOB_CANCELLED)) {
+        post(w, image_msg(SVC_MSG_IMAGE_CANCELLED, &s));
+    } else {
+        svc_msg *m = image_msg(SVC_MSG_IMAGE_FAILED, &s);
+        int why = rc < 0 ? rc : (res.status != TSR_OK ? res.status : status);
+        if (m) {
+            char text[512];
+            const char *detail = tsr_last_error();
+            snprintf(text, sizeof text, "%s%s%s", tsr_strerror(why), detail[0] ? ": " : "",
+                     detail);
+            m->status = why;
+            m->text = strdup(text);
+        }
+        post(w, m);
+    }
+    tsr_result_free(&res);
+}
+
+static void on_step(void *user, const tsr_step_info *info)
+{
+    svc_worker *w = user;
+    int i = find_slot(w, info->job);
+    if (i < 0)
+        return;
+    switch (info->state) {
+    case TSR_JOB_DENOISING:
+        if (info->step != w->slots[i].last_step) {
+            w->slots[i].last_step = info->step;
+            svc_msg *m = image_msg(SVC_MSG_IMAGE_STEP, &w->slots[i]);
+            if (m) {
+                m->step = info->step;
+                m->steps = info->steps;
+            }
+            post(w, m);
+        }
+        break;
+    case TSR_JOB_DONE:
+    case TSR_JOB_FAILED:
+    case TSR_JOB_CANCELLED: finish(w, i, info->state, info->status); break;
+    default: break;
+    }
+}
+
+static void cancel_slot(svc_worker *w, int i)
+{
+    int rc = tsr_batch_cancel(w->batch, w->slots[i].jid);
+    if (rc < 0 && rc != TSR_ERR_INVALID) {
+        SVC_WARN("worker %d: cannot cancel image %d: %s", w->cfg.index, w->slots[i].jid,
+                 tsr_last_error());
+        return;
+    }
+    /* CANCELLED at once (or already final): take it now */
+    finish(w, i, TSR_JOB_CANCELLED, TSR_ERR_CANCELLED);
+}
+
+static void apply_cancels(svc_worker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    uint64_t *list = w->cancels;
+    int n = w->n_cancels;
+    w->cancels = NULL;
+    w->n_cancels = w->cap_cancels = 0;
+    pthread_mutex_unlock(&w->mu);
+    const bool all = atomic_load(&w->abort);
+    for (int i = w->n_slots - 1; i >= 0; i--) {
+        bool hit = all;
+        for (int k = 0; k < n && !hit; k++)
+            hit = w->slots[i].job == list[k];
+        if (hit)
+            cancel_slot(w, i);
+    }
+    free(list);
+}
+
+/* Submit a queue entry to the batch. */
+static void admit(svc_worker *w, svc_entry *e)
+{
+    tsr_image_params p;
+    svc_params_to_engine(e->params, e->index, &p);
+    slot s = {0, e->job, e->index, e->width, e->height, -1};
+    svc_msg *m = image_msg(SVC_MSG_IMAGE_STARTED, &s);
+    post(w, m);
+    int rc = tsr_batch_submit(w->batch, &p, &s.jid);
+    if (rc < 0) {
+        svc_msg *f = image_msg(SVC_MSG_IMAGE_FAILED, &s);
+        if (f) {
+            f->status = rc;
+            f->text = strdup(tsr_last_error());
+        }
+        post(w, f);
+    } else {
+        w->slots[w->n_slots++] = s;
+    }
+    svc_entry_free(e);
+}
+
+/* Pull entries while the batch has room.  Blocks only when the batch is
+ * empty.  Returns false when the queue is closed and nothing runs. */
+static bool fill(svc_worker *w)
+{
+    const int max = w->cfg.max_batch < MAX_SLOTS ? w->cfg.max_batch : MAX_SLOTS;
+    const bool was_empty = w->n_slots == 0;
+    while (w->n_slots < max && !atomic_load(&w->abort)) {
+        bool shape = w->n_slots > 0;
+        svc_entry *e = w->cfg.queue->ops->pop(w->cfg.queue, shape, shape ? w->slots[0].width : 0,
+                                              shape ? w->slots[0].height : 0,
+                                              w->n_slots == 0 ? -1 : 0);
+        if (!e)
+            break;
+        admit(w, e);
+    }
+    if (w->n_slots == 0)
+        return false; /* the blocking pop gave nothing: closed (drain) or aborted */
+    /* a new group may wait a little for company (--max-wait-ms) */
+    if (was_empty && w->cfg.max_wait_ms > 0) {
+        const double deadline = svc_now_mono() + w->cfg.max_wait_ms / 1000.0;
+        while (w->n_slots < max && !atomic_load(&w->abort)) {
+            int left = (int)((deadline - svc_now_mono()) * 1000.0);
+            if (left <= 0)
+                break;
+            svc_entry *e = w->cfg.queue->ops->pop(w->cfg.queue, true, w->slots[0].width,
+                                                  w->slots[0].height, left);
+            if (!e)
+                break;
+            admit(w, e);
+        }
+    }
+    return true;
+}
+
+static void *worker_main(void *arg)
+{
+    svc_worker *w = arg;
+    tsr_engine_options eo;
+    tsr_engine_options_init(&eo);
+    eo.model = w->cfg.model;
+    eo.device = w->cfg.device;
+    eo.threads = w->cfg.threads;
+    tsr_engine *engine = NULL;
+    int rc = tsr_engine_open(&eo, &engine);
+    if (rc == TSR_OK) {
+        tsr_batch_options bo;
+        tsr_batch_options_init(&bo);
+        bo.max_rows = 2 * w->cfg.max_batch;
+        if (bo.max_jobs < 2 * w->cfg.max_batch)
+            bo.max_jobs = 2 * w->cfg.max_batch;
+        rc = tsr_batch_create(engine, &bo, &w->batch);
+    }
+    if (rc != TSR_OK) {
+        svc_msg *m = svc_msg_new(SVC_MSG_ENGINE_FAILED);
+        if (m) {
+            const char *detail = tsr_last_error();
+            char text[1024];
+            snprintf(text, sizeof text, "%s", detail[0] ? detail : tsr_strerror(rc));
+            m->text = strdup(text);
+            m->status = rc;
+        }
+        post(w, m);
+        tsr_engine_close(engine);
+        post(w, svc_msg_new(SVC_MSG_WORKER_EXIT));
+        return NULL;
+    }
+    tsr_batch_set_callback(w->batch, on_step, w, TSR_PREVIEW_NONE);
+    atomic_store(&w->engine, engine);
+    post(w, svc_msg_new(SVC_MSG_ENGINE_READY));
+
+    tsr_batch_stats last;
+    tsr_batch_stats_get(w->batch, &last);
+    bool busy = false;
+    for (;;) {
+        apply_cancels(w);
+        if (w->n_slots == 0 && busy) {
+            busy = false;
+            post(w, svc_msg_new(SVC_MSG_WORKER_IDLE));
+        }
+        if (!fill(w))
+            break; /* queue closed (drain) and nothing to run */
+        busy = true;
+        apply_cancels(w);
+        if (w->n_slots == 0)
+            continue;
+        int finished = 0;
+        rc = tsr_batch_step(w->batch, &finished);
+        if (rc < 0)
+            SVC_ERROR("worker %d: UNet call failed: %s", w->cfg.index, tsr_last_error());
+        tsr_batch_stats now;
+        tsr_batch_stats_get(w->batch, &now);
+        if (now.unet_calls > last.unet_calls) {
+            /* one call per step; should a step ever make more, report
+             * them as calls of the average size */
+            const uint64_t calls = now.unet_calls - last.unet_calls;
+            for (uint64_t k = 0; k < calls; k++) {
+                svc_msg *m = svc_msg_new(SVC_MSG_UNET_CALL);
+                if (m) {
+                    m->images = calls == 1 ? now.last_call_images
+                                           : (int)((now.images_evaluated -
+                                                    last.images_evaluated) / calls);
+                    m->seconds = calls == 1 ? now.last_call_seconds
+                                            : (now.unet_seconds - last.unet_seconds) /
+                                                  (double)calls;
+                }
+                post(w, m);
+            }
+        }
+        last = now;
+        /* an image the engine let go of without a final callback would pin
+         * its slot forever: reconcile when the batch says nothing is left */
+        if (tsr_batch_active(w->batch) == 0) {
+            while (w->n_slots > 0)
+                finish(w, w->n_slots - 1, TSR_JOB_FAILED, TSR_ERR_INTERNAL);
+        }
+    }
+    if (busy)
+        post(w, svc_msg_new(SVC_MSG_WORKER_IDLE));
+    post(w, svc_msg_new(SVC_MSG_WORKER_EXIT));
+    return NULL;
+}
+
+svc_worker *svc_worker_start(const svc_worker_config *cfg)
+{
+    svc_worker *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    w->cfg = *cfg;
+    atomic_init(&w->engine, NULL);
+    atomic_init(&w->abort, false);
+    pthread_mutex_init(&w->mu, NULL);
+    if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+        pthread_mutex_destroy(&w->mu);
+        free(w);
+        return NULL;
+    }
+    w->started = true;
+    return w;
+}
+
+tsr_engine *svc_worker_engine(svc_worker *w)
+{
+    return atomic_load(&w->engine);
+}
+
+void svc_worker_cancel(svc_worker *w, uint64_t job)
+{
+    pthread_mutex_lock(&w->mu);
+    if (w->n_cancels == w->cap_cancels) {
+        int cap = w->cap_cancels ? 2 * w->cap_cancels : 16;
+        uint64_t *nl = realloc(w->cancels, (size_t)cap * sizeof *nl);
+        if (!nl) {
+            pthread_mutex_unlock(&w->mu);
+            SVC_ERROR("worker %d: out of memory queueing a cancel", w->cfg.index);
+            return;
+        }
+        w->cancels = nl;
+        w->cap_cancels = cap;
+    }
+    w->cancels[w->n_cancels++] = job;
+    pthread_mutex_unlock(&w->mu);
+}
+
+void svc_worker_abort(svc_worker *w)
+{
+    atomic_store(&w->abort, true);
+}
+
+void svc_worker_join(svc_worker *w)
+{
+    if (w && w->started) {
+        pthread_join(w->thread, NULL);
+        w->started = false;
+    }
+}
+
+void svc_worker_free(svc_worker *w)
+{
+    if (!w)
+        return;
+    tsr_batch_free(w->batch);
+    tsr_engine_close(atomic_load(&w->engine));
+    free(w->cancels);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+}

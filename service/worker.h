@@ -1,0 +1,57 @@
+/*
+ * service/worker.h - one thread per device: its own tsr_engine and
+ * tsr_batch, fed from the queue (step-level continuous batching).
+ *
+ * Before every tsr_batch_step the worker applies pending cancellations and
+ * pulls entries while fewer than max_batch images are active, preferring
+ * the shape its batch is running (queue.h).  The step callback turns engine
+ * progress into mailbox messages; finished images go to the storage thread
+ * (PNG + write) and from there to the loop.  The worker never touches the
+ * loop's state.
+ *
+ * Owner: the worker's thread owns its engine and batch.  The engine is read
+ * by the loop too (tsr_image_params_check, model facts: read-only, allowed
+ * by tessera.h) once ENGINE_READY has been posted.  The cancel list is
+ * shared (its own mutex).
+ */
+#ifndef SVC_WORKER_H
+#define SVC_WORKER_H
+
+#include <stdint.h>
+
+#include "mailbox.h"
+#include "queue.h"
+#include "store.h"
+#include "tessera.h"
+
+typedef struct svc_worker_config {
+    int index;
+    const char *model;   /* borrowed */
+    char device[64];     /* "cpu", "cuda:1", "auto" */
+    int threads;         /* CPU threads (0 = all) */
+    int max_batch;       /* images per UNet call (rows = 2x with guidance) */
+    int max_wait_ms;     /* wait this long to fill a new group */
+    svc_queue *queue;
+    svc_mailbox *mailbox;
+    svc_store *store;
+} svc_worker_config;
+
+typedef struct svc_worker svc_worker;
+
+/* Start the thread (it opens the engine and posts ENGINE_READY or
+ * ENGINE_FAILED).  NULL if the thread cannot start. */
+svc_worker *svc_worker_start(const svc_worker_config *cfg);
+/* The engine, once ENGINE_READY was posted (else NULL). */
+tsr_engine *svc_worker_engine(svc_worker *w);
+/* Cancel the images of `job` this worker runs, before its next UNet call
+ * (any thread). */
+void svc_worker_cancel(svc_worker *w, uint64_t job);
+/* Cancel everything running now and after; the thread ends once its batch
+ * is empty and the queue is closed (drain timeout). */
+void svc_worker_abort(svc_worker *w);
+/* Join the thread (the queue must be closed first). */
+void svc_worker_join(svc_worker *w);
+/* Close the engine and free (after join). */
+void svc_worker_free(svc_worker *w);
+
+#endif
