@@ -139,14 +139,23 @@ static svc_tileset *encode(svc_tiles *t, tjhandle tj, img_state *st, tile_task *
         st->height = h;
     }
     uint64_t skipped = 0;
+    /* debug log: every tile's MAD (tools/tiles/measure_mad.py reads it) */
+    char madlog[1024];
+    size_t madlen = 0;
+    madlog[0] = '\0';
     for (int r = 0; r < rows; r++) {
         for (int c = 0; c < cols; c++) {
             const int x0 = c * ts, y0 = r * ts;
             const int tw = x0 + ts <= w ? ts : w - x0, th = y0 + ts <= h ? ts : h - y0;
-            if (!task->final && !first && st->last &&
-                tile_mad(task->rgb, st->last, stride, x0, y0, tw, th) <= t->cfg.threshold) {
-                skipped++;
-                continue;
+            if (!task->final && !first && st->last) {
+                const double mad = tile_mad(task->rgb, st->last, stride, x0, y0, tw, th);
+                if (madlen < sizeof madlog - 16)
+                    madlen += (size_t)snprintf(madlog + madlen, sizeof madlog - madlen, " %.2f",
+                                               mad);
+                if (mad <= t->cfg.threshold) {
+                    skipped++;
+                    continue;
+                }
             }
             unsigned char *jpeg = NULL;
             unsigned long jlen = 0;
@@ -180,6 +189,8 @@ static svc_tileset *encode(svc_tiles *t, tjhandle tj, img_state *st, tile_task *
         }
     }
     out->encode_seconds = cpu_now() - c0;
+    if (madlen)
+        SVC_DEBUG("tiles: mad step %d version %d:%s", task->step, task->version, madlog);
     pthread_mutex_lock(&t->mu);
     t->stats.tiles_encoded += (uint64_t)out->n;
     t->stats.tiles_skipped += skipped;
