@@ -280,15 +280,16 @@ static void *encoder_main(void *arg)
         pthread_mutex_unlock(&t->mu);
 
         svc_tileset *ts = tj ? encode(t, tj, st, task) : NULL;
+        uint8_t *file = NULL;
+        size_t file_len = 0;
+        /* the file before the post: the loop takes the blobs over */
+        if (ts && task->final && svc_tiles_file_encode(ts, &file, &file_len) < 0)
+            file = NULL;
         if (ts)
-            post_tiles(t, st, ts);
+            post_tiles(t, st, ts); /* ts belongs to the message now */
         if (task->final) {
-            if (ts) {
-                uint8_t *file = NULL;
-                size_t len = 0;
-                if (svc_tiles_file_encode(ts, &file, &len) == 0)
-                    svc_store_tiles(t->cfg.store, st->job, st->index, file, len);
-            }
+            if (file)
+                svc_store_tiles(t->cfg.store, st->job, st->index, file, file_len);
             /* the PNG after the tiles: the loop hears of the tiles first */
             svc_store_image(t->cfg.store, st->job, st->index, task->rgb, task->width,
                             task->height, task->infotext);
