@@ -211,9 +211,12 @@ static void begin_drain(svc_server *s, const char *why)
         return;
     const bool loading = s->phase == SVC_PHASE_LOADING;
     s->phase = SVC_PHASE_DRAINING;
-    SVC_INFO("%s: draining (running images finish, up to %d s; queued ones rerun at the next "
-             "start)",
-             why, s->cfg.drain_timeout_s);
+    if (loading)
+        SVC_INFO("%s: stopping once the engines are open", why);
+    else
+        SVC_INFO("%s: draining (running images finish, up to %d s; queued ones rerun at the "
+                 "next start)",
+                 why, s->cfg.drain_timeout_s);
     s->queue->ops->close(s->queue);
     if (!loading || s->n_ready + s->n_failed >= s->n_workers) {
         struct timeval tv = {s->cfg.drain_timeout_s, 0};

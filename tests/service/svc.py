@@ -116,8 +116,11 @@ class Server:
     # --- life ---------------------------------------------------------------
     def start(self, wait_ready=True, timeout=120):
         assert threading.current_thread() is threading.main_thread()
+        # CPU unless a test asks otherwise: the same device as generate()'s,
+        # on machines with a GPU too
+        device = [] if "--device" in self.args else ["--device", "cpu"]
         argv = [TSR_BIN, "serve", "--model", self.model] + LISTEN_ARGS + \
-            ["--data-dir", self.data_dir] + self.args
+            ["--data-dir", self.data_dir] + device + self.args
         if self.token is not None:
             tf = os.path.join(tmpdir("tsr-token-"), "token")
             with open(tf, "w") as f:
@@ -838,7 +841,7 @@ def generate(**params):
     d = tmpdir("tsr-gen-")
     out = os.path.join(d, "out.png")
     argv = [TSR_BIN, "--log-level", "warn", "generate", "--model", MODEL, "--quiet",
-            "--threads", "1", "--output", out]
+            "--device", "cpu", "--threads", "1", "--output", out]
     for k, v in params.items():
         argv += [GEN_FLAGS[k], str(v)]
     r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)

@@ -51,13 +51,21 @@ def test_samplers_schedulers(s):
     for x in r.json["samplers"]:
         assert set(x["schedules"]) <= sched, x
     # every name listed is accepted by POST /v1/jobs (short and A1111 names)
+    # at 2 steps: each runs, or is refused at submit naming steps (a sampler
+    # that needs more); never accepted and then failed
     ids = []
+    bad = []
     for x in r.json["samplers"]:
         for name in (x["name"], x["a1111"]):
             if name:
-                ids.append((name, s.submit(prompt=PROMPT, sampler=name, width=64, height=64,
-                                           steps=2, seed=1)["id"]))
-    bad = []
+                rj = s.post("/v1/jobs", dict(prompt=PROMPT, sampler=name, width=64, height=64,
+                                             steps=2, seed=1))
+                if rj.status == 202:
+                    ids.append((name, rj.json["id"]))
+                elif not (rj.status == 400 and rj.error.get("field") == "steps"):
+                    bad.append("sampler %r: %r" % (name, rj))
+                else:
+                    svc.note("sampler %s at 2 steps" % name, "400 steps")
     for name, i in ids:
         j = s.wait_job(i)
         if j["state"] != "done":
