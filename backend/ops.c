@@ -9,13 +9,17 @@
  * (ops documented as "y may alias x" accept y == x exactly).  A failure
  * names the op and the offending shapes, e.g.
  *   "conv2d: weight [320, 3, 3, 4] expects 4 input channels, x is [2, 64, 64, 320]".
- * Only then is the backend's function pointer called; a NULL pointer or a
- * dtype the backend refuses gives TSR_ERR_UNSUPPORTED so the caller can
- * fall back to the CPU backend.
+ * Only then is the backend asked whether it runs the op (supports_op sees
+ * the whole op: tensors, parameters, epilogue) and its function pointer
+ * called; a NULL pointer or a refusal gives TSR_ERR_UNSUPPORTED naming the
+ * op and the backend's reason, so the caller can fall back to the CPU
+ * backend.  Activation inputs and outputs must share a dtype; parameters
+ * (weights, biases, affines, tables, binary's b) may be any float dtype.
  */
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "backend/backend.h"
 #include "core/error.h"
@@ -41,6 +45,7 @@ const char *tsr_op_name(tsr_op op)
         [TSR_OP_UPSAMPLE_NEAREST] = "upsample_nearest",
         [TSR_OP_TIMESTEP_EMBEDDING] = "timestep_embedding",
         [TSR_OP_EMBEDDING] = "embedding",
+        [TSR_OP_CONVERT] = "convert",
     };
     return (unsigned)op < (unsigned)TSR_OP_COUNT ? names[op] : "unknown";
 }
@@ -87,6 +92,16 @@ static int check_float(const char *op, const char *role, const tsr_tensor *t, ts
     return TSR_OK;
 }
 
+/* A parameter (weight, bias, affine, table): any float dtype. */
+static int check_param(const char *op, const char *role, const tsr_tensor *t)
+{
+    TSR_TRY(check_tensor(op, role, t));
+    if (!is_float(t->dtype))
+        return tsr_errorf(TSR_ERR_INVALID, "%s: %s is %s, expected a float dtype", op, role,
+                          tsr_dtype_name(t->dtype));
+    return TSR_OK;
+}
+
 static int check_rank(const char *op, const char *role, const tsr_tensor *t, int lo, int hi)
 {
     if (t->ndim < lo || t->ndim > hi) {
@@ -115,10 +130,9 @@ static int check_out(const char *op, const tsr_tensor *y, int ndim, const int64_
     return TSR_OK;
 }
 
-static int check_vec(const char *op, const char *role, const tsr_tensor *t, int64_t n,
-                     tsr_dtype dt)
+static int check_vec(const char *op, const char *role, const tsr_tensor *t, int64_t n)
 {
-    TSR_TRY(check_float(op, role, t, dt));
+    TSR_TRY(check_param(op, role, t));
     if (t->ndim != 1 || t->ne[0] != n) {
         char b[SHAPE_BUF];
         return tsr_errorf(TSR_ERR_INVALID, "%s: %s is %s, expected [%lld]", op, role, SH(t, b),
@@ -144,31 +158,86 @@ static int check_overlap(const char *op, const tsr_tensor *y, const char *role,
                       alias_ok ? " (only exact aliasing is allowed)" : "");
 }
 
-static int dispatch_check(tsr_backend *b, tsr_op op, tsr_dtype dt, const void *fn)
+/* The op as supports_op sees it. */
+static tsr_op_desc desc_make(tsr_op op, tsr_dtype dt, const tsr_tensor *s0, const tsr_tensor *s1,
+                             const tsr_tensor *s2, const tsr_tensor *dst)
 {
+    tsr_op_desc d;
+    memset(&d, 0, sizeof d);
+    d.op = op;
+    d.dtype = dt;
+    d.src[0] = s0;
+    d.src[1] = s1;
+    d.src[2] = s2;
+    d.dst = dst;
+    return d;
+}
+
+static int dispatch_check(tsr_backend *b, const tsr_op_desc *d, const void *fn)
+{
+    const char *name = tsr_op_name(d->op);
     if (!b || !b->iface)
-        return tsr_errorf(TSR_ERR_INVALID, "%s: no backend", tsr_op_name(op));
+        return tsr_errorf(TSR_ERR_INVALID, "%s: no backend", name);
     if (!fn)
-        return tsr_errorf(TSR_ERR_UNSUPPORTED, "%s: not implemented by backend %s", tsr_op_name(op),
-                          b->name);
-    if (b->iface->supports_op && !b->iface->supports_op(b, op, dt))
-        return tsr_errorf(TSR_ERR_UNSUPPORTED, "%s: backend %s does not support %s",
-                          tsr_op_name(op), b->name, tsr_dtype_name(dt));
+        return tsr_errorf(TSR_ERR_UNSUPPORTED, "%s: not implemented by backend %s", name, b->name);
+    char why[160] = "";
+    if (!tsr_backend_supports_op(b, d, why, sizeof why))
+        return tsr_errorf(TSR_ERR_UNSUPPORTED, "%s: backend %s cannot run it: %s", name, b->name,
+                          why[0] ? why : "refused");
     return TSR_OK;
 }
 
 #define FN_PTR(b, name) ((b) && (b)->iface ? (const void *)(b)->iface->name : NULL)
+
+/* b (or an epilogue's residual) broadcasts onto a's shape: rank <= a's,
+ * every dim 1 or equal, right-aligned. */
+static int check_broadcast(const char *op, const char *role, const tsr_tensor *bt,
+                           const tsr_tensor *a)
+{
+    char s1[SHAPE_BUF], s2[SHAPE_BUF];
+    if (bt->ndim > a->ndim)
+        return tsr_errorf(TSR_ERR_INVALID, "%s: %s %s has a higher rank than %s", op, role,
+                          SH(bt, s1), SH(a, s2));
+    for (int i = 0; i < bt->ndim; i++) {
+        int64_t db = bt->ne[bt->ndim - 1 - i], da = a->ne[a->ndim - 1 - i];
+        if (db != 1 && db != da)
+            return tsr_errorf(TSR_ERR_INVALID, "%s: %s %s does not broadcast onto %s", op, role,
+                              SH(bt, s1), SH(a, s2));
+    }
+    return TSR_OK;
+}
+
+/* The epilogue of conv2d / linear against the output y. */
+static int check_epilogue(const char *op, const tsr_epilogue *e, const tsr_tensor *y)
+{
+    if (!e)
+        return TSR_OK;
+    if (e->has_act && (unsigned)e->act > (unsigned)TSR_UNARY_QUICK_GELU)
+        return tsr_errorf(TSR_ERR_INVALID, "%s: unknown epilogue activation %d", op, (int)e->act);
+    if (!e->residual)
+        return TSR_OK;
+    TSR_TRY(check_float(op, "residual", e->residual, y->dtype));
+    TSR_TRY(check_broadcast(op, "residual", e->residual, y));
+    return check_overlap(op, y, "residual", e->residual, false);
+}
 
 /* ---- conv2d ---- */
 
 int tsr_conv2d(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, const tsr_tensor *bias,
                const tsr_conv2d_params *p, tsr_tensor *y)
 {
+    return tsr_conv2d_fused(b, x, w, bias, p, NULL, y);
+}
+
+int tsr_conv2d_fused(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w,
+                     const tsr_tensor *bias, const tsr_conv2d_params *p, const tsr_epilogue *e,
+                     tsr_tensor *y)
+{
     const char *op = "conv2d";
     char s1[SHAPE_BUF], s2[SHAPE_BUF];
     TSR_TRY(check_tensor(op, "x", x));
     TSR_TRY(check_float(op, "x", x, x->dtype));
-    TSR_TRY(check_float(op, "weight", w, x->dtype));
+    TSR_TRY(check_param(op, "weight", w));
     TSR_TRY(check_float(op, "y", y, x->dtype));
     TSR_TRY(check_rank(op, "x", x, 4, 4));
     TSR_TRY(check_rank(op, "weight", w, 4, 4));
@@ -178,7 +247,7 @@ int tsr_conv2d(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, const t
         return tsr_errorf(TSR_ERR_INVALID, "%s: weight %s expects %lld input channels, x is %s", op,
                           SH(w, s1), (long long)w->ne[3], SH(x, s2));
     if (bias)
-        TSR_TRY(check_vec(op, "bias", bias, w->ne[0], x->dtype));
+        TSR_TRY(check_vec(op, "bias", bias, w->ne[0]));
     if (p->stride_h < 1 || p->stride_w < 1 || p->stride_h > 64 || p->stride_w > 64)
         return tsr_errorf(TSR_ERR_INVALID, "%s: stride %dx%d out of range [1, 64]", op, p->stride_h,
                           p->stride_w);
@@ -201,8 +270,15 @@ int tsr_conv2d(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, const t
     TSR_TRY(check_overlap(op, y, "x", x, false));
     TSR_TRY(check_overlap(op, y, "weight", w, false));
     TSR_TRY(check_overlap(op, y, "bias", bias, false));
-    TSR_TRY(dispatch_check(b, TSR_OP_CONV2D, x->dtype, FN_PTR(b, conv2d)));
-    return b->iface->conv2d(b, x, w, bias, p, y);
+    TSR_TRY(check_epilogue(op, e, y));
+    tsr_op_desc d = desc_make(TSR_OP_CONV2D, x->dtype, x, w, bias, y);
+    d.p.conv2d = *p;
+    if (e) {
+        d.epilogue = *e;
+        d.src[3] = e->residual;
+    }
+    TSR_TRY(dispatch_check(b, &d, FN_PTR(b, conv2d)));
+    return b->iface->conv2d(b, x, w, bias, p, e, y);
 }
 
 /* ---- linear ---- */
@@ -210,18 +286,24 @@ int tsr_conv2d(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, const t
 int tsr_linear(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, const tsr_tensor *bias,
                tsr_tensor *y)
 {
+    return tsr_linear_fused(b, x, w, bias, NULL, y);
+}
+
+int tsr_linear_fused(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w,
+                     const tsr_tensor *bias, const tsr_epilogue *e, tsr_tensor *y)
+{
     const char *op = "linear";
     char s1[SHAPE_BUF], s2[SHAPE_BUF];
     TSR_TRY(check_tensor(op, "x", x));
     TSR_TRY(check_float(op, "x", x, x->dtype));
-    TSR_TRY(check_float(op, "weight", w, x->dtype));
+    TSR_TRY(check_param(op, "weight", w));
     TSR_TRY(check_float(op, "y", y, x->dtype));
     TSR_TRY(check_rank(op, "weight", w, 2, 2));
     if (x->ne[x->ndim - 1] != w->ne[1])
         return tsr_errorf(TSR_ERR_INVALID, "%s: weight %s expects %lld inputs, x is %s", op,
                           SH(w, s1), (long long)w->ne[1], SH(x, s2));
     if (bias)
-        TSR_TRY(check_vec(op, "bias", bias, w->ne[0], x->dtype));
+        TSR_TRY(check_vec(op, "bias", bias, w->ne[0]));
     int64_t rows = 1;
     for (int i = 0; i + 1 < x->ndim; i++)
         rows *= x->ne[i];
@@ -235,8 +317,14 @@ int tsr_linear(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, const t
     TSR_TRY(check_overlap(op, y, "x", x, false));
     TSR_TRY(check_overlap(op, y, "weight", w, false));
     TSR_TRY(check_overlap(op, y, "bias", bias, false));
-    TSR_TRY(dispatch_check(b, TSR_OP_LINEAR, x->dtype, FN_PTR(b, linear)));
-    return b->iface->linear(b, x, w, bias, y);
+    TSR_TRY(check_epilogue(op, e, y));
+    tsr_op_desc d = desc_make(TSR_OP_LINEAR, x->dtype, x, w, bias, y);
+    if (e) {
+        d.epilogue = *e;
+        d.src[3] = e->residual;
+    }
+    TSR_TRY(dispatch_check(b, &d, FN_PTR(b, linear)));
+    return b->iface->linear(b, x, w, bias, e, y);
 }
 
 /* ---- matmul ---- */
@@ -275,7 +363,11 @@ int tsr_matmul(tsr_backend *b, const tsr_tensor *a, const tsr_tensor *bm, bool t
     }
     TSR_TRY(check_overlap(op, y, "a", a, false));
     TSR_TRY(check_overlap(op, y, "b", bm, false));
-    TSR_TRY(dispatch_check(b, TSR_OP_MATMUL, a->dtype, FN_PTR(b, matmul)));
+    tsr_op_desc d = desc_make(TSR_OP_MATMUL, a->dtype, a, bm, NULL, y);
+    d.p.matmul.trans_a = trans_a;
+    d.p.matmul.trans_b = trans_b;
+    d.p.matmul.alpha = alpha;
+    TSR_TRY(dispatch_check(b, &d, FN_PTR(b, matmul)));
     return b->iface->matmul(b, a, bm, trans_a, trans_b, alpha, y);
 }
 
@@ -297,12 +389,16 @@ int tsr_group_norm(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *gamma,
     if (!(eps >= 0.0f) || !isfinite(eps))
         return tsr_errorf(TSR_ERR_INVALID, "%s: eps %g is not a finite non-negative number", op,
                           (double)eps);
-    TSR_TRY(check_vec(op, "gamma", gamma, c, x->dtype));
+    TSR_TRY(check_vec(op, "gamma", gamma, c));
     if (beta)
-        TSR_TRY(check_vec(op, "beta", beta, c, x->dtype));
+        TSR_TRY(check_vec(op, "beta", beta, c));
     TSR_TRY(check_out(op, y, x->ndim, x->ne, "x", x));
     TSR_TRY(check_overlap(op, y, "x", x, true));
-    TSR_TRY(dispatch_check(b, TSR_OP_GROUP_NORM, x->dtype, FN_PTR(b, group_norm)));
+    tsr_op_desc d = desc_make(TSR_OP_GROUP_NORM, x->dtype, x, gamma, beta, y);
+    d.p.group_norm.groups = groups;
+    d.p.group_norm.eps = eps;
+    d.p.group_norm.silu = silu;
+    TSR_TRY(dispatch_check(b, &d, FN_PTR(b, group_norm)));
     return b->iface->group_norm(b, x, gamma, beta, groups, eps, silu, y);
 }
 
@@ -317,12 +413,14 @@ int tsr_layer_norm(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *gamma,
     if (!(eps >= 0.0f) || !isfinite(eps))
         return tsr_errorf(TSR_ERR_INVALID, "%s: eps %g is not a finite non-negative number", op,
                           (double)eps);
-    TSR_TRY(check_vec(op, "gamma", gamma, c, x->dtype));
+    TSR_TRY(check_vec(op, "gamma", gamma, c));
     if (beta)
-        TSR_TRY(check_vec(op, "beta", beta, c, x->dtype));
+        TSR_TRY(check_vec(op, "beta", beta, c));
     TSR_TRY(check_out(op, y, x->ndim, x->ne, "x", x));
     TSR_TRY(check_overlap(op, y, "x", x, true));
-    TSR_TRY(dispatch_check(b, TSR_OP_LAYER_NORM, x->dtype, FN_PTR(b, layer_norm)));
+    tsr_op_desc d = desc_make(TSR_OP_LAYER_NORM, x->dtype, x, gamma, beta, y);
+    d.p.eps = eps;
+    TSR_TRY(dispatch_check(b, &d, FN_PTR(b, layer_norm)));
     return b->iface->layer_norm(b, x, gamma, beta, eps, y);
 }
 
@@ -334,7 +432,8 @@ int tsr_softmax(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y)
     TSR_TRY(check_float(op, "y", y, x->dtype));
     TSR_TRY(check_out(op, y, x->ndim, x->ne, "x", x));
     TSR_TRY(check_overlap(op, y, "x", x, true));
-    TSR_TRY(dispatch_check(b, TSR_OP_SOFTMAX, x->dtype, FN_PTR(b, softmax)));
+    tsr_op_desc d = desc_make(TSR_OP_SOFTMAX, x->dtype, x, NULL, NULL, y);
+    TSR_TRY(dispatch_check(b, &d, FN_PTR(b, softmax)));
     return b->iface->softmax(b, x, y);
 }
 
@@ -369,7 +468,9 @@ int tsr_attention(tsr_backend *b, const tsr_tensor *q, const tsr_tensor *k, cons
     TSR_TRY(check_overlap(op, y, "q", q, false));
     TSR_TRY(check_overlap(op, y, "k", k, false));
     TSR_TRY(check_overlap(op, y, "v", v, false));
-    TSR_TRY(dispatch_check(b, TSR_OP_ATTENTION, q->dtype, FN_PTR(b, attention)));
+    tsr_op_desc d = desc_make(TSR_OP_ATTENTION, q->dtype, q, k, v, y);
+    d.p.attention = *p;
+    TSR_TRY(dispatch_check(b, &d, FN_PTR(b, attention)));
     return b->iface->attention(b, q, k, v, p, y);
 }
 
@@ -385,7 +486,9 @@ int tsr_unary(tsr_backend *b, tsr_unary_kind kind, const tsr_tensor *x, tsr_tens
         return tsr_errorf(TSR_ERR_INVALID, "%s: unknown kind %d", op, (int)kind);
     TSR_TRY(check_out(op, y, x->ndim, x->ne, "x", x));
     TSR_TRY(check_overlap(op, y, "x", x, true));
-    TSR_TRY(dispatch_check(b, TSR_OP_UNARY, x->dtype, FN_PTR(b, unary)));
+    tsr_op_desc d = desc_make(TSR_OP_UNARY, x->dtype, x, NULL, NULL, y);
+    d.p.unary = kind;
+    TSR_TRY(dispatch_check(b, &d, FN_PTR(b, unary)));
     return b->iface->unary(b, kind, x, y);
 }
 
@@ -404,7 +507,8 @@ int tsr_geglu(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y)
     ne[x->ndim - 1] /= 2;
     TSR_TRY(check_out(op, y, x->ndim, ne, "x", x));
     TSR_TRY(check_overlap(op, y, "x", x, false));
-    TSR_TRY(dispatch_check(b, TSR_OP_GEGLU, x->dtype, FN_PTR(b, geglu)));
+    tsr_op_desc d = desc_make(TSR_OP_GEGLU, x->dtype, x, NULL, NULL, y);
+    TSR_TRY(dispatch_check(b, &d, FN_PTR(b, geglu)));
     return b->iface->geglu(b, x, y);
 }
 
@@ -412,26 +516,19 @@ int tsr_binary(tsr_backend *b, tsr_binary_kind kind, const tsr_tensor *a, const 
                tsr_tensor *y)
 {
     const char *op = kind == TSR_BINARY_MUL ? "mul" : "add";
-    char s1[SHAPE_BUF], s2[SHAPE_BUF];
     TSR_TRY(check_tensor(op, "a", a));
     TSR_TRY(check_float(op, "a", a, a->dtype));
-    TSR_TRY(check_float(op, "b", bt, a->dtype));
+    TSR_TRY(check_param(op, "b", bt));
     TSR_TRY(check_float(op, "y", y, a->dtype));
     if ((unsigned)kind > (unsigned)TSR_BINARY_MUL)
         return tsr_errorf(TSR_ERR_INVALID, "binary: unknown kind %d", (int)kind);
-    if (bt->ndim > a->ndim)
-        return tsr_errorf(TSR_ERR_INVALID, "%s: b %s has a higher rank than a %s", op, SH(bt, s1),
-                          SH(a, s2));
-    for (int i = 0; i < bt->ndim; i++) {
-        int64_t db = bt->ne[bt->ndim - 1 - i], da = a->ne[a->ndim - 1 - i];
-        if (db != 1 && db != da)
-            return tsr_errorf(TSR_ERR_INVALID, "%s: b %s does not broadcast onto a %s", op,
-                              SH(bt, s1), SH(a, s2));
-    }
+    TSR_TRY(check_broadcast(op, "b", bt, a));
     TSR_TRY(check_out(op, y, a->ndim, a->ne, "a", a));
     TSR_TRY(check_overlap(op, y, "a", a, true));
     TSR_TRY(check_overlap(op, y, "b", bt, tsr_tensor_same_shape(a, bt)));
-    TSR_TRY(dispatch_check(b, TSR_OP_BINARY, a->dtype, FN_PTR(b, binary)));
+    tsr_op_desc d = desc_make(TSR_OP_BINARY, a->dtype, a, bt, NULL, y);
+    d.p.binary = kind;
+    TSR_TRY(dispatch_check(b, &d, FN_PTR(b, binary)));
     return b->iface->binary(b, kind, a, bt, y);
 }
 
@@ -443,7 +540,9 @@ int tsr_scale(tsr_backend *b, const tsr_tensor *x, float s, tsr_tensor *y)
     TSR_TRY(check_float(op, "y", y, x->dtype));
     TSR_TRY(check_out(op, y, x->ndim, x->ne, "x", x));
     TSR_TRY(check_overlap(op, y, "x", x, true));
-    TSR_TRY(dispatch_check(b, TSR_OP_SCALE, x->dtype, FN_PTR(b, scale)));
+    tsr_op_desc d = desc_make(TSR_OP_SCALE, x->dtype, x, NULL, NULL, y);
+    d.p.scale = s;
+    TSR_TRY(dispatch_check(b, &d, FN_PTR(b, scale)));
     return b->iface->scale(b, x, s, y);
 }
 
@@ -470,7 +569,8 @@ int tsr_concat(tsr_backend *b, const tsr_tensor *a, const tsr_tensor *bt, tsr_te
     TSR_TRY(check_out(op, y, a->ndim, ne, "a", a));
     TSR_TRY(check_overlap(op, y, "a", a, false));
     TSR_TRY(check_overlap(op, y, "b", bt, false));
-    TSR_TRY(dispatch_check(b, TSR_OP_CONCAT, a->dtype, FN_PTR(b, concat)));
+    tsr_op_desc d = desc_make(TSR_OP_CONCAT, a->dtype, a, bt, NULL, y);
+    TSR_TRY(dispatch_check(b, &d, FN_PTR(b, concat)));
     return b->iface->concat(b, a, bt, y);
 }
 
@@ -491,7 +591,8 @@ int tsr_upsample_nearest(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y)
     int64_t ne[4] = {x->ne[0], y->ne[1], y->ne[2], x->ne[3]};
     TSR_TRY(check_out(op, y, 4, ne, "x", x));
     TSR_TRY(check_overlap(op, y, "x", x, false));
-    TSR_TRY(dispatch_check(b, TSR_OP_UPSAMPLE_NEAREST, x->dtype, FN_PTR(b, upsample_nearest)));
+    tsr_op_desc d = desc_make(TSR_OP_UPSAMPLE_NEAREST, x->dtype, x, NULL, NULL, y);
+    TSR_TRY(dispatch_check(b, &d, FN_PTR(b, upsample_nearest)));
     return b->iface->upsample_nearest(b, x, y);
 }
 
@@ -528,7 +629,9 @@ int tsr_timestep_embedding(tsr_backend *b, const tsr_tensor *t, const tsr_timest
     int64_t ne[2] = {t->ne[0], p->dim};
     TSR_TRY(check_out(op, y, 2, ne, "t", t));
     TSR_TRY(check_overlap(op, y, "t", t, false));
-    TSR_TRY(dispatch_check(b, TSR_OP_TIMESTEP_EMBEDDING, y->dtype, FN_PTR(b, timestep_embedding)));
+    tsr_op_desc d = desc_make(TSR_OP_TIMESTEP_EMBEDDING, y->dtype, t, NULL, NULL, y);
+    d.p.timestep = *p;
+    TSR_TRY(dispatch_check(b, &d, FN_PTR(b, timestep_embedding)));
     return b->iface->timestep_embedding(b, t, p, y);
 }
 
@@ -541,9 +644,12 @@ int tsr_embedding(tsr_backend *b, const tsr_tensor *ids, const tsr_tensor *table
                           tsr_dtype_name(ids->dtype));
     TSR_TRY(check_rank(op, "ids", ids, 1, TSR_MAX_DIMS - 1));
     TSR_TRY(check_tensor(op, "table", table));
-    TSR_TRY(check_float(op, "table", table, table->dtype));
+    TSR_TRY(check_param(op, "table", table));
     TSR_TRY(check_rank(op, "table", table, 2, 2));
-    TSR_TRY(check_float(op, "y", y, table->dtype));
+    TSR_TRY(check_tensor(op, "y", y));
+    if (!is_float(y->dtype))
+        return tsr_errorf(TSR_ERR_INVALID, "%s: y is %s, expected a float dtype", op,
+                          tsr_dtype_name(y->dtype));
     int64_t ne[TSR_MAX_DIMS];
     for (int i = 0; i < ids->ndim; i++)
         ne[i] = ids->ne[i];
@@ -551,6 +657,19 @@ int tsr_embedding(tsr_backend *b, const tsr_tensor *ids, const tsr_tensor *table
     TSR_TRY(check_out(op, y, ids->ndim + 1, ne, "ids", ids));
     TSR_TRY(check_overlap(op, y, "ids", ids, false));
     TSR_TRY(check_overlap(op, y, "table", table, false));
-    TSR_TRY(dispatch_check(b, TSR_OP_EMBEDDING, table->dtype, FN_PTR(b, embedding)));
+    tsr_op_desc d = desc_make(TSR_OP_EMBEDDING, y->dtype, ids, table, NULL, y);
+    TSR_TRY(dispatch_check(b, &d, FN_PTR(b, embedding)));
     return b->iface->embedding(b, ids, table, y);
+}
+
+int tsr_convert(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y)
+{
+    const char *op = "convert";
+    TSR_TRY(check_param(op, "x", x));
+    TSR_TRY(check_param(op, "y", y));
+    TSR_TRY(check_out(op, y, x->ndim, x->ne, "x", x));
+    TSR_TRY(check_overlap(op, y, "x", x, x->dtype == y->dtype));
+    tsr_op_desc d = desc_make(TSR_OP_CONVERT, y->dtype, x, NULL, NULL, y);
+    TSR_TRY(dispatch_check(b, &d, FN_PTR(b, convert)));
+    return b->iface->convert(b, x, y);
 }

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +27,7 @@ void tsr_args_usage(FILE *out, const tsr_cli_command *cmd)
         fprintf(out, "  %-26s %s\n", left, s->help);
     }
     fprintf(out, "  %-26s %s\n", "--help", "show this help");
+    fprintf(out, "\n%s\n", TSR_ARGS_EXIT_HELP);
 }
 
 static const tsr_arg_spec *find_spec(const tsr_cli_command *cmd, const char *name, size_t len)
@@ -36,43 +38,92 @@ static const tsr_arg_spec *find_spec(const tsr_cli_command *cmd, const char *nam
     return NULL;
 }
 
+/* An optional sign and decimal digits only (strtoll/strtoull also take
+ * leading blanks, and strtoull silently negates "-5"). */
+static bool plain_integer(const char *v, bool allow_minus)
+{
+    const char *p = v;
+    if (*p == '+' || (allow_minus && *p == '-'))
+        p++;
+    if (!*p)
+        return false;
+    for (; *p; p++)
+        if (*p < '0' || *p > '9')
+            return false;
+    return true;
+}
+
+static int int_range_error(const tsr_cli_command *cmd, const tsr_arg_spec *s, const char *v)
+{
+    fprintf(stderr, "tessera %s: --%s must be between %lld and %lld, got %s\n", cmd->name, s->name,
+            (long long)s->min, (long long)s->max, v);
+    return TSR_ERR_INVALID;
+}
+
+static int float_range_error(const tsr_cli_command *cmd, const tsr_arg_spec *s, const char *v)
+{
+    if (s->fmin_open)
+        fprintf(stderr, "tessera %s: --%s must be in (%g, %g], got %s\n", cmd->name, s->name,
+                s->fmin, s->fmax, v);
+    else
+        fprintf(stderr, "tessera %s: --%s must be between %g and %g, got %s\n", cmd->name, s->name,
+                s->fmin, s->fmax, v);
+    return TSR_ERR_INVALID;
+}
+
 static int set_value(const tsr_cli_command *cmd, const tsr_arg_spec *s, const char *v)
 {
     char *end = NULL;
     errno = 0;
     switch (s->type) {
-    case TSR_ARG_STRING: *(const char **)s->dest = v; return 0;
+    case TSR_ARG_STRING: *(const char **)s->dest = v; break;
     case TSR_ARG_INT: {
-        long long x = strtoll(v, &end, 10);
-        if (errno || !*v || *end) {
+        if (!plain_integer(v, true)) {
             fprintf(stderr, "tessera %s: --%s expects an integer, got '%s'\n", cmd->name, s->name, v);
             return TSR_ERR_INVALID;
         }
-        if (x < s->min || x > s->max) {
-            fprintf(stderr, "tessera %s: --%s must be between %lld and %lld, got %lld\n", cmd->name,
-                    s->name, (long long)s->min, (long long)s->max, x);
+        long long x = strtoll(v, &end, 10);
+        if (errno == ERANGE || x < s->min || x > s->max)
+            return int_range_error(cmd, s, v);
+        *(int64_t *)s->dest = x;
+        break;
+    }
+    case TSR_ARG_U64: {
+        if (s->min == -1 && strcmp(v, "-1") == 0) {
+            if (s->seen)
+                *s->seen = false;
+            return 0; /* "not given": the default applies */
+        }
+        if (!plain_integer(v, true)) {
+            fprintf(stderr, "tessera %s: --%s expects an integer, got '%s'\n", cmd->name, s->name, v);
             return TSR_ERR_INVALID;
         }
-        *(int64_t *)s->dest = x;
-        return 0;
+        unsigned long long x = v[0] == '-' ? 0 : strtoull(v, &end, 10);
+        if (v[0] == '-' || errno == ERANGE) {
+            fprintf(stderr, "tessera %s: --%s must be between 0 and %llu%s, got %s\n", cmd->name,
+                    s->name, (unsigned long long)UINT64_MAX, s->min == -1 ? " (or -1)" : "", v);
+            return TSR_ERR_INVALID;
+        }
+        *(uint64_t *)s->dest = x;
+        break;
     }
     case TSR_ARG_FLOAT: {
         double x = strtod(v, &end);
-        if (errno || !*v || *end || !isfinite(x)) {
+        if (!*v || *end || isnan(x)) {
             fprintf(stderr, "tessera %s: --%s expects a number, got '%s'\n", cmd->name, s->name, v);
             return TSR_ERR_INVALID;
         }
-        if (x < s->fmin || x > s->fmax) {
-            fprintf(stderr, "tessera %s: --%s must be between %g and %g, got %g\n", cmd->name,
-                    s->name, s->fmin, s->fmax, x);
-            return TSR_ERR_INVALID;
-        }
+        if (!isfinite(x) || x < s->fmin || x > s->fmax || (s->fmin_open && x <= s->fmin))
+            return float_range_error(cmd, s, v);
         *(double *)s->dest = x;
-        return 0;
+        break;
     }
-    case TSR_ARG_FLAG: *(bool *)s->dest = true; return 0;
+    case TSR_ARG_FLAG: *(bool *)s->dest = true; break;
+    default: return TSR_ERR_INTERNAL;
     }
-    return TSR_ERR_INTERNAL;
+    if (s->seen)
+        *s->seen = true;
+    return 0;
 }
 
 int tsr_args_parse(const tsr_cli_command *cmd, int argc, char **argv, const char **positional,
@@ -106,6 +157,8 @@ int tsr_args_parse(const tsr_cli_command *cmd, int argc, char **argv, const char
                     return TSR_ERR_INVALID;
                 }
                 *(bool *)s->dest = true;
+                if (s->seen)
+                    *s->seen = true;
                 continue;
             }
             const char *v = eq ? eq + 1 : NULL;

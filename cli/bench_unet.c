@@ -14,6 +14,16 @@
  * loading; where that is refused, the call peak is reported as -1).
  * tools/bench/bench_unet.py runs diffusers at the same shape, thread count
  * and inputs, measured the same way, and prints both side by side.
+ *
+ * Besides wall time, the median CPU time of the calls (all threads of the
+ * process) is reported: on a shared machine it moves far less with the
+ * load than wall time does, so it is what comparisons between runs (such as
+ * --round-rows against none) should use, at --threads 1 best.
+ *
+ * --round-rows gives the CPU backend TSR_BACKEND_CAP_ROUND_ROWS (rows
+ * padded up to 1, 2, 4, ..., 64 as a graph-replaying GPU backend wants), to
+ * measure what that padding costs; the output reports the rows computed.
+ * --device cpu-f16 runs the f16 storage test variant.
  */
 #include <math.h>
 #include <stdint.h>
@@ -32,6 +42,14 @@
 #include "unet/unet.h"
 
 int tsr_bench_unet(int argc, char **argv);
+
+/* CPU time of the whole process (every thread), seconds. */
+static double cpu_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 
 
@@ -99,8 +117,15 @@ int tsr_bench_unet(int argc, char **argv)
 {
     const char *model_path = NULL;
     int64_t size = 256, batch = 2, threads = 0, iters = 3, warmup = 1;
-    bool json = false;
+    bool json = false, round_rows = false;
+    const char *device = "cpu";
     const tsr_arg_spec specs[] = {
+        {"device", TSR_ARG_STRING, &device, "DEV",
+         "backend: cpu (default), cuda, cuda:N, auto, or the cpu-f16 / cpu-bf16 test variants", 0,
+         0, 0, 0},
+        {"round-rows", TSR_ARG_FLAG, &round_rows, NULL,
+         "CPU: pad rows up to 1, 2, 4, ..., 64 as a graph-replaying backend does (to measure it)",
+         0, 0, 0, 0},
         {"model", TSR_ARG_STRING, &model_path, "DIR", "diffusers folder or single file (required)",
          0, 0, 0, 0},
         {"size", TSR_ARG_INT, &size, "PX", "image size in pixels, square (default 256)", 64, 8192,
@@ -115,7 +140,8 @@ int tsr_bench_unet(int argc, char **argv)
     };
     const tsr_cli_command cmd = {
         .name = "bench unet",
-        .synopsis = "bench unet --model DIR [--size PX] [--batch N] [--threads N] [--iters N] "
+        .synopsis = "bench unet --model DIR [--device DEV] [--size PX] [--batch N] [--threads N] "
+                    "[--round-rows] [--iters N] "
                     "[--json]",
         .summary = "time one UNet call of a model and measure its peak memory",
         .description = "Loads the UNet (f32 on the CPU), runs --warmup calls, then reports the\n"
@@ -145,10 +171,23 @@ int tsr_bench_unet(int argc, char **argv)
     tsr_weights *w = NULL;
     tsr_unet *u = NULL;
     bench_io io = {0};
-    double *times = NULL;
+    double *times = NULL, *cpu_times = NULL;
     tsr_unet_inputs in;
     double t0 = tsr_cli_now();
-    TSR_CHECK_GOTO(rc, tsr_backend_cpu_create((int)threads, &be), fail);
+    if (round_rows) {
+        tsr_cpu_options o = {.n_threads = (int)threads, .round_rows = true};
+        if (strncmp(device, "cpu", 3) != 0) {
+            rc = tsr_errorf(TSR_ERR_INVALID, "--round-rows is for the CPU backend");
+            goto fail;
+        }
+        if (strcmp(device, "cpu-f16") == 0)
+            o.storage = TSR_F16;
+        else if (strcmp(device, "cpu-bf16") == 0)
+            o.storage = TSR_BF16;
+        TSR_CHECK_GOTO(rc, tsr_backend_cpu_create_ex(&o, &be), fail);
+    } else {
+        TSR_CHECK_GOTO(rc, tsr_backend_open(device, (int)threads, &be), fail);
+    }
     TSR_CHECK_GOTO(rc, tsr_model_open(model_path, &m), fail);
     const tsr_unet_desc *dm = tsr_model_unet_desc(m);
     if (!dm) {
@@ -165,19 +204,22 @@ int tsr_bench_unet(int argc, char **argv)
     const bool call_peak_ok = tsr_cli_reset_peak_rss();
     TSR_CHECK_GOTO(rc, make_inputs(&desc, batch, size, &io, &in), fail);
     times = calloc((size_t)iters, sizeof(double));
-    if (!times) {
+    cpu_times = calloc((size_t)iters, sizeof(double));
+    if (!times || !cpu_times) {
         rc = tsr_errorf(TSR_ERR_NOMEM, "out of memory");
         goto fail;
     }
     double first_s = 0;
     for (int64_t i = 0; i < warmup + iters; i++) {
-        double ts = tsr_cli_now();
+        double ts = tsr_cli_now(), cs = cpu_now();
         TSR_CHECK_GOTO(rc, tsr_unet_forward(u, &in, io.out), fail);
         double dt = tsr_cli_now() - ts;
         if (i == 0)
             first_s = dt;
-        if (i >= warmup)
+        if (i >= warmup) {
             times[i - warmup] = dt;
+            cpu_times[i - warmup] = cpu_now() - cs;
+        }
     }
     const double peak = tsr_cli_proc_mib("VmHWM");
     const double call_peak = call_peak_ok ? peak : -1;
@@ -185,8 +227,10 @@ int tsr_bench_unet(int argc, char **argv)
     qsort(times, (size_t)iters, sizeof(double), tsr_cli_cmp_double);
     const double med = iters % 2 ? times[iters / 2]
                                  : 0.5 * (times[iters / 2 - 1] + times[iters / 2]);
-    int nthreads = 0;
-    sscanf(be->name, "cpu (%d", &nthreads);
+    const int nthreads = tsr_backend_threads(be), rows = tsr_unet_rows(u, (int)batch);
+    qsort(cpu_times, (size_t)iters, sizeof(double), tsr_cli_cmp_double);
+    const double cpu_med = iters % 2 ? cpu_times[iters / 2]
+                                     : 0.5 * (cpu_times[iters / 2 - 1] + cpu_times[iters / 2]);
     double checksum = 0;
     const size_t n_out = (size_t)(batch * (size / 8) * (size / 8) * desc.out_channels);
     for (size_t i = 0; i < n_out; i++)
@@ -195,18 +239,20 @@ int tsr_bench_unet(int argc, char **argv)
     const double w_mib = (double)tsr_weights_bytes(w) / 1048576.0;
     if (json)
         printf("{\"impl\": \"tessera\", \"model\": \"%s\", \"size\": %lld, \"batch\": %lld, "
-               "\"threads\": %d, \"iters\": %lld, \"median_s\": %.4f, \"min_s\": %.4f, "
+               "\"rows_computed\": %d, \"threads\": %d, \"iters\": %lld, \"median_s\": %.4f, "
+               "\"min_s\": %.4f, \"cpu_s\": %.4f, "
                "\"first_s\": %.4f, \"load_s\": %.2f, \"weights_mib\": %.1f, "
                "\"workspace_mib\": %.1f, \"rss_loaded_mib\": %.1f, \"peak_rss_call_mib\": %.1f, "
                "\"peak_rss_mib\": %.1f, \"mean_abs_out\": %.6g}\n",
-               model_path, (long long)size, (long long)batch, nthreads, (long long)iters, med,
-               times[0], first_s, load_s, w_mib, ws_mib, rss_loaded, call_peak, total_peak,
+               model_path, (long long)size, (long long)batch, rows, nthreads, (long long)iters, med,
+               times[0], cpu_med, first_s, load_s, w_mib, ws_mib, rss_loaded, call_peak, total_peak,
                checksum / (double)n_out);
     else {
-        printf("backend: %s; UNet %s at %lldx%lld, batch %lld\n", be->name, model_path,
-               (long long)size, (long long)size, (long long)batch);
-        printf("median %.3f s per call over %lld calls (min %.3f s, first call %.3f s)\n", med,
-               (long long)iters, times[0], first_s);
+        printf("backend: %s; UNet %s at %lldx%lld, batch %lld (%d rows computed)\n", be->name,
+               model_path, (long long)size, (long long)size, (long long)batch, rows);
+        printf("median %.3f s per call over %lld calls (min %.3f s, first call %.3f s); CPU time "
+               "%.3f s per call\n",
+               med, (long long)iters, times[0], first_s, cpu_med);
         printf("load %.1f s; weights %.1f MiB, workspace %.1f MiB\n", load_s, w_mib, ws_mib);
         printf("RSS after load %.1f MiB; peak RSS during the calls %.1f MiB; peak RSS overall "
                "%.1f MiB\n",
@@ -217,6 +263,7 @@ fail:
     if (rc < 0)
         tsr_cli_report("bench unet", rc);
     free(times);
+    free(cpu_times);
     io_free(&io);
     tsr_unet_free(u);
     tsr_weights_free(w);

@@ -37,7 +37,7 @@ int tsr_bench_vae(int argc, char **argv);
 
 int tsr_bench_vae(int argc, char **argv)
 {
-    const char *model_dir = NULL, *taesd_path = NULL;
+    const char *model_dir = NULL, *taesd_path = NULL, *device = "cpu";
     int64_t size = 512, batch = 1, threads = 0, iters = 3, warmup = 1, tile = 0;
     bool json = false, preview = false;
     const tsr_arg_spec specs[] = {
@@ -45,6 +45,9 @@ int tsr_bench_vae(int argc, char **argv)
          0, 0, 0},
         {"size", TSR_ARG_INT, &size, "N", "image edge in pixels (default 512)", 8, 8192, 0, 0},
         {"batch", TSR_ARG_INT, &batch, "N", "images per decode call (default 1)", 1, 64, 0, 0},
+        {"device", TSR_ARG_STRING, &device, "DEV",
+         "backend: cpu (default), cuda, cuda:N, auto, or the cpu-f16 / cpu-bf16 test variants", 0,
+         0, 0, 0},
         {"threads", TSR_ARG_INT, &threads, "N", "threads (0 = all cores)", 0, 1024, 0, 0},
         {"iters", TSR_ARG_INT, &iters, "N", "timed decodes; the median is reported (default 3)", 1,
          100, 0, 0},
@@ -59,7 +62,8 @@ int tsr_bench_vae(int argc, char **argv)
     };
     const tsr_cli_command cmd = {
         .name = "bench vae",
-        .synopsis = "bench vae --model DIR [--size N] [--batch N] [--threads N] [--iters N] "
+        .synopsis = "bench vae --model DIR [--device DEV] [--size N] [--batch N] [--threads N] "
+                    "[--iters N] "
                     "[--tile N] [--preview [--taesd PATH]] [--json]",
         .summary = "time a VAE decode and report peak memory",
         .description = "Decodes random latents of (size/8)^2 with the model's VAE: median of\n"
@@ -90,7 +94,7 @@ int tsr_bench_vae(int argc, char **argv)
     int status = TSR_EXIT_FAILURE;
     if (!times)
         goto done;
-    TSR_CHECK_GOTO(rc, tsr_backend_cpu_create((int)threads, &be), fail);
+    TSR_CHECK_GOTO(rc, tsr_backend_open(device, (int)threads, &be), fail);
     TSR_CHECK_GOTO(rc, tsr_model_open(model_dir, &model), fail);
     if (!tsr_model_has(model, TSR_COMP_VAE)) {
         rc = tsr_errorf(TSR_ERR_NOT_FOUND, "%s has no VAE", model_dir);
@@ -156,11 +160,12 @@ int tsr_bench_vae(int argc, char **argv)
         }
     }
     if (json) {
-        printf("{\"backend\": \"%s\", \"size\": %lld, \"batch\": %lld, \"tile\": %lld, "
+        printf("{\"backend\": \"%s\", \"threads\": %d, \"size\": %lld, \"batch\": %lld, \"tile\": %lld, "
                "\"iters\": %lld, \"decode_ms\": %.2f, \"min_ms\": %.2f, \"load_s\": %.3f, "
                "\"weights_mib\": %.1f, \"workspace_mib\": %.1f, \"rss_before_mib\": %.1f, "
                "\"peak_rss_mib\": %.1f, \"preview_linear_ms\": %.4f, \"preview_taesd_ms\": %.2f}\n",
-               be->name, (long long)size, (long long)batch, (long long)tile, (long long)iters,
+               be->name, tsr_backend_threads(be), (long long)size, (long long)batch, (long long)tile,
+               (long long)iters,
                med * 1e3, best * 1e3, t_load, tsr_weights_bytes(w) / 1048576.0,
                tsr_vae_workspace_bytes(vae) / 1048576.0, rss_before, peak, lin_ms, taesd_ms);
     } else {

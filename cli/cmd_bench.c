@@ -13,6 +13,12 @@
  *
  * GFLOP/s counts 2 flops per multiply-add: conv 2*N*Ho*Wo*Co*KH*KW*Ci,
  * linear 2*M*N*K, attention 4*B*H*Lq*Lk*D (QK^T and PV).
+ *
+ * --device picks the backend as everywhere else (cpu, cuda, the cpu-f16
+ * test variant): buffers are allocated on it and filled through upload in
+ * the dtypes it asks for, and every timed call ends with a sync, so a GPU's
+ * asynchronous ops are timed to completion.  An op the device refuses is
+ * reported as such and skipped.
  */
 #include <math.h>
 #include <stdint.h>
@@ -24,7 +30,6 @@
 #include "args.h"
 #include "cli_util.h"
 #include "backend/backend.h"
-#include "backend/cpu/cpu_backend.h"
 #include "commands.h"
 #include "core/error.h"
 
@@ -61,85 +66,100 @@ static const bench_shape shapes[] = {
 
 
 
-/* Owned buffers of one benchmark; freed by bufs_free. */
+/* The tensors of one benchmark, in backend memory (data owned; freed by
+ * bufs_free): x, weight, bias, y for conv/linear; q, k, v, y for attention. */
 typedef struct bench_bufs {
-    float *p[5];
+    tsr_backend *be;
+    tsr_tensor t[4];
 } bench_bufs;
-
-static float *rand_floats(size_t n, uint64_t *state)
-{
-    float *p = malloc(n * sizeof(float));
-    if (!p)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        *state = *state * 6364136223846793005ull + 1442695040888963407ull;
-        p[i] = (float)((double)(*state >> 40) / 16777216.0 - 0.5);
-    }
-    return p;
-}
 
 static void bufs_free(bench_bufs *bb)
 {
-    for (int i = 0; i < 5; i++)
-        free(bb->p[i]);
+    for (int i = 0; i < 4; i++)
+        if (bb->t[i].data)
+            tsr_backend_free(bb->be, bb->t[i].data);
+    memset(bb->t, 0, sizeof bb->t);
 }
 
-/* Run one shape once. */
-static int run_once(tsr_backend *be, const bench_shape *s, bench_bufs *bb, double *flops)
+/* Shapes of the four tensors, and which hold parameters. */
+static void shapes_of(const bench_shape *s, tsr_tensor t[4], bool param[4])
 {
+    const tsr_dtype f = TSR_F32;
+    memset(param, 0, 4 * sizeof(bool));
     if (s->kind == B_CONV) {
         int n = s->a, h = s->b, w = s->c, ci = s->d, co = s->e, k = s->f, st = s->g, pad = s->h;
         int ho = (h + 2 * pad - k) / st + 1, wo = (w + 2 * pad - k) / st + 1;
-        tsr_tensor x = tsr_tensor_4d(TSR_F32, n, h, w, ci, bb->p[0]);
-        tsr_tensor wt = tsr_tensor_4d(TSR_F32, co, k, k, ci, bb->p[1]);
-        tsr_tensor bias = tsr_tensor_1d(TSR_F32, co, bb->p[2]);
-        tsr_tensor y = tsr_tensor_4d(TSR_F32, n, ho, wo, co, bb->p[3]);
-        tsr_conv2d_params p = tsr_conv2d_params_make(st, pad);
-        *flops = 2.0 * n * ho * wo * co * (double)k * k * ci;
-        return tsr_conv2d(be, &x, &wt, &bias, &p, &y);
+        t[0] = tsr_tensor_4d(f, n, h, w, ci, NULL);
+        t[1] = tsr_tensor_4d(f, co, k, k, ci, NULL);
+        t[2] = tsr_tensor_1d(f, co, NULL);
+        t[3] = tsr_tensor_4d(f, n, ho, wo, co, NULL);
+        param[1] = param[2] = true;
+    } else if (s->kind == B_LINEAR) {
+        t[0] = tsr_tensor_2d(f, s->a, s->b, NULL);
+        t[1] = tsr_tensor_2d(f, s->c, s->b, NULL);
+        t[2] = tsr_tensor_1d(f, s->c, NULL);
+        t[3] = tsr_tensor_2d(f, s->a, s->c, NULL);
+        param[1] = param[2] = true;
+    } else {
+        int b = s->a, lq = s->b, lk = s->c, hd = s->d * s->e;
+        t[0] = tsr_tensor_3d(f, b, lq, hd, NULL);
+        t[1] = tsr_tensor_3d(f, b, lk, hd, NULL);
+        t[2] = tsr_tensor_3d(f, b, lk, hd, NULL);
+        t[3] = tsr_tensor_3d(f, b, lq, hd, NULL);
     }
-    if (s->kind == B_LINEAR) {
-        tsr_tensor x = tsr_tensor_2d(TSR_F32, s->a, s->b, bb->p[0]);
-        tsr_tensor wt = tsr_tensor_2d(TSR_F32, s->c, s->b, bb->p[1]);
-        tsr_tensor bias = tsr_tensor_1d(TSR_F32, s->c, bb->p[2]);
-        tsr_tensor y = tsr_tensor_2d(TSR_F32, s->a, s->c, bb->p[3]);
-        *flops = 2.0 * s->a * (double)s->b * s->c;
-        return tsr_linear(be, &x, &wt, &bias, &y);
-    }
-    int b = s->a, lq = s->b, lk = s->c, heads = s->d, d = s->e;
-    tsr_tensor q = tsr_tensor_3d(TSR_F32, b, lq, heads * d, bb->p[0]);
-    tsr_tensor k = tsr_tensor_3d(TSR_F32, b, lk, heads * d, bb->p[1]);
-    tsr_tensor v = tsr_tensor_3d(TSR_F32, b, lk, heads * d, bb->p[2]);
-    tsr_tensor y = tsr_tensor_3d(TSR_F32, b, lq, heads * d, bb->p[3]);
-    tsr_attention_params p = {.heads = heads};
-    *flops = 4.0 * b * heads * (double)lq * lk * d;
-    return tsr_attention(be, &q, &k, &v, &p, &y);
 }
 
-static int alloc_bufs(const bench_shape *s, bench_bufs *bb)
+/* Random values in [-0.5, 0.5), uploaded in each tensor's dtype. */
+static int alloc_bufs(tsr_backend *be, const bench_shape *s, bench_bufs *bb)
 {
-    size_t n[4];
-    if (s->kind == B_CONV) {
-        n[0] = (size_t)s->a * s->b * s->c * s->d;
-        n[1] = (size_t)s->e * s->f * s->f * s->d;
-        n[2] = (size_t)s->e;
-        n[3] = (size_t)s->a * s->b * s->c * s->e; /* >= output for stride >= 1 */
-    } else if (s->kind == B_LINEAR) {
-        n[0] = (size_t)s->a * s->b;
-        n[1] = (size_t)s->c * s->b;
-        n[2] = (size_t)s->c;
-        n[3] = (size_t)s->a * s->c;
-    } else {
-        n[0] = (size_t)s->a * s->b * s->d * s->e;
-        n[1] = n[2] = (size_t)s->a * s->c * s->d * s->e;
-        n[3] = n[0];
-    }
-    uint64_t state = 42;
+    bool param[4];
     memset(bb, 0, sizeof *bb);
-    for (int i = 0; i < 4; i++)
-        if (!(bb->p[i] = rand_floats(n[i], &state)))
-            return tsr_errorf(TSR_ERR_NOMEM, "bench: cannot allocate %zu floats", n[i]);
+    bb->be = be;
+    shapes_of(s, bb->t, param);
+    uint64_t state = 42;
+    for (int i = 0; i < 4; i++) {
+        tsr_tensor *t = &bb->t[i];
+        t->dtype = param[i] ? tsr_backend_weight_dtype(be) : tsr_backend_act_dtype(be);
+        t->backend = be;
+        const size_t n = (size_t)tsr_tensor_numel(t), bytes = tsr_tensor_nbytes(t);
+        float *host = malloc(n * sizeof(float));
+        t->data = tsr_backend_alloc(be, bytes);
+        if (!host || !t->data) {
+            free(host);
+            return tsr_errorf(TSR_ERR_NOMEM, "bench: cannot allocate %zu bytes", bytes);
+        }
+        for (size_t j = 0; j < n; j++) {
+            state = state * 6364136223846793005ull + 1442695040888963407ull;
+            host[j] = (float)((double)(state >> 40) / 16777216.0 - 0.5);
+        }
+        tsr_convert_from_f32(host, t->dtype, host, n); /* in place: never wider */
+        int rc = tsr_backend_upload(be, t->data, host, bytes);
+        if (rc == TSR_OK)
+            rc = tsr_backend_sync(be);
+        free(host);
+        TSR_TRY(rc);
+    }
     return TSR_OK;
+}
+
+/* Run one shape once, to completion. */
+static int run_once(tsr_backend *be, const bench_shape *s, bench_bufs *bb, double *flops)
+{
+    tsr_tensor *t = bb->t;
+    int rc;
+    if (s->kind == B_CONV) {
+        tsr_conv2d_params p = tsr_conv2d_params_make(s->g, s->h);
+        *flops = 2.0 * (double)tsr_tensor_numel(&t[3]) * s->f * s->f * s->d;
+        rc = tsr_conv2d(be, &t[0], &t[1], &t[2], &p, &t[3]);
+    } else if (s->kind == B_LINEAR) {
+        *flops = 2.0 * s->a * (double)s->b * s->c;
+        rc = tsr_linear(be, &t[0], &t[1], &t[2], &t[3]);
+    } else {
+        tsr_attention_params p = {.heads = s->d};
+        *flops = 4.0 * s->a * s->d * (double)s->b * s->c * s->e;
+        rc = tsr_attention(be, &t[0], &t[1], &t[2], &p, &t[3]);
+    }
+    return rc < 0 ? rc : tsr_backend_sync(be);
 }
 
 static const char *kind_name(bench_kind k)
@@ -151,8 +171,11 @@ static int bench_ops(int argc, char **argv)
 {
     int64_t threads = 0, iters = 5;
     bool json = false;
-    const char *filter = NULL;
+    const char *filter = NULL, *device = "cpu";
     const tsr_arg_spec specs[] = {
+        {"device", TSR_ARG_STRING, &device, "DEV",
+         "backend: cpu (default), cuda, cuda:N, auto, or the cpu-f16 / cpu-bf16 test variants", 0,
+         0, 0, 0},
         {"threads", TSR_ARG_INT, &threads, "N", "threads (0 = all cores)", 0, 1024, 0, 0},
         {"iters", TSR_ARG_INT, &iters, "N", "timed calls per shape; the median is reported (default 5)",
          1, 1000, 0, 0},
@@ -161,7 +184,7 @@ static int bench_ops(int argc, char **argv)
     };
     const tsr_cli_command cmd = {
         .name = "bench ops",
-        .synopsis = "bench ops [--threads N] [--iters N] [--filter TEXT] [--json]",
+        .synopsis = "bench ops [--device DEV] [--threads N] [--iters N] [--filter TEXT] [--json]",
         .summary = "time conv2d, linear and attention at SD 1.5 UNet shapes (512x512, batch 2)",
         .description = "Reports the median time of --iters calls after one warm-up call, and\n"
                        "GFLOP/s (2 flops per multiply-add).  tools/bench/bench_ops.py compares\n"
@@ -176,7 +199,7 @@ static int bench_ops(int argc, char **argv)
         return TSR_EXIT_USAGE;
 
     tsr_backend *be = NULL;
-    rc = tsr_backend_cpu_create((int)threads, &be);
+    rc = tsr_backend_open(device, (int)threads, &be);
     if (rc < 0) {
         tsr_cli_report("bench ops", rc);
         return TSR_EXIT_FAILURE;
@@ -187,14 +210,15 @@ static int bench_ops(int argc, char **argv)
         fprintf(stderr, "tessera bench ops: out of memory\n");
         return TSR_EXIT_FAILURE;
     }
-    int nthreads = 0;
-    sscanf(be->name, "cpu (%d", &nthreads);
+    const int nthreads = tsr_backend_threads(be);
+    const char *dt = tsr_dtype_name(tsr_backend_act_dtype(be));
     if (json)
-        printf("{\"backend\": \"%s\", \"threads\": %d, \"iters\": %d, \"results\": [", be->name,
-               nthreads, (int)iters);
+        printf("{\"backend\": \"%s\", \"threads\": %d, \"dtype\": \"%s\", \"iters\": %d, "
+               "\"results\": [",
+               be->name, nthreads, dt, (int)iters);
     else
-        printf("backend: %s, median of %d calls\n\n%-40s %10s %10s\n", be->name, (int)iters, "op",
-               "ms", "GFLOP/s");
+        printf("backend: %s (%s activations), median of %d calls\n\n%-40s %10s %10s\n", be->name,
+               dt, (int)iters, "op", "ms", "GFLOP/s");
     int status = TSR_EXIT_OK, printed = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const bench_shape *s = &shapes[i];
@@ -202,9 +226,20 @@ static int bench_ops(int argc, char **argv)
             continue;
         bench_bufs bb;
         double flops = 0;
-        rc = alloc_bufs(s, &bb);
+        rc = alloc_bufs(be, s, &bb);
         if (rc == 0)
             rc = run_once(be, s, &bb, &flops); /* warm-up: scratch growth, page faults */
+        if (rc == TSR_ERR_UNSUPPORTED) { /* the device has no kernel for it: say so, go on */
+            if (json)
+                printf("%s\n  {\"name\": \"%s\", \"op\": \"%s\", \"unsupported\": \"%s\"}",
+                       printed ? "," : "", s->name, kind_name(s->kind), tsr_last_error());
+            else
+                printf("%-40s unsupported: %s\n", s->name, tsr_last_error());
+            printed++;
+            bufs_free(&bb);
+            rc = 0;
+            continue;
+        }
         for (int64_t it = 0; rc == 0 && it < iters; it++) {
             double t0 = tsr_cli_now();
             rc = run_once(be, s, &bb, &flops);
@@ -250,11 +285,13 @@ int tsr_cmd_bench(int argc, char **argv)
     FILE *out = argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
                     ? stdout
                     : stderr;
-    fprintf(out, "usage: tessera bench ops [--threads N] [--iters N] [--filter TEXT] [--json]\n\n"
+    fprintf(out, "usage: tessera bench ops [--device DEV] [--threads N] [--iters N] [--filter TEXT] "
+                 "[--json]\n\n"
                  "  ops   time conv2d, linear and attention at SD 1.5 UNet shapes\n"
                  "  vae   time a VAE decode of a model (--model DIR) and its peak memory\n"
                  "  unet  time one UNet call of a model (--model DIR) and its peak memory\n\n"
-                 "Run 'tessera bench ops --help' for its options.\n");
+                 "Run 'tessera bench ops --help' for its options.\n\n%s\n",
+            TSR_ARGS_EXIT_HELP);
     if (out == stdout)
         return TSR_EXIT_OK;
     if (argc >= 2)

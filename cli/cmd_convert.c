@@ -9,10 +9,22 @@
  * re-fused, text_projection transposed back, VAE attention linears become
  * 1x1 convs).  Single files get "tessera.config.*" metadata so converting
  * back restores the configs exactly (head counts cannot be read from
- * shapes).  All buffers made here are owned by one list and freed at the
- * end; tsr_st_write writes to a temporary file and renames.
+ * shapes), and the rest of the folder that generation reads - the
+ * scheduler config, model_index.json and the tokenizer files - as
+ * "tessera.scheduler", "tessera.model_index" and "tessera.tokenizer/<file>",
+ * so the single file generates the folder's images (model/model_single.c
+ * reads them back).  A single file without them (a real LDM checkpoint)
+ * becomes a folder with what diffusers' from_single_file() completes it
+ * with: the family's scheduler config and CLIP tokenizer folders
+ * (model/model_defaults.c, text/bpe_default.c).
+ *
+ * IN and OUT must be different places, neither inside the other: that is
+ * checked on the resolved paths before anything is read or written.  All
+ * buffers made here are owned by one list and freed at the end;
+ * tsr_st_write writes to a temporary file and renames.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +37,10 @@
 #include "core/error.h"
 #include "model/ldm_names.h"
 #include "model/model.h"
+#include "text/tokenizer.h"
+
+#define META_MAX 64 /* metadata pairs written into a single file */
+#define TOKENIZER_FILE_MAX (16u << 20)
 
 typedef struct out_list {
     tsr_st_write_entry *e;
@@ -235,34 +251,135 @@ done:
     return rc;
 }
 
+/* A whole small text file (tokenizer files), NUL-terminated; owned. */
+static int read_text(const char *path, char **out)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return tsr_errorf(TSR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    char *buf = malloc(TOKENIZER_FILE_MAX + 1);
+    size_t n = buf ? fread(buf, 1, TOKENIZER_FILE_MAX + 1, f) : 0;
+    bool err = ferror(f);
+    fclose(f);
+    if (!buf)
+        return tsr_errorf(TSR_ERR_NOMEM, "convert: out of memory");
+    if (err || n > TOKENIZER_FILE_MAX || memchr(buf, '\0', n)) {
+        free(buf);
+        return tsr_errorf(TSR_ERR_FORMAT, "%s: %s", path,
+                          err ? "read failed" : "not a text file of at most 16 MiB");
+    }
+    buf[n] = '\0';
+    *out = buf;
+    return TSR_OK;
+}
+
+/* Metadata pairs with owned strings (keys and values freed together). */
+typedef struct meta_list {
+    const char *kv[2 * META_MAX + 1];
+    char *owned[2 * META_MAX];
+    int n, n_owned;
+} meta_list;
+
+static int meta_add(meta_list *l, const char *key, bool own_key, const char *value, bool own_value)
+{
+    if (own_key)
+        l->owned[l->n_owned++] = (char *)key;
+    if (own_value)
+        l->owned[l->n_owned++] = (char *)value;
+    if (!key || !value)
+        return tsr_errorf(TSR_ERR_NOMEM, "convert: out of memory");
+    if (l->n == META_MAX)
+        return tsr_errorf(TSR_ERR_INTERNAL, "convert: too many metadata entries");
+    l->kv[2 * l->n] = key;
+    l->kv[2 * l->n + 1] = value;
+    l->n++;
+    l->kv[2 * l->n] = NULL;
+    return TSR_OK;
+}
+
+static void meta_free(meta_list *l)
+{
+    for (int i = 0; i < l->n_owned; i++)
+        free(l->owned[i]);
+    memset(l, 0, sizeof *l);
+}
+
+static char *json_text(const cJSON *j)
+{
+    char *s = cJSON_PrintUnformatted(j);
+    char *copy = s ? strdup(s) : NULL; /* free() below, whatever cJSON's allocator */
+    cJSON_free(s);
+    return copy;
+}
+
+/* What generation reads besides weights: scheduler config (with the
+ * model's prediction type, which --prediction may have changed),
+ * model_index.json and the tokenizer folders. */
+static int add_pipeline_metadata(const tsr_model *m, meta_list *l)
+{
+    if (tsr_model_scheduler_config(m)) {
+        cJSON *sched = cJSON_Duplicate(tsr_model_scheduler_config(m), true);
+        if (!sched)
+            return tsr_errorf(TSR_ERR_NOMEM, "convert: out of memory");
+        cJSON_DeleteItemFromObject(sched, "prediction_type");
+        const bool v = tsr_model_prediction(m) == TSR_PREDICTION_V;
+        cJSON_AddStringToObject(sched, "prediction_type", v ? "v_prediction" : "epsilon");
+        char *text = json_text(sched);
+        cJSON_Delete(sched);
+        TSR_TRY(meta_add(l, TSR_META_SCHEDULER, false, text, true));
+    }
+    if (tsr_model_index(m))
+        TSR_TRY(meta_add(l, TSR_META_INDEX, false, json_text(tsr_model_index(m)), true));
+    static const char *const files[] = TSR_TOKENIZER_FILES;
+    static const char *const tok[2] = {"tokenizer", "tokenizer_2"};
+    for (int i = 0; i < 2; i++) {
+        const char *dir = tsr_model_tokenizer_dir(m, i);
+        if (!dir)
+            continue;
+        for (int k = 0; k < TSR_N_TOKENIZER_FILES; k++) {
+            char p[4096];
+            snprintf(p, sizeof p, "%s/%s", dir, files[k]);
+            struct stat st;
+            if (stat(p, &st) != 0)
+                continue; /* the optional special-token files */
+            char *text = NULL, key[128];
+            TSR_TRY(read_text(p, &text));
+            snprintf(key, sizeof key, TSR_META_TOKENIZER_PREFIX "%s/%s", tok[i], files[k]);
+            TSR_TRY(meta_add(l, strdup(key), true, text, true));
+        }
+    }
+    return TSR_OK;
+}
+
 static int to_single(const tsr_model *m, const char *out, const char *dtype)
 {
     out_list o = {0};
+    meta_list meta;
+    memset(&meta, 0, sizeof meta);
     int rc = TSR_OK;
-    char *cfg[TSR_COMP_COUNT] = {0};
-    const char *meta[2 * TSR_COMP_COUNT + 3];
-    char keys[TSR_COMP_COUNT][64];
-    int nm = 0;
     for (int c = 0; c < TSR_COMP_COUNT; c++) {
         if (!tsr_model_has(m, (tsr_component)c))
             continue;
         TSR_CHECK_GOTO(rc, add_ldm_component(m, (tsr_component)c, dtype, &o), done);
-        cfg[c] = cJSON_PrintUnformatted(tsr_model_config(m, (tsr_component)c));
-        if (!cfg[c]) {
-            rc = tsr_errorf(TSR_ERR_NOMEM, "convert: out of memory");
-            goto done;
-        }
-        snprintf(keys[c], sizeof keys[c], "tessera.config.%s", tsr_component_name((tsr_component)c));
-        meta[nm++] = keys[c];
-        meta[nm++] = cfg[c];
+        char key[64];
+        snprintf(key, sizeof key, TSR_META_CONFIG_PREFIX "%s",
+                 tsr_component_name((tsr_component)c));
+        TSR_CHECK_GOTO(rc,
+                       meta_add(&meta, strdup(key), true,
+                                json_text(tsr_model_config(m, (tsr_component)c)), true),
+                       done);
     }
-    meta[nm++] = "tessera.prediction";
-    meta[nm++] = tsr_model_prediction(m) == TSR_PREDICTION_V ? "v_prediction" : "epsilon";
-    meta[nm] = NULL;
-    rc = tsr_st_write(out, o.e, o.n, meta);
+    TSR_CHECK_GOTO(rc,
+                   meta_add(&meta, TSR_META_PREDICTION, false,
+                            tsr_model_prediction(m) == TSR_PREDICTION_V ? "v_prediction"
+                                                                        : "epsilon",
+                            false),
+                   done);
+    TSR_CHECK_GOTO(rc, add_pipeline_metadata(m, &meta), done);
+    rc = tsr_st_write(out, o.e, o.n, meta.kv);
 done:
-    for (int c = 0; c < TSR_COMP_COUNT; c++)
-        cJSON_free(cfg[c]);
+    meta_free(&meta);
     out_free(&o);
     return rc;
 }
@@ -321,6 +438,65 @@ static int copy_dir_files(const char *from, const char *to)
     return TSR_OK;
 }
 
+extern const char tsr_bpe_default_merges[];
+extern const size_t tsr_bpe_default_merges_len;
+
+static int write_text(const char *path, const char *text, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return tsr_errorf(TSR_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    bool ok = fwrite(text, 1, len, f) == len;
+    ok = fclose(f) == 0 && ok;
+    return ok ? TSR_OK : tsr_errorf(TSR_ERR_IO, "%s: write failed", path);
+}
+
+/* A CLIPTokenizer folder for OpenAI CLIP's BPE (the embedded merges and the
+ * vocabulary derived from them), with `pad` as the pad token, in the
+ * layout of the SD repositories' tokenizer folders. */
+static int write_default_tokenizer(const char *dir, const char *pad)
+{
+    static const char added[] = "{\"content\": \"%s\", \"lstrip\": false, \"normalized\": true, "
+                                "\"rstrip\": false, \"single_word\": false}";
+    char bos[160], eos[160], text[2048], p[4200];
+    snprintf(bos, sizeof bos, added, "<|startoftext|>");
+    snprintf(eos, sizeof eos, added, "<|endoftext|>");
+    TSR_TRY(mkdir_p(dir));
+    snprintf(p, sizeof p, "%s/special_tokens_map.json", dir);
+    int n = snprintf(text, sizeof text,
+                     "{\"bos_token\": %s, \"eos_token\": %s, \"pad_token\": \"%s\", "
+                     "\"unk_token\": %s}\n",
+                     bos, eos, pad, eos);
+    TSR_TRY(write_text(p, text, (size_t)n));
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
+    n = snprintf(text, sizeof text,
+                 "{\"add_prefix_space\": false, \"bos_token\": %s, \"do_lower_case\": true, "
+                 "\"eos_token\": %s, \"errors\": \"replace\", \"model_max_length\": 77, "
+                 "\"pad_token\": \"%s\", \"tokenizer_class\": \"CLIPTokenizer\", "
+                 "\"unk_token\": %s}\n",
+                 bos, eos, pad, eos);
+    TSR_TRY(write_text(p, text, (size_t)n));
+    snprintf(p, sizeof p, "%s/merges.txt", dir);
+    TSR_TRY(write_text(p, tsr_bpe_default_merges, tsr_bpe_default_merges_len));
+    tsr_tokenizer *t = NULL;
+    TSR_TRY(tsr_tokenizer_load_default(&t));
+    cJSON *v = cJSON_CreateObject();
+    for (int32_t id = 0; v && id < tsr_tokenizer_vocab_size(t); id++)
+        if (!cJSON_AddNumberToObject(v, tsr_tokenizer_token(t, id), id)) {
+            cJSON_Delete(v);
+            v = NULL;
+        }
+    tsr_tokenizer_free(t);
+    char *s = v ? cJSON_PrintUnformatted(v) : NULL;
+    cJSON_Delete(v);
+    if (!s)
+        return tsr_errorf(TSR_ERR_NOMEM, "convert: out of memory");
+    snprintf(p, sizeof p, "%s/vocab.json", dir);
+    int rc = write_text(p, s, strlen(s));
+    cJSON_free(s);
+    return rc;
+}
+
 static int to_folder(const tsr_model *m, const char *out, const char *dtype)
 {
     int rc = TSR_OK;
@@ -331,12 +507,32 @@ static int to_folder(const tsr_model *m, const char *out, const char *dtype)
     index = cJSON_CreateObject();
     if (!index)
         return tsr_errorf(TSR_ERR_NOMEM, "convert: out of memory");
+    const cJSON *src_index = tsr_model_index(m);
+    const cJSON *src_class = cJSON_GetObjectItemCaseSensitive(src_index, "_class_name");
     cJSON_AddStringToObject(index, "_class_name",
-                            xl ? (tsr_model_is_refiner(m) ? "StableDiffusionXLImg2ImgPipeline"
-                                                          : "StableDiffusionXLPipeline")
+                            cJSON_IsString(src_class) ? src_class->valuestring
+                            : xl ? (tsr_model_is_refiner(m) ? "StableDiffusionXLImg2ImgPipeline"
+                                                            : "StableDiffusionXLPipeline")
                             : tsr_model_is_inpainting(m) ? "StableDiffusionInpaintPipeline"
                                                          : "StableDiffusionPipeline");
     cJSON_AddStringToObject(index, "_diffusers_version", "0.35.2");
+    if (src_index) {
+        /* the source's pipeline flags (force_zeros_for_empty_prompt, ...) and
+         * absent optional components ([null, null]); components are listed
+         * below from what is written */
+        const cJSON *it;
+        cJSON_ArrayForEach(it, src_index)
+        {
+            if (!it->string || it->string[0] == '_')
+                continue;
+            const cJSON *first = cJSON_IsArray(it) ? cJSON_GetArrayItem(it, 0) : NULL;
+            if (cJSON_IsString(first))
+                continue;
+            cJSON_AddItemToObject(index, it->string, cJSON_Duplicate(it, true));
+        }
+    } else {
+        TSR_CHECK_GOTO(rc, tsr_model_default_index_flags(m, index), done);
+    }
     static const char *const classes[TSR_COMP_COUNT][2] = {
         {"diffusers", "UNet2DConditionModel"},
         {"diffusers", "AutoencoderKL"},
@@ -392,35 +588,29 @@ static int to_folder(const tsr_model *m, const char *out, const char *dtype)
             goto done;
     }
     static const char *const tok[2] = {"tokenizer", "tokenizer_2"};
+    static const tsr_component tok_comp[2] = {TSR_COMP_TEXT_ENCODER, TSR_COMP_TEXT_ENCODER_2};
     for (int i = 0; i < 2; i++) {
         const char *src = tsr_model_tokenizer_dir(m, i);
-        if (!src)
+        if (!src && !tsr_model_has(m, tok_comp[i]))
             continue;
         char dst[4096];
         snprintf(dst, sizeof dst, "%s/%s", out, tok[i]);
-        TSR_CHECK_GOTO(rc, copy_dir_files(src, dst), done);
+        /* the source's files, or (a real LDM file) the family's CLIP BPE */
+        const char *pad = tsr_model_default_tokenizer_pad(m, i);
+        TSR_CHECK_GOTO(rc, src ? copy_dir_files(src, dst) : write_default_tokenizer(dst, pad),
+                       done);
         const char *cls[2] = {"transformers", "CLIPTokenizer"};
         cJSON_AddItemToObject(index, tok[i], cJSON_CreateStringArray(cls, 2));
     }
-    /* scheduler: the source's, or the SD defaults */
+    /* scheduler: the source's, or what diffusers gives this family */
     if (tsr_model_scheduler_config(m)) {
         sched = cJSON_Duplicate(tsr_model_scheduler_config(m), true);
-    } else {
-        sched = cJSON_CreateObject();
-        if (sched) {
-            cJSON_AddStringToObject(sched, "_class_name", "EulerDiscreteScheduler");
-            cJSON_AddStringToObject(sched, "_diffusers_version", "0.35.2");
-            cJSON_AddNumberToObject(sched, "beta_end", 0.012);
-            cJSON_AddStringToObject(sched, "beta_schedule", "scaled_linear");
-            cJSON_AddNumberToObject(sched, "beta_start", 0.00085);
-            cJSON_AddNumberToObject(sched, "num_train_timesteps", 1000);
-            cJSON_AddNumberToObject(sched, "steps_offset", 1);
-            cJSON_AddStringToObject(sched, "timestep_spacing", "leading");
+        if (!sched) {
+            rc = tsr_errorf(TSR_ERR_NOMEM, "convert: out of memory");
+            goto done;
         }
-    }
-    if (!sched) {
-        rc = tsr_errorf(TSR_ERR_NOMEM, "convert: out of memory");
-        goto done;
+    } else {
+        TSR_CHECK_GOTO(rc, tsr_model_default_scheduler(m, &sched), done);
     }
     cJSON_DeleteItemFromObject(sched, "prediction_type");
     cJSON_AddStringToObject(sched, "prediction_type",
@@ -445,6 +635,71 @@ done:
     return rc;
 }
 
+/* `path` resolved (symlinks, "..") even when it does not exist yet: its
+ * folder is resolved and its last component appended.  false when the
+ * folder does not exist either (errno set). */
+static bool resolve(const char *path, char *out)
+{
+    if (realpath(path, out))
+        return true;
+    if (errno != ENOENT)
+        return false;
+    char dir[PATH_MAX], parent[PATH_MAX];
+    size_t len = strlen(path);
+    while (len > 1 && path[len - 1] == '/')
+        len--;
+    snprintf(dir, sizeof dir, "%.*s", (int)len, path);
+    char *slash = strrchr(dir, '/');
+    const char *base = slash ? slash + 1 : dir;
+    if (slash == dir)
+        snprintf(parent, sizeof parent, "/");
+    else if (slash)
+        snprintf(parent, sizeof parent, "%.*s", (int)(slash - dir), dir);
+    else
+        snprintf(parent, sizeof parent, ".");
+    char real_parent[PATH_MAX];
+    if (!realpath(parent, real_parent))
+        return false;
+    if (strcmp(base, ".") == 0 || strcmp(base, "..") == 0 || !*base) {
+        errno = EINVAL;
+        return false;
+    }
+    snprintf(out, PATH_MAX, "%s%s%s", real_parent, strcmp(real_parent, "/") ? "/" : "", base);
+    return true;
+}
+
+static bool inside(const char *child, const char *parent)
+{
+    size_t n = strlen(parent);
+    return strncmp(child, parent, n) == 0 && (child[n] == '/' || strcmp(parent, "/") == 0);
+}
+
+/* Same-path and in-place conversions are refused before anything is
+ * touched: the writer would replace or walk into what it is reading. */
+static int check_paths(const char *in, const char *out)
+{
+    char rin[PATH_MAX], rout[PATH_MAX];
+    if (!realpath(in, rin)) {
+        fprintf(stderr, "tessera convert: %s: %s\n", in, strerror(errno));
+        return TSR_EXIT_FAILURE;
+    }
+    if (!resolve(out, rout)) {
+        fprintf(stderr, "tessera convert: %s: cannot write there: %s\n", out, strerror(errno));
+        return TSR_EXIT_FAILURE;
+    }
+    const char *why = strcmp(rin, rout) == 0 ? "IN and OUT are the same path"
+                      : inside(rout, rin)    ? "OUT is inside IN"
+                      : inside(rin, rout)    ? "IN is inside OUT"
+                                             : NULL;
+    if (why) {
+        fprintf(stderr,
+                "tessera convert: %s (%s -> %s); convert to a new path outside the model\n", why,
+                rin, rout);
+        return TSR_EXIT_USAGE;
+    }
+    return TSR_EXIT_OK;
+}
+
 int tsr_cmd_convert(int argc, char **argv)
 {
     const char *to = NULL, *dtype = "keep", *prediction = NULL;
@@ -459,9 +714,13 @@ int tsr_cmd_convert(int argc, char **argv)
     const tsr_cli_command cmd = {
         "convert", "convert [--to diffusers|single] [--dtype f16|f32|keep] IN OUT",
         "convert between a diffusers folder and a single LDM-named file",
-        "A folder becomes one .safetensors with the original LDM key names (configs kept in\n"
-        "its metadata); a single file becomes a diffusers folder with configs, model_index.json\n"
-        "and a scheduler config.",
+        "A folder becomes one .safetensors with the original LDM key names; its configs,\n"
+        "scheduler config, model_index.json and tokenizer files go into the file's metadata,\n"
+        "so the file generates the folder's images and converts back to the same folder.  A\n"
+        "single file becomes a diffusers folder with configs, model_index.json, a scheduler\n"
+        "config and tokenizer folders (for a plain LDM checkpoint: what diffusers'\n"
+        "from_single_file gives its family).  IN and OUT must be different paths, neither\n"
+        "inside the other.",
         specs, (int)(sizeof specs / sizeof specs[0])};
     const char *pos[2];
     int n_pos = 0;
@@ -486,6 +745,9 @@ int tsr_cmd_convert(int argc, char **argv)
         fprintf(stderr, "tessera convert: --prediction must be epsilon or v\n");
         return TSR_EXIT_USAGE;
     }
+    rc = check_paths(pos[0], pos[1]);
+    if (rc != TSR_EXIT_OK)
+        return rc;
     tsr_model *m = NULL;
     rc = tsr_model_open(pos[0], &m);
     if (rc >= 0) {

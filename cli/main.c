@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "commands.h"
 #include "core/log.h"
 #include "tessera.h"
@@ -40,7 +41,9 @@ static void usage(FILE *out)
             "  --log-level LEVEL   debug, info, warn, error or none (default info)\n"
             "  --version           print the version\n"
             "  --help              show this help\n\n"
-            "Run 'tessera COMMAND --help' for the options of a command.\n");
+            "Run 'tessera COMMAND --help' for the options of a command.\n\n"
+            "%s\n",
+            TSR_ARGS_EXIT_HELP);
 }
 
 void tsr_cli_report(const char *cmd, int status)

@@ -70,6 +70,39 @@ tsr_tensor tsr_tensor_4d(tsr_dtype dtype, int64_t n0, int64_t n1, int64_t n2, in
     return tsr_tensor_make(dtype, 4, ne, data, NULL);
 }
 
+tsr_tensor tsr_tensor_like(const tsr_tensor *like, int ndim, const int64_t *ne, void *data)
+{
+    return tsr_tensor_make(like->dtype, ndim, ne, data, like->backend);
+}
+
+tsr_tensor tsr_tensor_view(const tsr_tensor *t, int ndim, const int64_t *ne)
+{
+    return tsr_tensor_make(t->dtype, ndim, ne, t->data, t->backend);
+}
+
+tsr_tensor tsr_tensor_view2(const tsr_tensor *t, int64_t n0, int64_t n1)
+{
+    const int64_t ne[2] = {n0, n1};
+    return tsr_tensor_view(t, 2, ne);
+}
+
+tsr_tensor tsr_tensor_view3(const tsr_tensor *t, int64_t n0, int64_t n1, int64_t n2)
+{
+    const int64_t ne[3] = {n0, n1, n2};
+    return tsr_tensor_view(t, 3, ne);
+}
+
+tsr_tensor tsr_tensor_rows(const tsr_tensor *t, int64_t r0, int64_t n)
+{
+    tsr_tensor v = *t;
+    v.ne[0] = n;
+    if (v.data) {
+        const int64_t row = t->ne[0] ? tsr_tensor_numel(t) / t->ne[0] : 0;
+        v.data = (char *)v.data + (size_t)(r0 * row) * tsr_dtype_size(t->dtype);
+    }
+    return v;
+}
+
 int64_t tsr_tensor_numel(const tsr_tensor *t)
 {
     int64_t n = 1;

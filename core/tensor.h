@@ -54,6 +54,18 @@ tsr_tensor tsr_tensor_3d(tsr_dtype dtype, int64_t n0, int64_t n1, int64_t n2, vo
 tsr_tensor tsr_tensor_4d(tsr_dtype dtype, int64_t n0, int64_t n1, int64_t n2, int64_t n3,
                          void *data);
 
+/* A tensor like `like` (same dtype and backend) shaped ne[0..ndim) over
+ * `data`: what model code uses instead of making a tensor and then setting
+ * its backend. */
+tsr_tensor tsr_tensor_like(const tsr_tensor *like, int ndim, const int64_t *ne, void *data);
+/* t's data, dtype and backend under another shape of at most t's size. */
+tsr_tensor tsr_tensor_view(const tsr_tensor *t, int ndim, const int64_t *ne);
+tsr_tensor tsr_tensor_view2(const tsr_tensor *t, int64_t n0, int64_t n1);
+tsr_tensor tsr_tensor_view3(const tsr_tensor *t, int64_t n0, int64_t n1, int64_t n2);
+/* Rows [r0, r0 + n) of the outermost dimension (NULL data stays NULL, so a
+ * planning pass can take views too). */
+tsr_tensor tsr_tensor_rows(const tsr_tensor *t, int64_t r0, int64_t n);
+
 int64_t tsr_tensor_numel(const tsr_tensor *t);
 size_t tsr_tensor_nbytes(const tsr_tensor *t);
 bool tsr_tensor_same_shape(const tsr_tensor *a, const tsr_tensor *b);

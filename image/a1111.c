@@ -276,7 +276,7 @@ int tsr_a1111_parameters(const tsr_a1111_info *info, char **out)
     field_str(&f, "Schedule type", info->schedule_type);
     field_num(&f, "CFG scale", info->cfg_scale);
     field_sep(&f, "Seed");
-    sb_fmt(&b, ": %lld", (long long)info->seed);
+    sb_fmt(&b, ": %llu", (unsigned long long)info->seed);
     field_sep(&f, "Size");
     sb_fmt(&b, ": %dx%d", info->width, info->height);
     field_str(&f, "Model hash", info->model_hash);

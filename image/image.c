@@ -11,6 +11,8 @@
  */
 #include "image/image.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -128,4 +130,54 @@ int tsr_image_convert(const tsr_image *src, uint32_t channels, tsr_image *dst)
         tsr_image_convert_row(src->data + y * w * src->channels, src->channels,
                               dst->data + y * w * channels, channels, w);
     return TSR_OK;
+}
+
+/* ---- reading any supported format ---- */
+
+static bool is_png(const uint8_t *p, size_t n)
+{
+    static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+    return n >= 8 && memcmp(p, sig, 8) == 0;
+}
+
+static bool is_jpeg(const uint8_t *p, size_t n)
+{
+    return n >= 3 && p[0] == 0xFF && p[1] == 0xD8 && p[2] == 0xFF;
+}
+
+int tsr_image_read_memory(const void *data, size_t size, const char *name, int want_channels,
+                          const tsr_image_limits *limits, tsr_image *img)
+{
+    if (img)
+        memset(img, 0, sizeof *img);
+    if (!name)
+        name = "image";
+    if (!img || (!data && size))
+        return tsr_errorf(TSR_ERR_INVALID, "%s: no data or no output image", name);
+    if (is_png(data, size))
+        return tsr_png_read_ex(name, data, size, want_channels, limits, img, NULL);
+    if (is_jpeg(data, size))
+        return tsr_jpeg_decode(data, size, name, want_channels, limits, img);
+    return tsr_errorf(TSR_ERR_FORMAT, "%s: not a PNG or JPEG file", name);
+}
+
+int tsr_image_read(const char *path, int want_channels, tsr_image *img)
+{
+    if (img)
+        memset(img, 0, sizeof *img);
+    if (!path || !img)
+        return tsr_errorf(TSR_ERR_INVALID, "image read: no path or no image");
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return tsr_errorf(errno == ENOENT ? TSR_ERR_NOT_FOUND : TSR_ERR_IO, "%s: cannot open: %s",
+                          path, strerror(errno));
+    uint8_t head[8] = {0};
+    size_t n = fread(head, 1, sizeof head, f);
+    fclose(f);
+    if (is_png(head, n))
+        return tsr_png_read(path, want_channels, img, NULL);
+    if (is_jpeg(head, n))
+        return tsr_jpeg_read(path, want_channels, img, NULL);
+    return tsr_errorf(TSR_ERR_FORMAT, "%s: not a PNG or JPEG file%s", path,
+                      n == 0 ? " (it is empty)" : "");
 }

@@ -68,6 +68,47 @@ size_t tsr_image_bytes(const tsr_image *img);
  * removing it drops it (no compositing). */
 int tsr_image_convert(const tsr_image *src, uint32_t channels, tsr_image *dst);
 
+/* Read a PNG or a JPEG, chosen by the file's first bytes (not its name);
+ * want_channels as for tsr_png_read.  Anything else is TSR_ERR_FORMAT
+ * naming the path. */
+int tsr_image_read(const char *path, int want_channels, tsr_image *img);
+
+/* The same from memory; `name` names the data in messages. */
+int tsr_image_read_memory(const void *data, size_t size, const char *name, int want_channels,
+                          const tsr_image_limits *limits, tsr_image *img);
+
+/* ---- resizing (image/resize.c) ---- */
+
+/* PIL's Image.resize((width, height), Image.LANCZOS, box): the same
+ * separable Lanczos-3 with the same fixed-point arithmetic, so the pixels
+ * equal Pillow's.  box = {x0, y0, x1, y1} in source pixels (NULL = the whole
+ * image; a zero-size box is allowed, as in Pillow).  Channels are resampled
+ * independently (RGBA without Pillow's alpha premultiplication).  `dst` is
+ * overwritten (owned). */
+int tsr_image_resize_box(const tsr_image *src, uint32_t width, uint32_t height,
+                         const double box[4], tsr_image *dst);
+int tsr_image_resize(const tsr_image *src, uint32_t width, uint32_t height, tsr_image *dst);
+
+/* A1111's img2img resize modes (modules/images.py resize_image, upscaler
+ * None):
+ *   JUST  stretch to width x height;
+ *   CROP  scale to cover, centre, crop the excess;
+ *   FILL  scale to fit, centre, and fill the two borders with Lanczos
+ *         resizes of the edge rows/columns (A1111's zero-size boxes);
+ *         uncovered areas are black (A1111's Image.new). */
+typedef enum tsr_resize_mode {
+    TSR_RESIZE_JUST,
+    TSR_RESIZE_CROP,
+    TSR_RESIZE_FILL,
+} tsr_resize_mode;
+
+/* "just-resize", "crop-and-resize", "resize-and-fill" (also A1111's names
+ * with spaces and its numbers 0, 1, 2). */
+int tsr_resize_mode_parse(const char *s, tsr_resize_mode *out);
+const char *tsr_resize_mode_name(tsr_resize_mode m);
+int tsr_image_resize_a1111(const tsr_image *src, tsr_resize_mode mode, uint32_t width,
+                           uint32_t height, tsr_image *dst);
+
 /* ---- PNG ---- */
 
 /* One text chunk.  For writing both strings are borrowed UTF-8: the key must
@@ -135,6 +176,24 @@ int tsr_jpeg_encode(const tsr_image *img, int quality, uint8_t **out, size_t *ou
 int tsr_jpeg_decode(const void *data, size_t size, const char *name, int want_channels,
                     const tsr_image_limits *limits, tsr_image *img);
 
+/* Read a JPEG file (tsr_jpeg_decode on its bytes; files over 256 MiB are
+ * refused).  `parameters` may be NULL; when given it receives A1111's
+ * generation parameters when the file has them (EXIF UserComment, see
+ * tsr_jpeg_write), else NULL.  Owned (free()). */
+int tsr_jpeg_read(const char *path, int want_channels, tsr_image *img, char **parameters);
+
+/* The A1111 parameters of JPEG bytes (EXIF UserComment), or *out = NULL when
+ * there are none.  Hostile input gives NULL or an error, never a crash. */
+int tsr_jpeg_parameters(const void *data, size_t size, char **out);
+
+/* Write a JPEG (quality 1..100, as tsr_jpeg_encode) atomically, as
+ * tsr_png_write does.  `parameters` (UTF-8, may be NULL) goes where A1111
+ * puts it: an EXIF APP1 segment whose Exif IFD holds one UserComment in
+ * piexif's "UNICODE" encoding (8-byte "UNICODE\0" prefix, UTF-16BE text,
+ * big-endian TIFF), which A1111's PNG Info tab and piexif read back.  EXIF
+ * fits 64 KiB: longer parameters are TSR_ERR_RANGE. */
+int tsr_jpeg_write(const char *path, const tsr_image *img, int quality, const char *parameters);
+
 /* ---- A1111 "parameters" ---- */
 
 /* The generation settings that tsr_a1111_parameters writes, in A1111's
@@ -147,7 +206,7 @@ typedef struct tsr_a1111_info {
     const char *sampler;         /* A1111 display name: "Euler a", "DPM++ 2M" */
     const char *schedule_type;   /* "Karras", "Exponential", "SGM Uniform", "Automatic" */
     double cfg_scale;            /* "CFG scale: 7" / "7.5" (shortest form) */
-    int64_t seed;                /* "Seed: 1234" */
+    uint64_t seed;               /* "Seed: 1234" (unsigned 64-bit, as torch's manual_seed) */
     int width, height;           /* "Size: 512x768" */
     const char *model_hash;      /* "Model hash: 6ce0161689" (tsr_a1111_model_hash) */
     const char *model;           /* "Model: v1-5-pruned-emaonly" (file stem) */

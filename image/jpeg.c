@@ -1,6 +1,7 @@
 /*
- * image/jpeg.c - JPEG encode (preview tiles) and decode (init images, tests)
- * through libjpeg-turbo.
+ * image/jpeg.c - JPEG encode (preview tiles, --output x.jpg) and decode
+ * (init images and masks) through libjpeg-turbo, and A1111's parameters
+ * in EXIF (written by tsr_jpeg_write, read by tsr_jpeg_parameters).
  *
  * Why it is built this way:
  * - libjpeg's default error handler calls exit(); a server must fail one
@@ -18,6 +19,7 @@
  *   and a progress monitor refuses files with absurd numbers of scans (a
  *   known CPU-exhaustion trick with progressive JPEGs).
  */
+#include <errno.h>
 #include <limits.h>
 #include <setjmp.h>
 #include <stdio.h>
@@ -28,6 +30,7 @@
 #include <jpeglib.h>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "image/image.h"
 #include "image/image_internal.h"
 
@@ -87,6 +90,8 @@ typedef struct jpg_cctx {
     struct jpeg_compress_struct cinfo;
     jpg_err err;
     jpg_dest dest;
+    const uint8_t *app1; /* borrowed: an EXIF segment to write, or NULL */
+    size_t app1_len;
 } jpg_cctx;
 
 static void dest_init(j_compress_ptr cinfo)
@@ -146,6 +151,8 @@ static int compress(jpg_cctx *c, const tsr_image *img, int quality)
     jpeg_set_defaults(&c->cinfo);
     jpeg_set_quality(&c->cinfo, quality, TRUE);
     jpeg_start_compress(&c->cinfo, TRUE);
+    if (c->app1)
+        jpeg_write_marker(&c->cinfo, JPEG_APP0 + 1, c->app1, (unsigned)c->app1_len);
     size_t stride = (size_t)img->width * img->channels;
     while (c->cinfo.next_scanline < c->cinfo.image_height) {
         JSAMPROW row = img->data + (size_t)c->cinfo.next_scanline * stride;
@@ -155,7 +162,8 @@ static int compress(jpg_cctx *c, const tsr_image *img, int quality)
     return 0;
 }
 
-int tsr_jpeg_encode(const tsr_image *img, int quality, uint8_t **out, size_t *out_len)
+static int encode_with(const tsr_image *img, int quality, const uint8_t *app1, size_t app1_len,
+                       uint8_t **out, size_t *out_len)
 {
     if (out)
         *out = NULL;
@@ -175,6 +183,8 @@ int tsr_jpeg_encode(const tsr_image *img, int quality, uint8_t **out, size_t *ou
         return tsr_errorf(TSR_ERR_NOMEM, "jpeg encode: out of memory");
     err_setup(&c->err, false);
     c->cinfo.err = &c->err.pub;
+    c->app1 = app1;
+    c->app1_len = app1_len;
     int rc = TSR_OK;
     if (compress(c, img, quality) < 0) {
         rc = tsr_errorf(c->err.pub.msg_code == JERR_OUT_OF_MEMORY ? TSR_ERR_NOMEM
@@ -188,6 +198,314 @@ int tsr_jpeg_encode(const tsr_image *img, int quality, uint8_t **out, size_t *ou
     jpeg_destroy_compress(&c->cinfo);
     free(c->dest.buf);
     free(c);
+    return rc;
+}
+
+int tsr_jpeg_encode(const tsr_image *img, int quality, uint8_t **out, size_t *out_len)
+{
+    return encode_with(img, quality, NULL, 0, out, out_len);
+}
+
+/* ---- A1111 parameters in EXIF ---- */
+
+/* The largest APP1 payload a marker segment holds (length field 65535,
+ * minus its own 2 bytes). */
+#define APP1_MAX 65533u
+#define EXIF_TAG_EXIF_IFD 0x8769u
+#define EXIF_TAG_USER_COMMENT 0x9286u
+
+static void put16(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 8);
+    p[1] = (uint8_t)v;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    put16(p, v >> 16);
+    put16(p + 2, v & 0xFFFF);
+}
+
+/* "Exif\0\0" + big-endian TIFF: IFD0 with the Exif IFD pointer, the Exif
+ * IFD with one UserComment ("UNICODE\0" + UTF-16BE), as piexif.dump with
+ * piexif.helper.UserComment.dump(text, encoding="unicode") lays it out. */
+static int exif_user_comment(const char *text, uint8_t **out, size_t *out_len)
+{
+    *out = NULL;
+    *out_len = 0;
+    const size_t len = strlen(text);
+    if (!tsr_utf8_valid(text, len, NULL))
+        return tsr_errorf(TSR_ERR_INVALID, "jpeg: the parameters are not valid UTF-8");
+    /* UTF-16 never needs more than 2 bytes per UTF-8 byte */
+    const size_t head = 6 + 44, max = head + 8 + 2 * len;
+    uint8_t *b = calloc(1, max);
+    if (!b)
+        return tsr_errorf(TSR_ERR_NOMEM, "jpeg: out of memory");
+    memcpy(b, "Exif\0\0", 6);
+    uint8_t *t = b + 6; /* TIFF offsets count from here */
+    memcpy(t, "MM", 2);
+    put16(t + 2, 42);
+    put32(t + 4, 8);
+    put16(t + 8, 1); /* IFD0: one entry */
+    put16(t + 10, EXIF_TAG_EXIF_IFD);
+    put16(t + 12, 4); /* LONG */
+    put32(t + 14, 1);
+    put32(t + 18, 26);
+    put32(t + 22, 0); /* no next IFD */
+    put16(t + 26, 1); /* Exif IFD: one entry */
+    put16(t + 28, EXIF_TAG_USER_COMMENT);
+    put16(t + 30, 7); /* UNDEFINED */
+    put32(t + 36, 44);
+    put32(t + 40, 0);
+    uint8_t *u = t + 44;
+    memcpy(u, "UNICODE\0", 8);
+    size_t n = 8;
+    const uint8_t *s = (const uint8_t *)text;
+    for (size_t i = 0; i < len;) {
+        uint32_t cp;
+        if (s[i] < 0x80) {
+            cp = s[i++];
+        } else if (s[i] < 0xE0) {
+            cp = ((uint32_t)(s[i] & 0x1F) << 6) | (s[i + 1] & 0x3F);
+            i += 2;
+        } else if (s[i] < 0xF0) {
+            cp = ((uint32_t)(s[i] & 0x0F) << 12) | ((uint32_t)(s[i + 1] & 0x3F) << 6) |
+                 (s[i + 2] & 0x3F);
+            i += 3;
+        } else {
+            cp = ((uint32_t)(s[i] & 0x07) << 18) | ((uint32_t)(s[i + 1] & 0x3F) << 12) |
+                 ((uint32_t)(s[i + 2] & 0x3F) << 6) | (s[i + 3] & 0x3F);
+            i += 4;
+        }
+        if (cp >= 0x10000) {
+            cp -= 0x10000;
+            put16(u + n, 0xD800 | (cp >> 10));
+            put16(u + n + 2, 0xDC00 | (cp & 0x3FF));
+            n += 4;
+        } else {
+            put16(u + n, cp);
+            n += 2;
+        }
+    }
+    put32(t + 32, (uint32_t)n);
+    if (head + n > APP1_MAX) {
+        free(b);
+        return tsr_errorf(TSR_ERR_RANGE,
+                          "the parameters take %zu bytes of EXIF, more than a JPEG segment holds "
+                          "(%u); write a .png instead",
+                          head + n, APP1_MAX);
+    }
+    *out = b;
+    *out_len = head + n;
+    return TSR_OK;
+}
+
+int tsr_jpeg_write(const char *path, const tsr_image *img, int quality, const char *parameters)
+{
+    if (!path)
+        return tsr_errorf(TSR_ERR_INVALID, "jpeg write: no path");
+    uint8_t *exif = NULL, *buf = NULL;
+    size_t exif_len = 0, len = 0;
+    int rc = TSR_OK;
+    if (parameters)
+        TSR_CHECK_GOTO(rc, exif_user_comment(parameters, &exif, &exif_len), done);
+    TSR_CHECK_GOTO(rc, encode_with(img, quality, exif, exif_len, &buf, &len), done);
+    rc = tsr_write_file_atomic(path, buf, len);
+done:
+    if (rc < 0 && !strstr(tsr_last_error(), path))
+        rc = tsr_error_prefix(rc, "%s", path);
+    free(exif);
+    free(buf);
+    return rc;
+}
+
+static uint32_t get16(const uint8_t *p, bool be)
+{
+    return be ? (uint32_t)p[0] << 8 | p[1] : (uint32_t)p[1] << 8 | p[0];
+}
+
+static uint32_t get32(const uint8_t *p, bool be)
+{
+    return be ? get16(p, true) << 16 | get16(p + 2, true)
+              : get16(p + 2, false) << 16 | get16(p, false);
+}
+
+/* Entry `tag` of the IFD at `off` in the TIFF block t[0..n): its value's
+ * offset and count (type UNDEFINED/ASCII/BYTE, or LONG for pointers). */
+static bool ifd_find(const uint8_t *t, size_t n, bool be, uint32_t off, uint32_t tag,
+                     uint32_t *value_off, uint32_t *count)
+{
+    if (off > n || n - off < 2)
+        return false;
+    uint32_t entries = get16(t + off, be);
+    for (uint32_t i = 0; i < entries; i++) {
+        size_t e = (size_t)off + 2 + (size_t)i * 12;
+        if (e + 12 > n)
+            return false;
+        if (get16(t + e, be) != tag)
+            continue;
+        uint32_t type = get16(t + e + 2, be), cnt = get32(t + e + 4, be);
+        if (type == 4 && cnt == 1) {
+            *value_off = get32(t + e + 8, be); /* a pointer */
+            *count = 0;
+            return true;
+        }
+        if (type != 1 && type != 2 && type != 7)
+            return false;
+        *count = cnt;
+        *value_off = cnt <= 4 ? (uint32_t)(e + 8) : get32(t + e + 8, be);
+        return *value_off <= n && cnt <= n - *value_off;
+    }
+    return false;
+}
+
+/* UserComment bytes -> UTF-8 (UNICODE: UTF-16 in the TIFF's byte order, as
+ * exiftool and piexif read it; ASCII: as is).  NULL when unusable. */
+static char *decode_comment(const uint8_t *c, uint32_t n, bool be)
+{
+    if (n < 8)
+        return NULL;
+    const bool unicode = memcmp(c, "UNICODE\0", 8) == 0;
+    if (!unicode && memcmp(c, "ASCII\0\0\0", 8) != 0)
+        return NULL;
+    c += 8;
+    n -= 8;
+    char *out = malloc((size_t)n * 2 + 1); /* a UTF-16 unit -> at most 3 bytes per 2 */
+    if (!out)
+        return NULL;
+    size_t o = 0;
+    if (!unicode) {
+        for (uint32_t i = 0; i < n && c[i]; i++)
+            out[o++] = (char)c[i];
+    } else {
+        for (uint32_t i = 0; i + 1 < n; i += 2) {
+            uint32_t cp = get16(c + i, be);
+            if (cp >= 0xD800 && cp < 0xDC00 && i + 3 < n) {
+                uint32_t lo = get16(c + i + 2, be);
+                if (lo >= 0xDC00 && lo < 0xE000) {
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                    i += 2;
+                }
+            }
+            if (cp == 0)
+                break;
+            if (cp >= 0xD800 && cp < 0xE000)
+                cp = 0xFFFD; /* an unpaired surrogate */
+            if (cp < 0x80) {
+                out[o++] = (char)cp;
+            } else if (cp < 0x800) {
+                out[o++] = (char)(0xC0 | cp >> 6);
+                out[o++] = (char)(0x80 | (cp & 0x3F));
+            } else if (cp < 0x10000) {
+                out[o++] = (char)(0xE0 | cp >> 12);
+                out[o++] = (char)(0x80 | (cp >> 6 & 0x3F));
+                out[o++] = (char)(0x80 | (cp & 0x3F));
+            } else {
+                out[o++] = (char)(0xF0 | cp >> 18);
+                out[o++] = (char)(0x80 | (cp >> 12 & 0x3F));
+                out[o++] = (char)(0x80 | (cp >> 6 & 0x3F));
+                out[o++] = (char)(0x80 | (cp & 0x3F));
+            }
+        }
+    }
+    out[o] = '\0';
+    if (!tsr_utf8_valid(out, o, NULL)) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+int tsr_jpeg_parameters(const void *data, size_t size, char **out)
+{
+    *out = NULL;
+    const uint8_t *p = data;
+    if (!p || size < 4 || p[0] != 0xFF || p[1] != 0xD8)
+        return tsr_errorf(TSR_ERR_FORMAT, "not a JPEG file");
+    size_t i = 2;
+    while (i + 4 <= size) {
+        if (p[i] != 0xFF)
+            return TSR_OK; /* not a marker: stop looking */
+        uint8_t m = p[i + 1];
+        if (m == 0xFF) {
+            i++; /* fill byte */
+            continue;
+        }
+        if (m == 0xDA || m == 0xD9)
+            return TSR_OK; /* start of scan / end of image: no more headers */
+        if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) {
+            i += 2;
+            continue;
+        }
+        size_t len = (size_t)p[i + 2] << 8 | p[i + 3];
+        if (len < 2 || len > size - i - 2)
+            return TSR_OK;
+        const uint8_t *seg = p + i + 4;
+        size_t n = len - 2;
+        if (m == 0xE1 && n >= 14 && memcmp(seg, "Exif\0\0", 6) == 0) {
+            const uint8_t *t = seg + 6;
+            size_t tn = n - 6;
+            bool be = t[0] == 'M' && t[1] == 'M';
+            if ((be || (t[0] == 'I' && t[1] == 'I')) && get16(t + 2, be) == 42) {
+                uint32_t exif_ifd, cnt, uc;
+                if (ifd_find(t, tn, be, get32(t + 4, be), EXIF_TAG_EXIF_IFD, &exif_ifd, &cnt) &&
+                    ifd_find(t, tn, be, exif_ifd, EXIF_TAG_USER_COMMENT, &uc, &cnt)) {
+                    *out = decode_comment(t + uc, cnt, be);
+                    if (*out)
+                        return TSR_OK;
+                }
+            }
+        }
+        i += 2 + len;
+    }
+    return TSR_OK;
+}
+
+int tsr_jpeg_read(const char *path, int want_channels, tsr_image *img, char **parameters)
+{
+    if (img)
+        memset(img, 0, sizeof *img);
+    if (parameters)
+        *parameters = NULL;
+    if (!path || !img)
+        return tsr_errorf(TSR_ERR_INVALID, "jpeg read: no path or no image");
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return tsr_errorf(errno == ENOENT ? TSR_ERR_NOT_FOUND : TSR_ERR_IO, "%s: cannot open: %s",
+                          path, strerror(errno));
+    uint8_t *buf = NULL;
+    size_t len = 0, cap = 0;
+    int rc = TSR_OK;
+    for (;;) {
+        if (len == cap) {
+            if (cap >= ((size_t)256 << 20)) {
+                rc = tsr_errorf(TSR_ERR_RANGE, "%s: larger than 256 MiB", path);
+                goto done;
+            }
+            cap = cap ? cap * 2 : 1 << 16;
+            uint8_t *nb = realloc(buf, cap);
+            if (!nb) {
+                rc = tsr_errorf(TSR_ERR_NOMEM, "%s: out of memory", path);
+                goto done;
+            }
+            buf = nb;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) {
+            if (ferror(f))
+                rc = tsr_errorf(TSR_ERR_IO, "%s: read failed", path);
+            break;
+        }
+    }
+    if (rc < 0)
+        goto done;
+    TSR_CHECK_GOTO(rc, tsr_jpeg_decode(buf, len, path, want_channels, NULL, img), done);
+    if (parameters && tsr_jpeg_parameters(buf, len, parameters) < 0)
+        *parameters = NULL;
+done:
+    fclose(f);
+    free(buf);
     return rc;
 }
 

@@ -458,6 +458,7 @@ void tsr_model_close(tsr_model *m)
     free(m->mem_image);
     cJSON_Delete(m->index);
     cJSON_Delete(m->scheduler);
+    tsr_model_remove_tmp(m);
     free(m->tokenizer_dir[0]);
     free(m->tokenizer_dir[1]);
     for (size_t i = 0; i < m->n_unrec; i++)

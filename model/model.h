@@ -89,8 +89,20 @@ const tsr_textenc_desc *tsr_model_textenc_desc(const tsr_model *m, int which);
 /* model_index.json, scheduler/scheduler_config.json (NULL when absent). */
 const struct cJSON *tsr_model_index(const tsr_model *m);
 const struct cJSON *tsr_model_scheduler_config(const tsr_model *m);
-/* Folder of tokenizer files for encoder 0 or 1, or NULL (single files). */
+/* Folder of tokenizer files for encoder 0 or 1, or NULL when the model has
+ * none (single files without `tessera convert` metadata).  For a single
+ * file that carries its tokenizers in metadata this is a private temporary
+ * folder holding them, removed by tsr_model_close(). */
 const char *tsr_model_tokenizer_dir(const tsr_model *m, int which);
+
+/* What diffusers' from_single_file() completes a single file of this family
+ * with (model/model_defaults.c): its config repository's scheduler config
+ * (with the model's prediction type; owned, cJSON_Delete), the pad token of
+ * encoder `which`'s tokenizer ("<|endoftext|>" or "!"), and the pipeline's
+ * model_index.json flags (added to `index`). */
+int tsr_model_default_scheduler(const tsr_model *m, struct cJSON **out);
+const char *tsr_model_default_tokenizer_pad(const tsr_model *m, int which);
+int tsr_model_default_index_flags(const tsr_model *m, struct cJSON *index);
 
 /* The component's tensors, by internal (diffusers) name, sorted. */
 size_t tsr_model_tensor_count(const tsr_model *m, tsr_component c);
@@ -104,6 +116,22 @@ uint64_t tsr_model_param_count(const tsr_model *m, tsr_component c);
 /* Single files: keys that mapped to no component (borrowed, sorted). */
 size_t tsr_model_unrecognised_count(const tsr_model *m);
 const char *tsr_model_unrecognised_at(const tsr_model *m, size_t i);
+
+/* The metadata keys `tessera convert` writes into single files so that a
+ * round trip keeps the configs exactly. */
+#define TSR_META_CONFIG_PREFIX "tessera.config."
+#define TSR_META_PREDICTION "tessera.prediction"
+/* ...and so that the file generates what the folder did: the scheduler
+ * config, model_index.json, and each tokenizer folder's files
+ * ("tessera.tokenizer/vocab.json", "tessera.tokenizer_2/merges.txt"). */
+#define TSR_META_SCHEDULER "tessera.scheduler"
+#define TSR_META_INDEX "tessera.model_index"
+#define TSR_META_TOKENIZER_PREFIX "tessera."
+/* The tokenizer files carried (tokenizer.json, the fast tokenizer's
+ * duplicate of these, is not). */
+#define TSR_TOKENIZER_FILES                                                               \
+    {"vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json"}
+#define TSR_N_TOKENIZER_FILES 4
 
 /* Weights of one component, materialised on a backend. */
 typedef struct tsr_weights tsr_weights;

@@ -50,6 +50,7 @@ struct tsr_model {
     void *mem_image; /* owned: bytes of the in-memory safetensors of transposed tensors */
     cJSON *index, *scheduler; /* owned */
     char *tokenizer_dir[2];   /* owned */
+    char *tmp_dir;            /* owned: single files' metadata tokenizers, removed at close */
     char **unrecognised;      /* owned, sorted */
     size_t n_unrec, cap_unrec;
     size_t n_ignored; /* single files: known keys deliberately dropped */
@@ -66,10 +67,8 @@ int tsr_model_parse_component_config(tsr_model *m, tsr_component c, const char *
 
 /* model_single.c */
 int tsr_model_open_single(tsr_model *m, const char *path);
+/* Remove the temporary tokenizer folder of a single file (if any). */
+void tsr_model_remove_tmp(tsr_model *m);
 
-/* The metadata keys `tessera convert` writes into single files so that a
- * round trip keeps the configs exactly. */
-#define TSR_META_CONFIG_PREFIX "tessera.config."
-#define TSR_META_PREDICTION "tessera.prediction"
 
 #endif

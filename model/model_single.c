@@ -19,11 +19,23 @@
  *
  * SD 2.x v vs epsilon cannot be read from weights: v is assumed (and
  * flagged so `inspect` says so) unless the metadata records it.
+ *
+ * A file written by `tessera convert` also carries what generation needs
+ * beyond weights: the scheduler config, model_index.json and the tokenizer
+ * files ("tessera.scheduler", "tessera.model_index",
+ * "tessera.tokenizer.vocab.json", ...), so it generates the images its
+ * folder did.  The tokenizer files are written to a private temporary
+ * folder (tsr_model_tokenizer_dir) that tsr_model_close removes: the
+ * tokenizer reads folders, and a few small files at open cost nothing next
+ * to the weights.
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "core/json.h"
@@ -563,6 +575,86 @@ static void detect_family(single_ctx *s)
     }
 }
 
+static int write_text_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return tsr_errorf(TSR_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    size_t n = strlen(text);
+    bool ok = fwrite(text, 1, n, f) == n;
+    ok = fclose(f) == 0 && ok;
+    return ok ? TSR_OK : tsr_errorf(TSR_ERR_IO, "%s: write failed", path);
+}
+
+/* Remove what extract_tokenizers made (only the names it writes). */
+void tsr_model_remove_tmp(tsr_model *m)
+{
+    if (!m->tmp_dir)
+        return;
+    static const char *const files[] = TSR_TOKENIZER_FILES;
+    static const char *const tok[2] = {"tokenizer", "tokenizer_2"};
+    char p[4096];
+    for (int i = 0; i < 2; i++) {
+        for (int k = 0; k < TSR_N_TOKENIZER_FILES; k++) {
+            snprintf(p, sizeof p, "%s/%s/%s", m->tmp_dir, tok[i], files[k]);
+            unlink(p);
+        }
+        snprintf(p, sizeof p, "%s/%s", m->tmp_dir, tok[i]);
+        rmdir(p);
+    }
+    rmdir(m->tmp_dir);
+    free(m->tmp_dir);
+    m->tmp_dir = NULL;
+}
+
+/* Tokenizer folders carried in metadata -> a private temporary folder. */
+static int extract_tokenizers(tsr_model *m, const tsr_safetensors *st)
+{
+    static const char *const files[] = TSR_TOKENIZER_FILES;
+    static const char *const tok[2] = {"tokenizer", "tokenizer_2"};
+    for (int i = 0; i < 2; i++) {
+        char key[128], dir[4096], p[4200];
+        snprintf(key, sizeof key, TSR_META_TOKENIZER_PREFIX "%s/vocab.json", tok[i]);
+        if (!tsr_st_metadata(st, key))
+            continue;
+        if (!m->tmp_dir) {
+            const char *base = getenv("TMPDIR");
+            snprintf(dir, sizeof dir, "%s/tessera-model-XXXXXX", base && *base ? base : "/tmp");
+            if (!mkdtemp(dir))
+                return tsr_errorf(TSR_ERR_IO, "%s: cannot create a folder for its tokenizer (%s): %s",
+                                  m->path, dir, strerror(errno));
+            if (!(m->tmp_dir = strdup(dir)))
+                return tsr_errorf(TSR_ERR_NOMEM, "model: out of memory");
+        }
+        snprintf(dir, sizeof dir, "%s/%s", m->tmp_dir, tok[i]);
+        if (mkdir(dir, 0700) != 0)
+            return tsr_errorf(TSR_ERR_IO, "%s: cannot create: %s", dir, strerror(errno));
+        for (int k = 0; k < TSR_N_TOKENIZER_FILES; k++) {
+            snprintf(key, sizeof key, TSR_META_TOKENIZER_PREFIX "%s/%s", tok[i], files[k]);
+            const char *text = tsr_st_metadata(st, key);
+            if (!text)
+                continue;
+            snprintf(p, sizeof p, "%s/%s", dir, files[k]);
+            TSR_TRY(write_text_file(p, text));
+        }
+        if (!(m->tokenizer_dir[i] = strdup(dir)))
+            return tsr_errorf(TSR_ERR_NOMEM, "model: out of memory");
+    }
+    return TSR_OK;
+}
+
+/* "tessera.scheduler" / "tessera.model_index": JSON objects. */
+static int json_from_metadata(const tsr_safetensors *st, const char *key, cJSON **out)
+{
+    const char *v = tsr_st_metadata(st, key);
+    if (!v)
+        return TSR_OK;
+    char label[128];
+    snprintf(label, sizeof label, "metadata %s", key);
+    TSR_TRY(tsr_json_parse(v, strlen(v), label, out));
+    return tsr_json_expect_object(*out, label, "an object");
+}
+
 int tsr_model_open_single(tsr_model *m, const char *path)
 {
     tsr_safetensors *st = NULL;
@@ -627,5 +719,7 @@ int tsr_model_open_single(tsr_model *m, const char *path)
         m->prediction = TSR_PREDICTION_V;
         m->prediction_assumed = true;
     }
-    return TSR_OK;
+    TSR_TRY(json_from_metadata(st, TSR_META_SCHEDULER, &m->scheduler));
+    TSR_TRY(json_from_metadata(st, TSR_META_INDEX, &m->index));
+    return extract_tokenizers(m, st);
 }

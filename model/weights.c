@@ -2,10 +2,12 @@
  * model/weights.c - materialising one component's weights on a backend.
  *
  * Why this shape: one arena per component (sizes summed first, so it is one
- * backend allocation, as llm.c does), every tensor converted to f32 (the
- * CPU backend computes in f32) and 4-D conv weights permuted once from
- * PyTorch's OIHW to the OHWI layout the conv op takes, so no op ever
- * re-layouts weights at run time.  Source bytes are copied into an aligned
+ * backend allocation, as llm.c does), every tensor converted to the dtype
+ * the backend asks for (tsr_backend_weight_dtype: f32 on the CPU, f16 on a
+ * GPU; a tensor already in that dtype is copied, never widened and
+ * narrowed) and 4-D conv weights permuted once from PyTorch's OIHW to the
+ * OHWI layout the conv op takes, so no op ever re-layouts weights at run
+ * time.  Source bytes are copied into an aligned
  * scratch buffer before conversion because safetensors does not promise
  * alignment.  For a backend whose memory is not host-visible, each tensor is
  * staged in host scratch and uploaded.  Names are copied into one block the
@@ -33,7 +35,7 @@ struct tsr_weights {
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-/* f32 element count of an entry, checked. */
+/* Element count of an entry, checked (as f32, the widest dtype). */
 static int entry_numel(const tsr_model *m, const char *name, const tsr_st_entry *e, size_t *out)
 {
     if (e->ndim > TSR_MAX_DIMS)
@@ -54,10 +56,10 @@ static int entry_numel(const tsr_model *m, const char *name, const tsr_st_entry 
 /* Conversion and permutation run on a pool created for the load: widening
  * gigabytes of f16 on one core was most of an SDXL load. */
 typedef struct convert_job {
-    float *dst;
+    void *dst;
     const void *src;
-    tsr_dtype dtype;
-    int64_t o, i, h, w; /* permute OIHW -> OHWI when h*w > 0 */
+    tsr_dtype from, to;
+    int64_t o, i, h, w; /* permute OIHW -> OHWI (elements of `to`) */
 } convert_job;
 
 #define CONVERT_GRAIN 65536
@@ -66,24 +68,50 @@ static void convert_range(void *ctx, int64_t begin, int64_t end, int worker)
 {
     (void)worker;
     const convert_job *j = ctx;
-    const size_t es = tsr_dtype_size(j->dtype);
-    tsr_convert_to_f32(j->dst + begin, (const char *)j->src + (size_t)begin * es, j->dtype,
-                       (size_t)(end - begin));
+    const size_t fs = tsr_dtype_size(j->from), ts = tsr_dtype_size(j->to);
+    const void *src = (const char *)j->src + (size_t)begin * fs;
+    void *dst = (char *)j->dst + (size_t)begin * ts;
+    const size_t n = (size_t)(end - begin);
+    if (j->to == j->from) {
+        memcpy(dst, src, n * ts);
+    } else if (j->to == TSR_F32) {
+        tsr_convert_to_f32(dst, src, j->from, n);
+    } else if (j->from == TSR_F32) {
+        tsr_convert_from_f32(dst, j->to, src, n);
+    } else { /* between 16-bit dtypes, through f32 in pieces */
+        float tmp[1024];
+        for (size_t k = 0; k < n; k += 1024) {
+            const size_t m = n - k < 1024 ? n - k : 1024;
+            tsr_convert_to_f32(tmp, (const char *)src + k * fs, j->from, m);
+            tsr_convert_from_f32((char *)dst + k * ts, j->to, tmp, m);
+        }
+    }
 }
 
-/* rows of the output: one output channel each */
+/* rows of the output: one output channel each; elements of 2 or 4 bytes */
+#define PERMUTE(T)                                                                   \
+    do {                                                                             \
+        const T *src = j->src;                                                       \
+        T *dst = j->dst;                                                             \
+        for (int64_t a = begin; a < end; a++)                                        \
+            for (int64_t c = 0; c < i; c++)                                          \
+                for (int64_t y = 0; y < h; y++)                                      \
+                    for (int64_t x = 0; x < w; x++)                                  \
+                        dst[((a * h + y) * w + x) * i + c] =                         \
+                            src[((a * i + c) * h + y) * w + x];                      \
+    } while (0)
+
 static void permute_range(void *ctx, int64_t begin, int64_t end, int worker)
 {
     (void)worker;
     const convert_job *j = ctx;
-    const float *src = j->src;
     const int64_t i = j->i, h = j->h, w = j->w;
-    for (int64_t a = begin; a < end; a++)
-        for (int64_t c = 0; c < i; c++)
-            for (int64_t y = 0; y < h; y++)
-                for (int64_t x = 0; x < w; x++)
-                    j->dst[((a * h + y) * w + x) * i + c] = src[((a * i + c) * h + y) * w + x];
+    if (tsr_dtype_size(j->to) == 4)
+        PERMUTE(uint32_t);
+    else
+        PERMUTE(uint16_t);
 }
+#undef PERMUTE
 
 int tsr_weights_load(const tsr_model *m, tsr_component c, tsr_backend *backend,
                      tsr_weights **out)
@@ -94,8 +122,9 @@ int tsr_weights_load(const tsr_model *m, tsr_component c, tsr_backend *backend,
                           tsr_component_name(c));
     const tsr_model_component *mc = &m->comp[c];
     int rc = TSR_OK;
-    void *raw = NULL;
-    float *f32 = NULL, *perm = NULL;
+    void *raw = NULL, *conv_buf = NULL, *perm = NULL;
+    const tsr_dtype want = tsr_backend_weight_dtype(backend);
+    const size_t ws = tsr_dtype_size(want);
     tsr_pool *pool = NULL;
     tsr_weights *w = calloc(1, sizeof *w);
     if (!w)
@@ -109,7 +138,7 @@ int tsr_weights_load(const tsr_model *m, tsr_component c, tsr_backend *backend,
         size_t numel = 0;
         TSR_CHECK_GOTO(rc, entry_numel(m, mc->tensors[i].name, &mc->tensors[i].entry, &numel),
                        fail);
-        size_t b = align64(numel * 4);
+        size_t b = align64(numel * ws);
         if (total > SIZE_MAX - b) {
             rc = tsr_errorf(TSR_ERR_RANGE, "%s: %s weights exceed the address space", m->path,
                             w->label);
@@ -127,16 +156,16 @@ int tsr_weights_load(const tsr_model *m, tsr_component c, tsr_backend *backend,
     w->tensors = calloc(mc->n ? mc->n : 1, sizeof *w->tensors);
     w->name_block = malloc(names_len ? names_len : 1);
     raw = aligned_alloc(64, align64(max_raw));
-    f32 = aligned_alloc(64, align64(max_numel * 4));
-    perm = aligned_alloc(64, align64(max_numel * 4));
-    if (!w->names || !w->tensors || !w->name_block || !raw || !f32 || !perm) {
+    conv_buf = aligned_alloc(64, align64(max_numel * ws));
+    perm = aligned_alloc(64, align64(max_numel * ws));
+    if (!w->names || !w->tensors || !w->name_block || !raw || !conv_buf || !perm) {
         rc = tsr_errorf(TSR_ERR_NOMEM, "weights: out of memory staging %s", w->label);
         goto fail;
     }
     TSR_CHECK_GOTO(rc, tsr_arena_init(&w->arena, backend, total), fail);
     TSR_CHECK_GOTO(rc, tsr_pool_create(0, &pool), fail);
 
-    /* pass 2: convert, permute, place */
+    /* pass 2: convert (unless the file has the dtype already), permute, place */
     char *np = w->name_block;
     bool host = !backend || backend->host_visible;
     for (size_t i = 0; i < mc->n; i++) {
@@ -145,7 +174,7 @@ int tsr_weights_load(const tsr_model *m, tsr_component c, tsr_backend *backend,
         size_t numel = (size_t)tsr_st_numel(e);
         tsr_dtype dt = TSR_F32;
         tsr_st_dtype_to_tsr(e->dtype, &dt);
-        void *dst = tsr_arena_alloc(&w->arena, numel * 4);
+        void *dst = tsr_arena_alloc(&w->arena, numel * ws);
         if (!dst) {
             rc = tsr_errorf(TSR_ERR_INTERNAL, "weights: arena sizing is wrong for %s", w->label);
             goto fail;
@@ -160,16 +189,19 @@ int tsr_weights_load(const tsr_model *m, tsr_component c, tsr_backend *backend,
         for (int d = 0; d < e->ndim; d++)
             ne[d] = e->shape[d];
         /* host memory takes the converted values directly; 4-D conv weights
-         * go through f32 scratch to be permuted OIHW -> OHWI */
+         * go through scratch in the target dtype to be permuted OIHW -> OHWI.
+         * A tensor already in the target dtype is not converted at all. */
         const bool conv = e->ndim == 4;
-        float *widened = host && !conv ? dst : f32;
-        convert_job cj = {widened, bytes, dt, 0, 0, 0, 0};
-        tsr_pool_parallel_for(pool, (int64_t)numel, CONVERT_GRAIN, convert_range, &cj);
-        tsr_st_release(r->file, e); /* the mapped pages have served */
-        const float *src = widened;
+        const void *src = bytes;
+        if (dt != want || (host && !conv)) {
+            void *converted = host && !conv ? dst : conv_buf;
+            convert_job cj = {converted, bytes, dt, want, 0, 0, 0, 0};
+            tsr_pool_parallel_for(pool, (int64_t)numel, CONVERT_GRAIN, convert_range, &cj);
+            src = converted;
+        }
         if (conv) {
-            float *permuted = host ? dst : perm;
-            convert_job pj = {permuted, f32, TSR_F32, e->shape[0], e->shape[1], e->shape[2],
+            void *permuted = host ? dst : perm;
+            convert_job pj = {permuted, src, want, want, e->shape[0], e->shape[1], e->shape[2],
                               e->shape[3]};
             tsr_pool_parallel_for(pool, e->shape[0], 1, permute_range, &pj);
             ne[1] = e->shape[2];
@@ -178,24 +210,27 @@ int tsr_weights_load(const tsr_model *m, tsr_component c, tsr_backend *backend,
             src = permuted;
         }
         if (!host)
-            TSR_CHECK_GOTO(rc, tsr_backend_upload(backend, dst, src, numel * 4), fail);
-        w->tensors[i] = tsr_tensor_make(TSR_F32, ndim, ne, dst, backend);
+            TSR_CHECK_GOTO(rc, tsr_backend_upload(backend, dst, src, numel * ws), fail);
+        /* the mapped pages have served (on a device backend, once the
+         * asynchronous upload has read them) */
+        if (!host)
+            TSR_CHECK_GOTO(rc, tsr_backend_sync(backend), fail);
+        tsr_st_release(r->file, e);
+        w->tensors[i] = tsr_tensor_make(want, ndim, ne, dst, backend);
         size_t len = strlen(r->name) + 1;
         memcpy(np, r->name, len);
         w->names[i] = np;
         np += len;
     }
-    if (!host)
-        TSR_CHECK_GOTO(rc, tsr_backend_sync(backend), fail);
     free(raw);
-    free(f32);
+    free(conv_buf);
     free(perm);
     tsr_pool_destroy(pool);
     *out = w;
     return TSR_OK;
 fail:
     free(raw);
-    free(f32);
+    free(conv_buf);
     free(perm);
     tsr_pool_destroy(pool);
     tsr_weights_free(w);

@@ -2,7 +2,7 @@
  * scheduler/sampler.c - the per-image sampler object: defaults resolution,
  * img2img truncation, input scaling, add_noise and step dispatch.
  *
- * Why here: everything that is the same for all eleven samplers lives in
+ * Why here: everything that is the same for all samplers lives in
  * one place; the sampler_*.c files hold only each family's step() math.
  * The sampler's position `pos` is diffusers' step_index: an index into the
  * full timestep list that starts at the img2img begin index (diffusers'
@@ -41,7 +41,8 @@ tsr_sampler_params tsr_sampler_params_default(void)
 static void resolve(tsr_sampler_kind k, const tsr_sched_config *in, tsr_sched_resolved *c)
 {
     *c = *in;
-    bool sd_betas = k == TSR_SAMPLER_HEUN || k == TSR_SAMPLER_DPMPP_SDE || k == TSR_SAMPLER_LCM;
+    bool sd_betas = k == TSR_SAMPLER_HEUN || k == TSR_SAMPLER_DPMPP_SDE || k == TSR_SAMPLER_LCM ||
+                    k == TSR_SAMPLER_DPM2 || k == TSR_SAMPLER_DPM2_A;
     if (c->num_train_timesteps < 0)
         c->num_train_timesteps = 1000;
     if (isnan(c->beta_start))
@@ -50,7 +51,8 @@ static void resolve(tsr_sampler_kind k, const tsr_sched_config *in, tsr_sched_re
         c->beta_end = sd_betas ? 0.012 : 0.02;
     if (c->beta_schedule == TSR_BETA_UNSET)
         c->beta_schedule = k == TSR_SAMPLER_LCM ? TSR_BETA_SCALED_LINEAR : TSR_BETA_LINEAR;
-    bool leading = k == TSR_SAMPLER_DDIM || k == TSR_SAMPLER_PNDM || k == TSR_SAMPLER_LCM;
+    bool leading = k == TSR_SAMPLER_DDIM || k == TSR_SAMPLER_PNDM || k == TSR_SAMPLER_PLMS ||
+                   k == TSR_SAMPLER_LCM || k == TSR_SAMPLER_DDPM;
     if (c->timestep_spacing == TSR_SPACING_UNSET)
         c->timestep_spacing = leading ? TSR_SPACING_LEADING : TSR_SPACING_LINSPACE;
     if (c->steps_offset < 0)
@@ -62,20 +64,25 @@ static void resolve(tsr_sampler_kind k, const tsr_sched_config *in, tsr_sched_re
     if (c->final_sigmas_type == TSR_FINAL_UNSET)
         c->final_sigmas_type = TSR_FINAL_ZERO;
     if (k != TSR_SAMPLER_EULER && k != TSR_SAMPLER_DPMPP_2M && k != TSR_SAMPLER_DPMPP_2M_SDE &&
-        k != TSR_SAMPLER_UNIPC)
+        k != TSR_SAMPLER_DPMPP_3M_SDE && k != TSR_SAMPLER_UNIPC)
         c->final_sigmas_type = TSR_FINAL_ZERO;
     if (c->clip_sample < 0)
-        c->clip_sample = k == TSR_SAMPLER_DDIM ? 1 : 0;
-    if (k != TSR_SAMPLER_DDIM && k != TSR_SAMPLER_HEUN && k != TSR_SAMPLER_LCM)
+        c->clip_sample = k == TSR_SAMPLER_DDIM || k == TSR_SAMPLER_DDPM ? 1 : 0;
+    if (k != TSR_SAMPLER_DDIM && k != TSR_SAMPLER_HEUN && k != TSR_SAMPLER_LCM &&
+        k != TSR_SAMPLER_DDPM)
         c->clip_sample = 0;
     if (isnan(c->clip_sample_range))
         c->clip_sample_range = 1.0;
     if (c->set_alpha_to_one < 0)
-        c->set_alpha_to_one = k == TSR_SAMPLER_PNDM ? 0 : 1;
+        c->set_alpha_to_one = k == TSR_SAMPLER_PNDM || k == TSR_SAMPLER_PLMS ? 0 : 1;
     if (c->skip_prk_steps < 0)
         c->skip_prk_steps = 0;
+    if (k == TSR_SAMPLER_PLMS)
+        c->skip_prk_steps = 1; /* A1111's PLMS: PNDMScheduler(skip_prk_steps=True) */
     if (c->solver_order < 0)
         c->solver_order = 2;
+    if (k == TSR_SAMPLER_DPMPP_3M_SDE)
+        c->solver_order = 3;
     if (c->lower_order_final < 0)
         c->lower_order_final = 1;
     if (c->euler_at_final < 0)
@@ -90,17 +97,18 @@ static void resolve(tsr_sampler_kind k, const tsr_sched_config *in, tsr_sched_re
         c->original_inference_steps = 50;
     if (isnan(c->timestep_scaling))
         c->timestep_scaling = 10.0;
+    if (c->variance_type == TSR_VARIANCE_UNSET)
+        c->variance_type = TSR_VARIANCE_FIXED_SMALL;
 }
 
 static bool sigma_based(tsr_sampler_kind k)
 {
-    return k == TSR_SAMPLER_EULER || k == TSR_SAMPLER_EULER_A || k == TSR_SAMPLER_HEUN ||
-           k == TSR_SAMPLER_LMS || k == TSR_SAMPLER_DPMPP_SDE;
+    return tsr_sched_is_sigma_kind(k);
 }
 
 static int order_of(tsr_sampler_kind k)
 {
-    return k == TSR_SAMPLER_HEUN || k == TSR_SAMPLER_DPMPP_SDE ? 2 : 1;
+    return tsr_sched_is_two_stage(k) ? 2 : 1;
 }
 
 int tsr_sampler_create(const tsr_sched_config *cfg, const tsr_sampler_params *p, tsr_sampler **out)
@@ -144,7 +152,8 @@ int tsr_sampler_create(const tsr_sched_config *cfg, const tsr_sampler_params *p,
     }
     if (s->c.prediction_type == TSR_PRED_SAMPLE &&
         (p->kind == TSR_SAMPLER_EULER_A || p->kind == TSR_SAMPLER_DPMPP_SDE ||
-         p->kind == TSR_SAMPLER_PNDM)) {
+         p->kind == TSR_SAMPLER_PNDM || p->kind == TSR_SAMPLER_PLMS || p->kind == TSR_SAMPLER_DPM2 ||
+         p->kind == TSR_SAMPLER_DPM2_A)) {
         rc = tsr_errorf(TSR_ERR_UNSUPPORTED, "sampler %s: prediction_type \"sample\" is not supported",
                         tsr_sampler_name(p->kind));
         goto fail;
@@ -168,7 +177,9 @@ int tsr_sampler_create(const tsr_sched_config *cfg, const tsr_sampler_params *p,
     s->pos = s->begin;
 
     size_t bytes = s->n * sizeof(float);
-    int nh = p->kind == TSR_SAMPLER_PNDM ? 4 : (p->kind == TSR_SAMPLER_LMS ? 4 : 3);
+    int nh = p->kind == TSR_SAMPLER_PNDM || p->kind == TSR_SAMPLER_PLMS || p->kind == TSR_SAMPLER_LMS
+                 ? 4
+                 : 3;
     for (int i = 0; i < nh; i++)
         if (!(s->hist[i] = calloc(1, bytes)))
             goto nomem;
@@ -191,6 +202,7 @@ void tsr_sampler_free(tsr_sampler *s)
     free(s->acp);
     free(s->timesteps);
     free(s->sigmas);
+    free(s->aux);
     for (int i = 0; i < TSR_SCHED_HIST; i++)
         free(s->hist[i]);
     free(s->save);
@@ -235,8 +247,8 @@ float tsr_sampler_input_divisor(const tsr_sampler *s)
     if (!sigma_based(s->p.kind) || s->pos >= s->nt)
         return 1.0f;
     float sigma = s->sigmas[s->pos];
-    if (s->p.kind == TSR_SAMPLER_DPMPP_SDE && s->have_save)
-        sigma = s->mid_sigma;
+    if (s->have_save && s->p.kind != TSR_SAMPLER_HEUN && order_of(s->p.kind) == 2)
+        sigma = s->mid_sigma; /* the second evaluation of DPM++ SDE, DPM2, DPM2 a, DPM++ 2S a */
     return sqrtf(sigma * sigma + 1.0f);
 }
 
@@ -279,15 +291,14 @@ void tsr_sampler_add_noise(const tsr_sampler *s, const float *x0, const float *n
         float sigma = s->sigmas[s->begin];
         for (size_t i = 0; i < s->n; i++)
             out[i] = x0[i] + noise[i] * sigma;
-    } else if (k == TSR_SAMPLER_DPMPP_2M || k == TSR_SAMPLER_DPMPP_2M_SDE || k == TSR_SAMPLER_UNIPC) {
+    } else if (tsr_sched_is_multistep(k)) {
         float sigma = s->sigmas[s->begin];
         float alpha_t = 1.0f / sqrtf(sigma * sigma + 1.0f);
         float sigma_t = sigma * alpha_t;
         for (size_t i = 0; i < s->n; i++)
             out[i] = alpha_t * x0[i] + sigma_t * noise[i];
     } else {
-        int t = (int)s->timesteps[s->begin];
-        float a = s->acp[t];
+        float a = tsr_sched_acp(s, (long)s->timesteps[s->begin]);
         float sa = sqrtf(a), sb = sqrtf(1.0f - a);
         for (size_t i = 0; i < s->n; i++)
             out[i] = sa * x0[i] + sb * noise[i];
@@ -317,8 +328,13 @@ int tsr_sampler_step(tsr_sampler *s, const float *mo, float *x, tsr_rng *rng, fl
     case TSR_SAMPLER_LMS:
     case TSR_SAMPLER_DPMPP_SDE:
         return tsr_sched_step_sigma(s, mo, x, rng, x0);
+    case TSR_SAMPLER_DPM2:
+    case TSR_SAMPLER_DPM2_A:
+    case TSR_SAMPLER_DPMPP_2S_A:
+        return tsr_sched_step_kdiff(s, mo, x, rng, x0);
     case TSR_SAMPLER_DPMPP_2M:
     case TSR_SAMPLER_DPMPP_2M_SDE:
+    case TSR_SAMPLER_DPMPP_3M_SDE:
     case TSR_SAMPLER_UNIPC:
         return tsr_sched_step_multistep(s, mo, x, rng, x0);
     default:

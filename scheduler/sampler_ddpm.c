@@ -1,6 +1,6 @@
 /*
  * scheduler/sampler_ddpm.c - the samplers that index alphas_cumprod by an
- * integer timestep: DDIM, PNDM (PRK warm-up and PLMS) and LCM.
+ * integer timestep: DDIM, DDPM, PNDM (PRK warm-up and PLMS) and LCM.
  *
  * Why together: they share the "alpha_prod_t / alpha_prod_t_prev" view of
  * the schedule and the final_alpha_cumprod rule (set_alpha_to_one).  PNDM's
@@ -20,14 +20,7 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-static float acp_at(const tsr_sampler *s, long t)
-{
-    if (t < 0)
-        return s->final_acp;
-    if (t >= s->num_train)
-        t = s->num_train - 1; /* unreachable with valid schedules */
-    return s->acp[t];
-}
+static float acp_at(const tsr_sampler *s, long t) { return tsr_sched_acp(s, t); }
 
 static void clip(const tsr_sampler *s, float *x0)
 {
@@ -173,6 +166,45 @@ static int step_pndm(tsr_sampler *s, const float *mo, float *x, float *x0)
     return 0;
 }
 
+/* DDPMScheduler.step: the posterior mean of x_{t-1} given x_t and x0, plus
+ * noise of the posterior variance (fixed_small; fixed_small_log takes it
+ * through log/exp) when t > 0.  prev_t is the next timestep in the list
+ * (-1 after the last: alphas_cumprod_prev = 1). */
+static int step_ddpm(tsr_sampler *s, const float *mo, float *x, tsr_rng *rng, float *x0)
+{
+    long t = (long)s->timesteps[s->pos];
+    long prev_t = s->pos + 1 < s->nt ? (long)s->timesteps[s->pos + 1] : -1;
+    float at = acp_at(s, t), ap = prev_t >= 0 ? acp_at(s, prev_t) : 1.0f;
+    float bt = 1.0f - at, bp = 1.0f - ap;
+    float cur_a = at / ap, cur_b = 1.0f - cur_a;
+    float sa = sqrtf(at), sb = sqrtf(bt);
+    float *p0 = x0 ? x0 : s->tmp;
+    for (size_t i = 0; i < s->n; i++) {
+        if (s->c.prediction_type == TSR_PRED_EPSILON)
+            p0[i] = (x[i] - sb * mo[i]) / sa;
+        else if (s->c.prediction_type == TSR_PRED_V)
+            p0[i] = sa * x[i] - sb * mo[i];
+        else
+            p0[i] = mo[i];
+    }
+    clip(s, p0);
+    float c0 = sqrtf(ap) * cur_b / bt;
+    float cx = sqrtf(cur_a) * bp / bt;
+    for (size_t i = 0; i < s->n; i++)
+        x[i] = c0 * p0[i] + cx * x[i];
+    if (t > 0) {
+        /* _get_variance: its own prev_t lookup gives the same entry */
+        float var = (1.0f - ap) / (1.0f - at) * (1.0f - at / ap);
+        var = var < 1e-20f ? 1e-20f : var;
+        float sd = s->c.variance_type == TSR_VARIANCE_FIXED_SMALL_LOG ? expf(0.5f * logf(var))
+                                                                      : sqrtf(var);
+        TSR_TRY(tsr_sched_noise(s, rng, s->tmp2));
+        for (size_t i = 0; i < s->n; i++)
+            x[i] = x[i] + sd * s->tmp2[i];
+    }
+    return 0;
+}
+
 static int step_lcm(tsr_sampler *s, const float *mo, float *x, tsr_rng *rng, float *x0)
 {
     long t = (long)s->timesteps[s->pos];
@@ -213,7 +245,9 @@ int tsr_sched_step_ddpm(tsr_sampler *s, const float *mo, float *x, tsr_rng *rng,
     int rc;
     if (s->p.kind == TSR_SAMPLER_DDIM)
         rc = step_ddim(s, mo, x, rng, x0);
-    else if (s->p.kind == TSR_SAMPLER_PNDM)
+    else if (s->p.kind == TSR_SAMPLER_DDPM)
+        rc = step_ddpm(s, mo, x, rng, x0);
+    else if (s->p.kind == TSR_SAMPLER_PNDM || s->p.kind == TSR_SAMPLER_PLMS)
         rc = step_pndm(s, mo, x, x0);
     else
         rc = step_lcm(s, mo, x, rng, x0);

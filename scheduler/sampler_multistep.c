@@ -1,6 +1,6 @@
 /*
- * scheduler/sampler_multistep.c - DPM-Solver++ (2M, 2M SDE, order 3) and
- * UniPC (bh1/bh2 predictor-corrector), in the data-prediction (x0) form
+ * scheduler/sampler_multistep.c - DPM-Solver++ (2M, 2M SDE, 3M SDE, order 3)
+ * and UniPC (bh1/bh2 predictor-corrector), in the data-prediction (x0) form
  * diffusers uses for Stable Diffusion.
  *
  * Why: both keep a short history of converted model outputs and combine
@@ -8,7 +8,10 @@
  * coefficients are float computations on float32 sigmas exactly as the
  * diffusers code builds them from 0-dim tensors; the small linear systems
  * of UniPC (torch.linalg.solve) are solved in double and rounded, which
- * agrees with LAPACK's float result to an ulp or so.
+ * agrees with LAPACK's float result to an ulp or so.  The history records
+ * each output's sigma, so a schedule that repeats a noise level (leading or
+ * linspace spacing at 999-1000 steps) steps through it instead of dividing
+ * by zero, where diffusers produces NaN.
  */
 #include <math.h>
 #include <string.h>
@@ -49,29 +52,40 @@ static void to_x0(const tsr_sampler *s, const float *mo, const float *x, float *
         memcpy(out, mo, s->n * sizeof(float));
 }
 
-/* push a converted output (copied) as the newest history entry */
-static void push_hist(tsr_sampler *s, const float *m, int keep)
+/* Push a converted output (copied) as the newest history entry, taken at
+ * `sigma`.  An output at the same sigma as the newest entry replaces it:
+ * a schedule that repeats a noise level (diffusers' own at some step counts,
+ * docs/samplers.md) then never divides by a zero log-SNR difference.  With
+ * distinct sigmas, as in every schedule diffusers can run, this is
+ * diffusers' list. */
+static void push_hist(tsr_sampler *s, const float *m, float sigma, int keep)
 {
+    if (s->nhist > 0 && s->hist_sigma[s->nhist - 1] == sigma) {
+        memcpy(s->hist[s->nhist - 1], m, s->n * sizeof(float));
+        return;
+    }
     if (s->nhist == keep) {
         float *old = s->hist[0];
         memmove(s->hist, s->hist + 1, (size_t)(keep - 1) * sizeof(float *));
+        memmove(s->hist_sigma, s->hist_sigma + 1, (size_t)(keep - 1) * sizeof(float));
         s->hist[keep - 1] = old;
         s->nhist--;
     }
+    s->hist_sigma[s->nhist] = sigma;
     memcpy(s->hist[s->nhist++], m, s->n * sizeof(float));
 }
 
 static int step_dpm(tsr_sampler *s, const float *mo, float *x, tsr_rng *rng, float *x0)
 {
     int nts = s->nt, pos = s->pos, order = s->c.solver_order;
-    bool sde = s->p.kind == TSR_SAMPLER_DPMPP_2M_SDE;
+    bool sde = s->p.kind == TSR_SAMPLER_DPMPP_2M_SDE || s->p.kind == TSR_SAMPLER_DPMPP_3M_SDE;
     bool lof = pos == nts - 1 && (s->c.euler_at_final == 1 || (s->c.lower_order_final == 1 && nts < 15) ||
                                   s->c.final_sigmas_type == TSR_FINAL_ZERO);
     bool los = pos == nts - 2 && s->c.lower_order_final == 1 && nts < 15;
     to_x0(s, mo, x, s->tmp);
     if (x0)
         memcpy(x0, s->tmp, s->n * sizeof(float));
-    push_hist(s, s->tmp, order);
+    push_hist(s, s->tmp, s->sigmas[pos], order);
     float *noise = s->tmp2;
     if (sde)
         TSR_TRY(tsr_sched_noise(s, rng, noise));
@@ -84,6 +98,14 @@ static int step_dpm(tsr_sampler *s, const float *mo, float *x, tsr_rng *rng, flo
     int use = (order == 1 || s->lower_order_nums < 1 || lof)             ? 1
               : (order == 2 || s->lower_order_nums < 2 || los) ? 2
                                                                          : 3;
+    if (use > s->nhist)
+        use = s->nhist; /* fewer distinct noise levels than steps so far */
+    if (h == 0.0f) {
+        /* a step between equal noise levels leaves the sample as it is */
+        if (s->lower_order_nums < order)
+            s->lower_order_nums++;
+        return 0;
+    }
     float emh = expf(-h), em2h = expf(-2.0f * h);
     if (use == 1) {
         if (!sde) {
@@ -97,7 +119,7 @@ static int step_dpm(tsr_sampler *s, const float *mo, float *x, tsr_rng *rng, flo
         }
     } else if (use == 2) {
         const float *m1 = s->hist[s->nhist - 2];
-        float ls1 = lambda_of(s->sigmas[pos - 1]);
+        float ls1 = lambda_of(s->hist_sigma[s->nhist - 2]);
         float h0 = ls0 - ls1, r0 = h0 / h, inv_r0 = 1.0f / r0;
         if (!sde) {
             float c1 = st / ss0, c2 = at * (emh - 1.0f), c3 = 0.5f * (at * (emh - 1.0f));
@@ -115,7 +137,8 @@ static int step_dpm(tsr_sampler *s, const float *mo, float *x, tsr_rng *rng, flo
         }
     } else {
         const float *m1 = s->hist[s->nhist - 2], *m2 = s->hist[s->nhist - 3];
-        float ls1 = lambda_of(s->sigmas[pos - 1]), ls2 = lambda_of(s->sigmas[pos - 2]);
+        float ls1 = lambda_of(s->hist_sigma[s->nhist - 2]);
+        float ls2 = lambda_of(s->hist_sigma[s->nhist - 3]);
         float h0 = ls0 - ls1, h1 = ls1 - ls2, r0 = h0 / h, r1 = h1 / h;
         float i0 = 1.0f / r0, i1 = 1.0f / r1, k1 = r0 / (r0 + r1), k2 = 1.0f / (r0 + r1);
         float c1, c2, c3, c4, c5 = 0;
@@ -180,18 +203,22 @@ static void solve_small(int k, double R[3][3], double *b, double *rho)
 }
 
 /* Shared setup of UniPC's predictor (corrector=false) and corrector.
- * t_idx/s0_idx: sigma indices of the target and the base point; the other
- * history points are s0_idx - i.  Fills rks[order-1], b[order], h_phi_1, B_h. */
-static void unipc_coeffs(const tsr_sampler *s, int order, int t_idx, int s0_idx, float *rks,
-                         float *b, float *h_phi_1, float *B_h, float *at_out, float *c1_out)
+ * sig_t: the target sigma; the base point and the earlier ones are the
+ * history's, newest first.  Fills rks[order-1], b[order], h_phi_1, B_h;
+ * returns h (0: the target is the base point's noise level). */
+static float unipc_coeffs(const tsr_sampler *s, int order, float sig_t, float *rks, float *b,
+                          float *h_phi_1, float *B_h, float *at_out, float *c1_out)
 {
     float at, st, as0, ss0;
-    alpha_sigma(s->sigmas[t_idx], &at, &st);
-    alpha_sigma(s->sigmas[s0_idx], &as0, &ss0);
+    const float *hs = s->hist_sigma + s->nhist - 1; /* hs[-i]: the i-th point back */
+    alpha_sigma(sig_t, &at, &st);
+    alpha_sigma(hs[0], &as0, &ss0);
     float lt = logf(at) - logf(st), ls0 = logf(as0) - logf(ss0);
     float h = lt - ls0;
+    if (h == 0.0f)
+        return h;
     for (int i = 1; i < order; i++)
-        rks[i - 1] = (lambda_of(s->sigmas[s0_idx - i]) - ls0) / h;
+        rks[i - 1] = (lambda_of(hs[-i]) - ls0) / h;
     float hh = -h;
     float hp1 = expm1f(hh);
     float hpk = hp1 / hh - 1.0f;
@@ -206,6 +233,7 @@ static void unipc_coeffs(const tsr_sampler *s, int order, int t_idx, int s0_idx,
     *B_h = bh;
     *at_out = at;
     *c1_out = st / ss0;
+    return h;
 }
 
 static void unipc_rhos(int order, const float *rks, const float *b, bool full, float *rho)
@@ -232,11 +260,12 @@ static int step_unipc(tsr_sampler *s, const float *mo, float *x, float *x0)
     if (x0)
         memcpy(x0, mc, s->n * sizeof(float));
     bool use_corrector = pos > 0 && s->have_save;
-    if (use_corrector) {
-        /* multistep_uni_c_bh_update at target pos from pos-1 */
+    float rks[3], b[3], hp1, bh, at, c1, rho[3];
+    /* multistep_uni_c_bh_update at target pos from pos-1 (nothing to
+     * correct after a step between equal noise levels) */
+    if (use_corrector &&
+        unipc_coeffs(s, s->this_order, s->sigmas[pos], rks, b, &hp1, &bh, &at, &c1) != 0.0f) {
         int order = s->this_order;
-        float rks[3], b[3], hp1, bh, at, c1, rho[3];
-        unipc_coeffs(s, order, pos, pos - 1, rks, b, &hp1, &bh, &at, &c1);
         if (order == 1)
             rho[0] = 0.5f;
         else
@@ -255,18 +284,19 @@ static int step_unipc(tsr_sampler *s, const float *mo, float *x, float *x0)
             x[i] = xt_ - c3 * inner;
         }
     }
-    push_hist(s, mc, so);
+    push_hist(s, mc, s->sigmas[pos], so);
     int this_order = s->c.lower_order_final == 1 ? (so < nts - pos ? so : nts - pos) : so;
     if (this_order > s->lower_order_nums + 1)
         this_order = s->lower_order_nums + 1;
+    if (this_order > s->nhist)
+        this_order = s->nhist; /* fewer distinct noise levels than steps so far */
     s->this_order = this_order;
     memcpy(s->save, x, s->n * sizeof(float));
     s->have_save = true;
-    /* multistep_uni_p_bh_update to pos+1 from pos */
-    {
+    /* multistep_uni_p_bh_update to pos+1 from pos (a step between equal
+     * noise levels leaves the sample as it is) */
+    if (unipc_coeffs(s, this_order, s->sigmas[pos + 1], rks, b, &hp1, &bh, &at, &c1) != 0.0f) {
         int order = this_order;
-        float rks[3], b[3], hp1, bh, at, c1, rho[3];
-        unipc_coeffs(s, order, pos + 1, pos, rks, b, &hp1, &bh, &at, &c1);
         if (order == 2)
             rho[0] = 0.5f;
         else if (order == 3)

@@ -26,8 +26,7 @@
 #endif
 
 /* pred_original_sample for a sigma-space model input. */
-static void x0_from_output(const tsr_sampler *s, float sigma, const float *mo, const float *x,
-                           float *x0)
+void tsr_sched_sigma_x0(const tsr_sampler *s, float sigma, const float *mo, const float *x, float *x0)
 {
     size_t n = s->n;
     if (s->c.prediction_type == TSR_PRED_EPSILON) {
@@ -52,7 +51,7 @@ static int step_euler(tsr_sampler *s, const float *mo, float *x, tsr_rng *rng, f
 {
     float sigma = s->sigmas[s->pos], next = s->sigmas[s->pos + 1];
     float *p0 = x0 ? x0 : s->tmp;
-    x0_from_output(s, sigma, mo, x, p0);
+    tsr_sched_sigma_x0(s, sigma, mo, x, p0);
     if (s->p.kind == TSR_SAMPLER_EULER) {
         float dt = next - sigma;
         for (size_t i = 0; i < s->n; i++) {
@@ -81,7 +80,7 @@ static int step_heun(tsr_sampler *s, const float *mo, float *x, float *x0)
     float *prev_d = s->hist[0];
     if (!s->have_save) {
         float sigma = s->sigmas[s->pos], next = s->sigmas[s->pos + 1];
-        x0_from_output(s, sigma, mo, x, p0);
+        tsr_sched_sigma_x0(s, sigma, mo, x, p0);
         float dt = next - sigma;
         for (size_t i = 0; i < s->n; i++)
             prev_d[i] = (x[i] - p0[i]) / sigma;
@@ -92,7 +91,7 @@ static int step_heun(tsr_sampler *s, const float *mo, float *x, float *x0)
             x[i] = x[i] + prev_d[i] * dt;
     } else {
         float next = s->sigmas[s->pos];
-        x0_from_output(s, next, mo, x, p0);
+        tsr_sched_sigma_x0(s, next, mo, x, p0);
         float dt = s->heun_dt;
         for (size_t i = 0; i < s->n; i++) {
             float d = (x[i] - p0[i]) / next;
@@ -104,22 +103,23 @@ static int step_heun(tsr_sampler *s, const float *mo, float *x, float *x0)
     return 0;
 }
 
-/* integral over [a, b] of prod_{k != j} (tau - sig[k]) / (sig[j] - sig[k]);
- * the integrand is a polynomial of degree <= 3, so 4-point Gauss-Legendre
- * is exact (diffusers uses scipy's quad, which agrees to ~1e-7). */
-static double lms_coeff(const float *sig, int order, int t, int j)
+/* integral over [a, b] of prod_{k != j} (tau - p[k]) / (p[j] - p[k]), p[k]
+ * the sigma of the k-th derivative back (p[0] = a); the integrand is a
+ * polynomial of degree <= 3, so 4-point Gauss-Legendre is exact (diffusers
+ * uses scipy's quad, which agrees to ~1e-7). */
+static double lms_coeff(const float *p, int order, double a, double b, int j)
 {
     static const double gx[4] = {-0.8611363115940526, -0.3399810435848563, 0.3399810435848563,
                                  0.8611363115940526};
     static const double gw[4] = {0.3478548451374538, 0.6521451548625461, 0.6521451548625461,
                                  0.3478548451374538};
-    double a = sig[t], b = sig[t + 1], sum = 0;
+    double sum = 0;
     for (int q = 0; q < 4; q++) {
         double tau = (b - a) / 2 * gx[q] + (a + b) / 2, prod = 1.0;
         for (int k = 0; k < order; k++) {
             if (k == j)
                 continue;
-            prod *= (tau - (double)sig[t - k]) / ((double)sig[t - j] - (double)sig[t - k]);
+            prod *= (tau - (double)p[k]) / ((double)p[j] - (double)p[k]);
         }
         sum += gw[q] * prod;
     }
@@ -130,23 +130,32 @@ static int step_lms(tsr_sampler *s, const float *mo, float *x, float *x0)
 {
     float sigma = s->sigmas[s->pos];
     float *p0 = x0 ? x0 : s->tmp;
-    x0_from_output(s, sigma, mo, x, p0);
-    /* rotate the derivative history (newest last, at most 4) */
-    if (s->nhist == 4) {
-        float *old = s->hist[0];
-        memmove(s->hist, s->hist + 1, 3 * sizeof(float *));
-        s->hist[3] = old;
-        s->nhist = 3;
+    tsr_sched_sigma_x0(s, sigma, mo, x, p0);
+    /* rotate the derivative history (newest last, at most 4); a derivative
+     * at the noise level of the newest one replaces it, so a schedule that
+     * repeats a sigma (leading spacing at 1000 steps) never divides by a
+     * zero difference: the step between the two is then 0 wide */
+    if (s->nhist == 0 || s->hist_sigma[s->nhist - 1] != sigma) {
+        if (s->nhist == 4) {
+            float *old = s->hist[0];
+            memmove(s->hist, s->hist + 1, 3 * sizeof(float *));
+            memmove(s->hist_sigma, s->hist_sigma + 1, 3 * sizeof(float));
+            s->hist[3] = old;
+            s->nhist = 3;
+        }
+        s->hist_sigma[s->nhist++] = sigma;
     }
-    float *d = s->hist[s->nhist++];
+    float *d = s->hist[s->nhist - 1];
     for (size_t i = 0; i < s->n; i++)
         d[i] = (x[i] - p0[i]) / sigma;
     int order = s->pos + 1 < 4 ? s->pos + 1 : 4;
     if (order > s->nhist)
         order = s->nhist;
-    float coef[4];
+    float coef[4], pts[4];
     for (int j = 0; j < order; j++)
-        coef[j] = (float)lms_coeff(s->sigmas, order, s->pos, j);
+        pts[j] = s->hist_sigma[s->nhist - 1 - j];
+    for (int j = 0; j < order; j++)
+        coef[j] = (float)lms_coeff(pts, order, sigma, s->sigmas[s->pos + 1], j);
     for (size_t i = 0; i < s->n; i++) {
         float acc = 0.0f;
         for (int j = 0; j < order; j++)
@@ -166,7 +175,7 @@ static int step_dpmpp_sde(tsr_sampler *s, const float *mo, float *x, tsr_rng *rn
     float t_prop = t + delta * 0.5f;
     float sigma_in = first ? sigma : expf(-t_prop);
     float *p0 = x0 ? x0 : s->tmp;
-    x0_from_output(s, sigma_in, mo, x, p0);
+    tsr_sched_sigma_x0(s, sigma_in, mo, x, p0);
     if (next == 0.0f) {
         float dt = next - sigma;
         for (size_t i = 0; i < s->n; i++) {

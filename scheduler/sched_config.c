@@ -37,6 +37,7 @@ void tsr_sched_config_init(tsr_sched_config *c)
     c->original_inference_steps = -1;
     c->timestep_scaling = NAN;
     c->sigma_min = c->sigma_max = NAN;
+    c->variance_type = TSR_VARIANCE_UNSET;
 }
 
 static int get_tri(const cJSON *o, const char *label, const char *key, int *out)
@@ -135,11 +136,8 @@ int tsr_sched_config_from_json(const cJSON *o, const char *label, tsr_sched_conf
     if (tt && strcmp(tt, "discrete") != 0)
         return tsr_errorf(TSR_ERR_UNSUPPORTED, "%s: \"timestep_type\" = \"%s\" is not supported",
                           label, tt);
-    const char *vt = NULL;
-    TSR_TRY(tsr_json_get_string(o, label, "variance_type", NULL, &vt));
-    if (vt && strcmp(vt, "fixed_small") != 0 && strcmp(vt, "fixed_small_log") != 0)
-        return tsr_errorf(TSR_ERR_UNSUPPORTED, "%s: \"variance_type\" = \"%s\" is not supported",
-                          label, vt);
+    static const char *const var[] = {NULL, "fixed_small", "fixed_small_log"};
+    TSR_TRY(get_enum(o, label, "variance_type", var, 3, &c->variance_type));
     if (c->use_karras_sigmas == 1 && c->use_exponential_sigmas == 1)
         return tsr_errorf(TSR_ERR_INVALID,
                           "%s: use_karras_sigmas and use_exponential_sigmas are both set", label);
@@ -158,10 +156,18 @@ static const struct {
     [TSR_SAMPLER_DPMPP_2M_SDE] = {"dpmpp_2m_sde", "DPM++ 2M SDE", "DPMSolverMultistepScheduler"},
     [TSR_SAMPLER_DPMPP_SDE] = {"dpmpp_sde", "DPM++ SDE", "DPMSolverSDEScheduler"},
     [TSR_SAMPLER_DDIM] = {"ddim", "DDIM", "DDIMScheduler"},
-    [TSR_SAMPLER_PNDM] = {"pndm", "PLMS", "PNDMScheduler"},
+    [TSR_SAMPLER_PNDM] = {"pndm", "PNDM", "PNDMScheduler"},
     [TSR_SAMPLER_LMS] = {"lms", "LMS", "LMSDiscreteScheduler"},
     [TSR_SAMPLER_UNIPC] = {"unipc", "UniPC", "UniPCMultistepScheduler"},
     [TSR_SAMPLER_LCM] = {"lcm", "LCM", "LCMScheduler"},
+    /* PNDMScheduler again: class-name lookups take the first entry (pndm) */
+    [TSR_SAMPLER_PLMS] = {"plms", "PLMS", "PNDMScheduler"},
+    [TSR_SAMPLER_DPM2] = {"dpm2", "DPM2", "KDPM2DiscreteScheduler"},
+    [TSR_SAMPLER_DPM2_A] = {"dpm2_a", "DPM2 a", "KDPM2AncestralDiscreteScheduler"},
+    [TSR_SAMPLER_DPMPP_2S_A] = {"dpmpp_2s_a", "DPM++ 2S a", "(k-diffusion sample_dpmpp_2s_ancestral)"},
+    /* DPMSolverMultistepScheduler again: a class name alone means 2M */
+    [TSR_SAMPLER_DPMPP_3M_SDE] = {"dpmpp_3m_sde", "DPM++ 3M SDE", "DPMSolverMultistepScheduler"},
+    [TSR_SAMPLER_DDPM] = {"ddpm", "DDPM", "DDPMScheduler"},
 };
 
 static const struct {
@@ -244,9 +250,14 @@ int tsr_sampler_parse(const char *name, tsr_sampler_kind *kind, tsr_schedule *sc
         tsr_sampler_kind k;
     } aliases[] = {{"euler_ancestral", TSR_SAMPLER_EULER_A}, {"k_euler", TSR_SAMPLER_EULER},
                    {"k_euler_a", TSR_SAMPLER_EULER_A},     {"k_heun", TSR_SAMPLER_HEUN},
-                   {"k_lms", TSR_SAMPLER_LMS},             {"plms", TSR_SAMPLER_PNDM},
+                   {"k_lms", TSR_SAMPLER_LMS},             {"k_dpm_2", TSR_SAMPLER_DPM2},
+                   {"k_dpm_2_a", TSR_SAMPLER_DPM2_A},      {"dpm_2", TSR_SAMPLER_DPM2},
+                   {"dpm_2_a", TSR_SAMPLER_DPM2_A},        {"dpm_2_ancestral", TSR_SAMPLER_DPM2_A},
+                   {"dpm2_ancestral", TSR_SAMPLER_DPM2_A}, {"k_dpmpp_2s_a", TSR_SAMPLER_DPMPP_2S_A},
+                   {"dpmpp_2s_ancestral", TSR_SAMPLER_DPMPP_2S_A},
                    {"dpm++_2m", TSR_SAMPLER_DPMPP_2M},     {"dpm++_2m_sde", TSR_SAMPLER_DPMPP_2M_SDE},
-                   {"dpm++_sde", TSR_SAMPLER_DPMPP_SDE},   {"uni_pc", TSR_SAMPLER_UNIPC}};
+                   {"dpm++_sde", TSR_SAMPLER_DPMPP_SDE},   {"dpm++_2s_a", TSR_SAMPLER_DPMPP_2S_A},
+                   {"dpm++_3m_sde", TSR_SAMPLER_DPMPP_3M_SDE}, {"uni_pc", TSR_SAMPLER_UNIPC}};
     for (size_t i = 0; i < sizeof aliases / sizeof *aliases; i++)
         if (strcmp(b, aliases[i].alias) == 0) {
             *kind = aliases[i].k;
@@ -281,9 +292,8 @@ int tsr_sampler_parse(const char *name, tsr_sampler_kind *kind, tsr_schedule *sc
         *kind = (tsr_sampler_kind)best;
         return 0;
     }
-    return tsr_errorf(TSR_ERR_INVALID,
-                      "unknown sampler \"%s\" (expected euler, euler_a, heun, dpmpp_2m, "
-                      "dpmpp_2m_sde, dpmpp_sde, ddim, pndm, lms, unipc or lcm)",
+    return tsr_errorf(TSR_ERR_INVALID, "unknown sampler \"%s\" (expected one of " TSR_SAMPLER_NAMES
+                      ", a diffusers class or an A1111 name)",
                       name);
 }
 
@@ -298,11 +308,18 @@ int tsr_sampler_from_config(const cJSON *obj, tsr_sampler_kind *kind)
             *kind = (tsr_sampler_kind)i;
             if (i == TSR_SAMPLER_DPMPP_2M) {
                 const char *alg = NULL;
+                int order = 2;
                 if (tsr_json_get_string(obj, "scheduler_config.json", "algorithm_type", NULL,
                                         &alg) == 0 &&
-                    alg && strcmp(alg, "sde-dpmsolver++") == 0)
+                    alg && strcmp(alg, "sde-dpmsolver++") == 0) {
                     *kind = TSR_SAMPLER_DPMPP_2M_SDE;
+                    if (tsr_json_get_int(obj, "scheduler_config.json", "solver_order", 2, 1, 3,
+                                         &order) == 0 &&
+                        order == 3)
+                        *kind = TSR_SAMPLER_DPMPP_3M_SDE;
+                }
             }
+            tsr_error_clear();
             return 0;
         }
     return tsr_errorf(TSR_ERR_NOT_FOUND, "scheduler_config.json: scheduler class %s is not supported",
@@ -321,6 +338,10 @@ bool tsr_sampler_supports_schedule(tsr_sampler_kind k, tsr_schedule s)
     case TSR_SAMPLER_DPMPP_SDE:
     case TSR_SAMPLER_LMS:
     case TSR_SAMPLER_UNIPC:
+    case TSR_SAMPLER_DPM2:
+    case TSR_SAMPLER_DPM2_A:
+    case TSR_SAMPLER_DPMPP_2S_A:
+    case TSR_SAMPLER_DPMPP_3M_SDE:
         return s == TSR_SCHEDULE_KARRAS || s == TSR_SCHEDULE_EXPONENTIAL;
     default:
         return false;

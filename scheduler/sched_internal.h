@@ -34,6 +34,9 @@ struct tsr_sampler {
     double *timesteps;    /* owned */
     int ns;               /* sigmas (sigma samplers; 0 otherwise) */
     float *sigmas;        /* owned */
+    /* DPM2, DPM2 a, DPM++ 2S a: per step k (m + 1 entries each) the
+     * interpolated / midpoint sigma, sigma_up and sigma_down; owned */
+    float *aux;
     int num_inference_steps; /* diffusers' self.num_inference_steps */
 
     int begin;            /* first eval index (img2img truncation) */
@@ -42,7 +45,7 @@ struct tsr_sampler {
     /* history */
     float *hist[TSR_SCHED_HIST]; /* model outputs / derivatives / ets, newest last */
     int nhist;
-    double hist_t[TSR_SCHED_HIST];
+    float hist_sigma[TSR_SCHED_HIST]; /* multistep / LMS: the sigma of each entry */
     float *save;          /* Heun / DPM-SDE first-stage sample, UniPC last_sample, PNDM cur_sample */
     float *tmp;           /* scratch: noise, converted output */
     float *tmp2;
@@ -53,14 +56,34 @@ struct tsr_sampler {
     int counter;          /* PNDM */
 };
 
-/* sched_schedule.c */
+/* Sampler families (sched_schedule.c). */
+/* Euler, Euler a, Heun, LMS, DPM++ SDE, DPM2, DPM2 a, DPM++ 2S a: sigma-space
+ * samplers whose model input is scaled by 1/sqrt(sigma^2 + 1). */
+bool tsr_sched_is_sigma_kind(tsr_sampler_kind k);
+/* Two evaluations per step but the last: Heun, DPM++ SDE, DPM2, DPM2 a, DPM++ 2S a. */
+bool tsr_sched_is_two_stage(tsr_sampler_kind k);
+/* DPM-Solver++ multistep (2M, 2M SDE, 3M SDE) and UniPC. */
+bool tsr_sched_is_multistep(tsr_sampler_kind k);
+/* alphas_cumprod[t]; t < 0 is final_alpha_cumprod, t past the training
+ * schedule is its last entry (as np.interp clamps for the sigma samplers). */
+float tsr_sched_acp(const tsr_sampler *s, long t);
+
 int tsr_sched_make_alphas(tsr_sampler *s);
 int tsr_sched_make_timesteps(tsr_sampler *s);
+/* The arrays of the two-evaluation k-diffusion samplers (sched_kdiff.c). */
+int tsr_sched_kdiff_arrays(tsr_sampler *s, const double *ts, const double *sig, int m,
+                           const float *logsig);
+/* diffusers' _sigma_to_t (log_sigmas float32, the rest double). */
+double tsr_sched_sigma_to_t(double sigma, const float *log_sigmas, int len);
 
-/* per-family init / step (sampler_*.c) */
+/* per-family step (sampler_*.c) */
 int tsr_sched_step_sigma(tsr_sampler *s, const float *mo, float *x, tsr_rng *rng, float *x0);
+int tsr_sched_step_kdiff(tsr_sampler *s, const float *mo, float *x, tsr_rng *rng, float *x0);
 int tsr_sched_step_multistep(tsr_sampler *s, const float *mo, float *x, tsr_rng *rng, float *x0);
 int tsr_sched_step_ddpm(tsr_sampler *s, const float *mo, float *x, tsr_rng *rng, float *x0);
+/* pred_original_sample of the sigma samplers (clipped when the config says so) */
+void tsr_sched_sigma_x0(const tsr_sampler *s, float sigma, const float *mo, const float *x,
+                        float *x0);
 
 /* Draw the latent-shaped noise of one randn_tensor() call into dst. */
 int tsr_sched_noise(tsr_sampler *s, tsr_rng *rng, float *dst);

@@ -78,7 +78,7 @@ static double np_interp(double x, const float *fp, int len)
 }
 
 /* _sigma_to_t: log_sigmas is float32 (np.log of the float32 sigmas). */
-static double sigma_to_t(double sigma, const float *log_sigmas, int len)
+double tsr_sched_sigma_to_t(double sigma, const float *log_sigmas, int len)
 {
     double ls = log(sigma > 1e-10 ? sigma : 1e-10);
     int low = 0;
@@ -112,8 +112,54 @@ static void exponential(double smin, double smax, int n, double *out)
 static bool has_zero_snr(tsr_sampler_kind k)
 {
     return k == TSR_SAMPLER_EULER || k == TSR_SAMPLER_EULER_A || k == TSR_SAMPLER_DDIM ||
-           k == TSR_SAMPLER_DPMPP_2M || k == TSR_SAMPLER_DPMPP_2M_SDE || k == TSR_SAMPLER_UNIPC ||
-           k == TSR_SAMPLER_LCM;
+           k == TSR_SAMPLER_DPMPP_2M || k == TSR_SAMPLER_DPMPP_2M_SDE ||
+           k == TSR_SAMPLER_DPMPP_3M_SDE || k == TSR_SAMPLER_UNIPC || k == TSR_SAMPLER_LCM ||
+           k == TSR_SAMPLER_DDPM || k == TSR_SAMPLER_DPMPP_2S_A;
+}
+
+/* The samplers whose schedule is EulerDiscreteScheduler's (DPM++ 2S a has
+ * no diffusers class and borrows Euler's). */
+static bool euler_schedule(tsr_sampler_kind k)
+{
+    return k == TSR_SAMPLER_EULER || k == TSR_SAMPLER_DPMPP_2S_A;
+}
+
+bool tsr_sched_is_sigma_kind(tsr_sampler_kind k)
+{
+    return k == TSR_SAMPLER_EULER || k == TSR_SAMPLER_EULER_A || k == TSR_SAMPLER_HEUN ||
+           k == TSR_SAMPLER_LMS || k == TSR_SAMPLER_DPMPP_SDE || k == TSR_SAMPLER_DPM2 ||
+           k == TSR_SAMPLER_DPM2_A || k == TSR_SAMPLER_DPMPP_2S_A;
+}
+
+bool tsr_sched_is_two_stage(tsr_sampler_kind k)
+{
+    return k == TSR_SAMPLER_HEUN || k == TSR_SAMPLER_DPMPP_SDE || k == TSR_SAMPLER_DPM2 ||
+           k == TSR_SAMPLER_DPM2_A || k == TSR_SAMPLER_DPMPP_2S_A;
+}
+
+bool tsr_sched_is_multistep(tsr_sampler_kind k)
+{
+    return k == TSR_SAMPLER_DPMPP_2M || k == TSR_SAMPLER_DPMPP_2M_SDE ||
+           k == TSR_SAMPLER_DPMPP_3M_SDE || k == TSR_SAMPLER_UNIPC;
+}
+
+float tsr_sched_acp(const tsr_sampler *s, long t)
+{
+    if (t < 0)
+        return s->final_acp;
+    if (t >= s->num_train)
+        t = s->num_train - 1;
+    return s->acp[t];
+}
+
+/* diffusers' "leading" spacing: step_ratio = N // points, which is 0 when
+ * there are more points than training timesteps (then every timestep would
+ * be steps_offset).  Tessera uses a ratio of at least 1; the timesteps past
+ * the training schedule that this makes read its last entry. */
+static int leading_ratio(int N, int points)
+{
+    int r = N / points;
+    return r > 0 ? r : 1;
 }
 
 int tsr_sched_make_alphas(tsr_sampler *s)
@@ -167,18 +213,12 @@ int tsr_sched_make_alphas(tsr_sampler *s)
         acc *= (double)(1.0f - betas[i]);
         s->acp[i] = (float)acc;
     }
-    if (zsnr && s->p.kind == TSR_SAMPLER_EULER)
+    if (zsnr && (euler_schedule(s->p.kind) || s->p.kind == TSR_SAMPLER_EULER_A))
         s->acp[N - 1] = 0x1p-24f;
     free(betas);
     bool one = s->c.set_alpha_to_one == 1;
     s->final_acp = one ? 1.0f : s->acp[0];
     return 0;
-}
-
-static bool is_sigma_kind(tsr_sampler_kind k)
-{
-    return k == TSR_SAMPLER_EULER || k == TSR_SAMPLER_EULER_A || k == TSR_SAMPLER_HEUN ||
-           k == TSR_SAMPLER_LMS || k == TSR_SAMPLER_DPMPP_SDE;
 }
 
 static float sigma_min_last(const tsr_sampler *s)
@@ -187,7 +227,7 @@ static float sigma_min_last(const tsr_sampler *s)
     return sqrtf((1.0f - a) / a);
 }
 
-/* Euler, Euler a, Heun, LMS, DPM++ SDE. */
+/* Euler, Euler a, Heun, LMS, DPM++ SDE, DPM2, DPM2 a, DPM++ 2S a. */
 static int sigma_family(tsr_sampler *s, double *ts, float *train_sig, float *logsig, double *sig)
 {
     const tsr_sched_config *c = &s->c;
@@ -202,7 +242,7 @@ static int sigma_family(tsr_sampler *s, double *ts, float *train_sig, float *log
             ts[i] = sig[i];
         m = n;
     } else if (c->timestep_spacing == TSR_SPACING_LEADING) {
-        int ratio = N / n;
+        int ratio = leading_ratio(N, n);
         for (int i = 0; i < n; i++)
             ts[i] = (double)((n - 1 - i) * ratio) + c->steps_offset;
         m = n;
@@ -216,19 +256,26 @@ static int sigma_family(tsr_sampler *s, double *ts, float *train_sig, float *log
         sig[i] = np_interp(ts[i], train_sig, N);
     if (c->use_karras_sigmas == 1 || c->use_exponential_sigmas == 1) {
         double smin = sig[m - 1], smax = sig[0];
-        if (k == TSR_SAMPLER_EULER && !isnan(c->sigma_min))
+        if (euler_schedule(k) && !isnan(c->sigma_min))
             smin = c->sigma_min;
-        if (k == TSR_SAMPLER_EULER && !isnan(c->sigma_max))
+        if (euler_schedule(k) && !isnan(c->sigma_max))
             smax = c->sigma_max;
         if (c->use_karras_sigmas == 1)
             karras(smin, smax, n, sig);
         else
             exponential(smin, smax, n, sig);
         m = n;
-        for (int i = 0; i < m; i++)
-            ts[i] = sigma_to_t(sig[i], logsig, N);
+        bool round_t = c->use_karras_sigmas == 1 &&
+                       (k == TSR_SAMPLER_DPM2 || k == TSR_SAMPLER_DPM2_A); /* KDPM2: .round() */
+        for (int i = 0; i < m; i++) {
+            ts[i] = tsr_sched_sigma_to_t(sig[i], logsig, N);
+            if (round_t)
+                ts[i] = nearbyint(ts[i]);
+        }
     }
     s->num_inference_steps = n;
+    if (k == TSR_SAMPLER_DPM2 || k == TSR_SAMPLER_DPM2_A || k == TSR_SAMPLER_DPMPP_2S_A)
+        return tsr_sched_kdiff_arrays(s, ts, sig, m, logsig);
     float last = 0;
     if (k == TSR_SAMPLER_EULER && c->final_sigmas_type == TSR_FINAL_SIGMA_MIN)
         last = sigma_min_last(s);
@@ -239,7 +286,7 @@ static int sigma_family(tsr_sampler *s, double *ts, float *train_sig, float *log
             for (int i = 0; i + 1 < m; i++) {
                 double t0 = -log(sig[i]), t1 = -log(sig[i + 1]);
                 double tp = t0 + (t1 - t0) * 0.5;
-                mid[i] = sigma_to_t(exp(-tp), logsig, N);
+                mid[i] = tsr_sched_sigma_to_t(exp(-tp), logsig, N);
             }
         }
         s->nt = 2 * m - 1;
@@ -288,7 +335,7 @@ static int multistep_family(tsr_sampler *s, double *ts, float *train_sig, float 
         for (int i = 0; i < n; i++)
             ts[i] = nearbyint(tmp[n - i]);
     } else if (c->timestep_spacing == TSR_SPACING_LEADING) {
-        int ratio = N / (n + 1);
+        int ratio = leading_ratio(N, n + 1);
         for (int i = 0; i < n; i++)
             ts[i] = (double)((n - i) * ratio) + c->steps_offset;
     } else {
@@ -306,7 +353,7 @@ static int multistep_family(tsr_sampler *s, double *ts, float *train_sig, float 
         else
             exponential(smin, smax, n, sig);
         for (int i = 0; i < m; i++) {
-            double t = sigma_to_t(sig[i], logsig, N);
+            double t = tsr_sched_sigma_to_t(sig[i], logsig, N);
             if (c->use_karras_sigmas == 1 && (unipc || c->beta_schedule != TSR_BETA_SQUAREDCOS))
                 t = nearbyint(t);
             ts[i] = trunc(t); /* .to(int64) */
@@ -334,7 +381,7 @@ static int multistep_family(tsr_sampler *s, double *ts, float *train_sig, float 
     return 0;
 }
 
-/* DDIM, PNDM, LCM: integer timesteps, no sigmas. */
+/* DDIM, DDPM, PNDM/PLMS, LCM: integer timesteps, no sigmas. */
 static int ddpm_family(tsr_sampler *s, double *ts)
 {
     const tsr_sched_config *c = &s->c;
@@ -346,10 +393,11 @@ static int ddpm_family(tsr_sampler *s, double *ts)
         int orig = c->original_inference_steps;
         if (orig > N)
             return tsr_errorf(TSR_ERR_INVALID, "scheduler: original_inference_steps %d > %d", orig, N);
+        /* diffusers refuses more steps than original_inference_steps unless
+         * set_timesteps() is given a larger one: Tessera gives it the step
+         * count (at most the training schedule's length) */
         if (n > orig)
-            return tsr_errorf(TSR_ERR_INVALID,
-                              "scheduler: LCM allows at most original_inference_steps = %d steps, got %d",
-                              orig, n);
+            orig = n < N ? n : N;
         int kk = N / orig, len = orig;
         double idx[TSR_SCHED_MAX_STEPS + 2];
         for (int i = 0; i < n; i++)
@@ -358,20 +406,20 @@ static int ddpm_family(tsr_sampler *s, double *ts)
             int j = (int)floor(idx[i]);
             ts[i] = (double)((len - j) * kk - 1); /* reversed origin list */
         }
-    } else if (k == TSR_SAMPLER_DDIM) {
+    } else if (k == TSR_SAMPLER_DDIM || k == TSR_SAMPLER_DDPM) {
         if (c->timestep_spacing == TSR_SPACING_LINSPACE) {
             np_linspace(0, N - 1, n, tmp);
             for (int i = 0; i < n; i++)
                 ts[i] = nearbyint(tmp[n - 1 - i]);
         } else if (c->timestep_spacing == TSR_SPACING_LEADING) {
             for (int i = 0; i < n; i++)
-                ts[i] = (double)((n - 1 - i) * (N / n)) + c->steps_offset;
+                ts[i] = (double)((n - 1 - i) * leading_ratio(N, n)) + c->steps_offset;
         } else {
             m = np_arange(N, 0, -((double)N / n), tmp, n + 1);
             for (int i = 0; i < m; i++)
                 ts[i] = nearbyint(tmp[i]) - 1;
         }
-    } else { /* PNDM: ascending _timesteps first */
+    } else { /* PNDM, PLMS: ascending _timesteps first */
         double a[TSR_SCHED_MAX_STEPS + 2];
         if (c->timestep_spacing == TSR_SPACING_LINSPACE) {
             np_linspace(0, N - 1, n, tmp);
@@ -379,13 +427,17 @@ static int ddpm_family(tsr_sampler *s, double *ts)
                 a[i] = nearbyint(tmp[i]);
         } else if (c->timestep_spacing == TSR_SPACING_LEADING) {
             for (int i = 0; i < n; i++)
-                a[i] = (double)(i * (N / n)) + c->steps_offset;
+                a[i] = (double)(i * leading_ratio(N, n)) + c->steps_offset;
         } else {
             m = np_arange(N, 0, -((double)N / n), tmp, n + 1);
             for (int i = 0; i < m; i++)
                 a[i] = nearbyint(tmp[m - 1 - i]) - 1;
         }
         n = m;
+        /* The PRK warm-up takes the last 4 timesteps (diffusers fails with
+         * fewer); below 4 steps PNDM runs PLMS alone, as skip_prk_steps. */
+        if (n < 4)
+            s->c.skip_prk_steps = 1;
         if (c->skip_prk_steps == 1) {
             /* concat(a[:-1], a[-2:-1], a[-1:])[::-1] */
             double b[TSR_SCHED_MAX_STEPS + 3];
@@ -399,8 +451,6 @@ static int ddpm_family(tsr_sampler *s, double *ts)
                 ts[i] = b[nb - 1 - i];
             m = nb;
         } else {
-            if (n < 4)
-                return tsr_errorf(TSR_ERR_INVALID, "scheduler: PNDM with PRK steps needs >= 4 steps");
             double prk[8], prk2[16];
             int half = N / s->p.steps / 2;
             for (int i = 0; i < 4; i++) {
@@ -427,19 +477,19 @@ static int ddpm_family(tsr_sampler *s, double *ts)
     if (!s->timesteps)
         return tsr_errorf(TSR_ERR_NOMEM, "scheduler: no memory");
     memcpy(s->timesteps, ts, (size_t)m * sizeof(double));
-    for (int i = 0; i < m; i++)
-        if (s->timesteps[i] < 0 || s->timesteps[i] >= N)
-            if (k != TSR_SAMPLER_PNDM)
-                return tsr_errorf(TSR_ERR_INVALID, "scheduler: timestep %g outside [0, %d)",
-                                  s->timesteps[i], N);
+    /* "leading" with steps_offset reaches timestep N at N steps: the UNet
+     * gets N and alphas_cumprod is read at N - 1 (tsr_sched_acp), which is
+     * what diffusers' np.interp does for the sigma samplers at the same
+     * timestep (its DDIM, PNDM and DDPM index past the end and fail). */
     return 0;
 }
 
 int tsr_sched_make_timesteps(tsr_sampler *s)
 {
     int N = s->num_train, rc = 0;
-    double *ts = malloc((TSR_SCHED_MAX_STEPS + 8) * sizeof(double));
-    double *sig = malloc((TSR_SCHED_MAX_STEPS + 8) * sizeof(double));
+    /* PNDM with PRK has the most timesteps: 12 + (steps - 3) */
+    double *ts = malloc((TSR_SCHED_MAX_STEPS + 16) * sizeof(double));
+    double *sig = malloc((TSR_SCHED_MAX_STEPS + 16) * sizeof(double));
     float *train_sig = malloc((size_t)N * sizeof(float));
     float *logsig = malloc((size_t)N * sizeof(float));
     if (!ts || !sig || !train_sig || !logsig) {
@@ -451,10 +501,9 @@ int tsr_sched_make_timesteps(tsr_sampler *s)
         train_sig[i] = sqrtf((1.0f - a) / a);
         logsig[i] = logf(train_sig[i]);
     }
-    if (is_sigma_kind(s->p.kind))
+    if (tsr_sched_is_sigma_kind(s->p.kind))
         rc = sigma_family(s, ts, train_sig, logsig, sig);
-    else if (s->p.kind == TSR_SAMPLER_DPMPP_2M || s->p.kind == TSR_SAMPLER_DPMPP_2M_SDE ||
-             s->p.kind == TSR_SAMPLER_UNIPC)
+    else if (tsr_sched_is_multistep(s->p.kind))
         rc = multistep_family(s, ts, train_sig, logsig, sig);
     else
         rc = ddpm_family(s, ts);

@@ -9,15 +9,16 @@
  * history (multistep outputs, Heun's first stage, PNDM's ets), and the
  * pipeline only asks "which timestep and input scale for the next model
  * evaluation?" and hands back the model output.  Samplers that need two
- * evaluations per step (Heun, DPM++ SDE) or an extra one (PNDM's PLMS
- * warm-up) simply report more evaluations; the pipeline never needs to know
- * which sampler it drives.
+ * evaluations per step (Heun, DPM++ SDE, DPM2, DPM++ 2S a) or an extra one
+ * (PNDM's PLMS warm-up) simply report more evaluations; the pipeline never
+ * needs to know which sampler it drives.
  *
  * Fidelity: each sampler mirrors the diffusers 0.35.2 class of the same name,
  * including float32 rounding of the scalar coefficients (diffusers keeps
  * sigmas and alphas in float32 tensors) and the order of the element-wise
  * operations, so full step sequences match diffusers within ~1e-6
- * (tests/scheduler).  Noise for ancestral/SDE samplers comes from a tsr_rng
+ * (tests/scheduler).  DPM++ 2S a, which diffusers lacks, follows k-diffusion
+ * (docs/samplers.md).  Noise for ancestral/SDE samplers comes from a tsr_rng
  * stream drawn exactly where diffusers calls randn_tensor(generator=...).
  *
  * Usage for one image (txt2img):
@@ -58,6 +59,12 @@ typedef enum tsr_sampler_kind {
     TSR_SAMPLER_LMS,          /* LMSDiscreteScheduler */
     TSR_SAMPLER_UNIPC,        /* UniPCMultistepScheduler */
     TSR_SAMPLER_LCM,          /* LCMScheduler */
+    TSR_SAMPLER_PLMS,         /* PNDMScheduler with skip_prk_steps (A1111's PLMS) */
+    TSR_SAMPLER_DPM2,         /* KDPM2DiscreteScheduler */
+    TSR_SAMPLER_DPM2_A,       /* KDPM2AncestralDiscreteScheduler */
+    TSR_SAMPLER_DPMPP_2S_A,   /* k-diffusion's sample_dpmpp_2s_ancestral (no diffusers class) */
+    TSR_SAMPLER_DPMPP_3M_SDE, /* DPMSolverMultistepScheduler (sde-dpmsolver++, order 3) */
+    TSR_SAMPLER_DDPM,         /* DDPMScheduler */
     TSR_SAMPLER_COUNT
 } tsr_sampler_kind;
 
@@ -75,6 +82,7 @@ enum { TSR_SPACING_UNSET, TSR_SPACING_LEADING, TSR_SPACING_TRAILING, TSR_SPACING
 enum { TSR_PRED_UNSET, TSR_PRED_EPSILON, TSR_PRED_V, TSR_PRED_SAMPLE };
 enum { TSR_FINAL_UNSET, TSR_FINAL_ZERO, TSR_FINAL_SIGMA_MIN };
 enum { TSR_INTERP_UNSET, TSR_INTERP_LINEAR, TSR_INTERP_LOG_LINEAR };
+enum { TSR_VARIANCE_UNSET, TSR_VARIANCE_FIXED_SMALL, TSR_VARIANCE_FIXED_SMALL_LOG };
 
 /* A scheduler_config.json.  Fields hold what the file says; a field left
  * unset (0 for enums, -1 for ints and booleans, NAN for doubles) takes the
@@ -102,6 +110,7 @@ typedef struct tsr_sched_config {
     int original_inference_steps;/* -1 (LCM) */
     double timestep_scaling;     /* NAN (LCM) */
     double sigma_min, sigma_max; /* NAN (Euler only, as diffusers) */
+    int variance_type;           /* TSR_VARIANCE_* (DDPM) */
 } tsr_sched_config;
 
 /* All fields unset. */
@@ -117,11 +126,17 @@ void tsr_sched_config_init(tsr_sched_config *cfg);
 int tsr_sched_config_from_json(const struct cJSON *obj, const char *label, tsr_sched_config *cfg);
 
 /* Names.  Short CLI names: euler, euler_a, heun, dpmpp_2m, dpmpp_2m_sde,
- * dpmpp_sde, ddim, pndm, lms, unipc, lcm.  Schedules: default, karras,
+ * dpmpp_sde, ddim, pndm, lms, unipc, lcm, plms, dpm2, dpm2_a, dpmpp_2s_a,
+ * dpmpp_3m_sde, ddpm (TSR_SAMPLER_NAMES).  Schedules: default, karras,
  * exponential, sgm_uniform. */
+#define TSR_SAMPLER_NAMES                                                                      \
+    "euler, euler_a, heun, dpmpp_2m, dpmpp_2m_sde, dpmpp_sde, dpmpp_2s_a, dpmpp_3m_sde, dpm2, " \
+    "dpm2_a, ddim, ddpm, pndm, plms, lms, unipc, lcm"
 const char *tsr_sampler_name(tsr_sampler_kind kind);          /* "euler_a" */
 const char *tsr_sampler_display_name(tsr_sampler_kind kind);  /* A1111: "Euler a" */
-const char *tsr_sampler_class_name(tsr_sampler_kind kind);    /* diffusers class */
+/* The diffusers class the sampler follows; for DPM++ 2S a, which has none,
+ * "(k-diffusion sample_dpmpp_2s_ancestral)". */
+const char *tsr_sampler_class_name(tsr_sampler_kind kind);
 const char *tsr_schedule_name(tsr_schedule schedule);         /* "karras" */
 const char *tsr_schedule_display_name(tsr_schedule schedule); /* A1111: "Karras" */
 /* Parse any accepted spelling of a sampler: a short name, a diffusers class
@@ -137,7 +152,9 @@ int tsr_schedule_parse(const char *name, tsr_schedule *schedule);
 /* The sampler a diffusers class name in scheduler_config.json
  * ("_class_name") stands for; TSR_ERR_NOT_FOUND when not one of ours.
  * DPMSolverMultistepScheduler maps to dpmpp_2m or dpmpp_2m_sde by the
- * config's algorithm_type. */
+ * config's algorithm_type (and solver_order 3 with SDE: dpmpp_3m_sde);
+ * KDPM2DiscreteScheduler, KDPM2AncestralDiscreteScheduler and DDPMScheduler
+ * to dpm2, dpm2_a and ddpm; PNDMScheduler to pndm (the file's skip_prk_steps). */
 int tsr_sampler_from_config(const struct cJSON *obj, tsr_sampler_kind *kind);
 /* Whether `kind` supports `schedule` (the diffusers class has the option). */
 bool tsr_sampler_supports_schedule(tsr_sampler_kind kind, tsr_schedule schedule);
@@ -145,7 +162,7 @@ bool tsr_sampler_supports_schedule(tsr_sampler_kind kind, tsr_schedule schedule)
 typedef struct tsr_sampler_params {
     tsr_sampler_kind kind;
     tsr_schedule schedule;
-    int steps;        /* num_inference_steps, 1..1000 */
+    int steps;        /* num_inference_steps, 1..1000 (every sampler; see docs/samplers.md) */
     double strength;  /* img2img strength in (0, 1]; 1 = txt2img (default) */
     double eta;       /* DDIM eta (default 0) */
     int channels, height, width; /* latent shape, for the layout of drawn noise */
@@ -170,8 +187,8 @@ size_t tsr_sampler_numel(const tsr_sampler *s);
 int tsr_sampler_evals_total(const tsr_sampler *s);
 int tsr_sampler_evals_done(const tsr_sampler *s);
 bool tsr_sampler_done(const tsr_sampler *s);
-/* Evaluations that the next user-visible step takes (1, or 2 for Heun and
- * DPM++ SDE except their last step). */
+/* Evaluations that the next user-visible step takes (1, or 2 for Heun,
+ * DPM++ SDE, DPM2, DPM2 a and DPM++ 2S a except their last step). */
 int tsr_sampler_evals_for_next_step(const tsr_sampler *s);
 /* Progress in user-visible steps (steps_total = evals for most samplers). */
 int tsr_sampler_steps_total(const tsr_sampler *s);

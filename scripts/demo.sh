@@ -54,10 +54,21 @@ while data:
         print(body.split(b"\0", 1)[1].decode("latin-1"))
 PY
 
+step "img2img from a JPEG of another size, fitted as A1111 does; JPEG out, parameters in EXIF"
+$T --log-level warn generate --prompt "a large green square in the centre on a black background" \
+   --seed 8 --width 192 --height 128 --quiet --output "$OUT/wide.jpg"
+$T --log-level warn generate --prompt "a large yellow square in the centre on a black background" \
+   --seed 9 --init-image "$OUT/wide.jpg" --resize-mode crop-and-resize --strength 0.6 --quiet \
+   --output "$OUT/img2img.jpg"
+
 step "Model files: the demo folder, and the same model as one LDM-named file"
 $T inspect models/demo
 $T convert --to single models/demo "$OUT/demo-model.safetensors" >/dev/null
 $T inspect "$OUT/demo-model.safetensors" | head -3
+echo "   the single file carries the scheduler and tokenizer: it draws what the folder draws"
+$T --log-level warn generate --model "$OUT/demo-model.safetensors" --quiet --seed 100 \
+   --prompt "a large red circle in the centre on a white background" \
+   --output "$OUT/from-single-file.png"
 
 # ---------------------------------------------------------------- the service
 step "The HTTP service: tessera serve on a free port (data in $OUT/serve-data)"
@@ -142,8 +153,8 @@ for id in "${ids[@]}" $bjobs; do
 done
 curl -s "$URL/metrics" | grep -E '^tessera_(images_total|unet_calls_total|unet_call_images_(sum|count)) '
 
-printf '\nDone. Images: %s/demo-*.png, %s/batch-*.png, %s/serve-*.png; previews in %s/previews/.\n' \
-  "$OUT" "$OUT" "$OUT" "$OUT"
+printf '\nDone. Images: %s/demo-*.png, %s/batch-*.png, %s/img2img.jpg, %s/serve-*.png; previews in %s/previews/.\n' \
+  "$OUT" "$OUT" "$OUT" "$OUT" "$OUT"
 echo "Real checkpoints: see README.md (\"Using real checkpoints\"); the HTTP API: README.md (\"The HTTP service\")."
 if [ -t 0 ]; then
   printf '\nServing at %s (log: %s). Ctrl-C stops it.\n' "$URL" "$LOG"

@@ -16,6 +16,11 @@
 #include <stdio.h>
 #include <string.h>
 
+/* A case that cannot run here (no GPU, say) returns TSR_TEST_SKIP after
+ * printing why; when every case run was skipped the program exits with it,
+ * which ctest reports as skipped (SKIP_RETURN_CODE 77). */
+#define TSR_TEST_SKIP 77
+
 typedef int (*tsr_test_fn)(void);
 typedef struct tsr_test_entry {
     const char *name;
@@ -37,6 +42,7 @@ typedef struct tsr_test_child {
     bool timed_out;  /* killed after the timeout */
     int status;      /* exit status when exited, else the signal */
     double seconds;  /* wall time */
+    long max_rss_kib; /* peak resident memory (getrusage ru_maxrss), 0 if unknown */
 } tsr_test_child;
 
 /* Runs argv (argv[0] = the program's path) in its own process group with

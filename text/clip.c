@@ -9,7 +9,10 @@
  *
  * The forward pass is written once and run twice the first time a shape is
  * seen: in measuring mode (the workspace arena hands out NULL and ops are
- * skipped) to size the workspace exactly, then for real.
+ * skipped) to size the workspace exactly, then for real.  Activations are in
+ * the backend's activation dtype; outputs reach the host as f32 through
+ * tsr_arena_download_f32 (planned too: the measuring pass walks the whole
+ * function).
  */
 #include "text/clip.h"
 
@@ -139,15 +142,18 @@ const tsr_textenc_desc *tsr_clip_get_config(const tsr_clip *c)
 static int alloc3(tsr_arena *ws, tsr_tensor *t, int64_t b, int64_t l, int64_t d)
 {
     int64_t ne[3] = {b, l, d};
-    return tsr_arena_tensor(ws, t, TSR_F32, 3, ne);
+    return tsr_arena_act(ws, t, 3, ne);
 }
 
-/* Row b of a [B, L, D] tensor at position `pos`, copied to the host. */
-static int download_row(tsr_backend *be, const tsr_tensor *t, int64_t b, int64_t pos, float *dst)
+/* Row b of a [B, L, D] tensor at position `pos`, copied to row b of `dst`
+ * [B, D] (host-visible memory only). */
+static int copy_row(tsr_backend *be, const tsr_tensor *t, int64_t b, int64_t pos,
+                    const tsr_tensor *dst)
 {
     const int64_t L = t->ne[1], D = t->ne[2];
-    const float *src = (const float *)t->data + (b * L + pos) * D;
-    return tsr_backend_download(be, dst, src, (size_t)D * sizeof(float));
+    const size_t es = tsr_dtype_size(t->dtype);
+    const char *src = (const char *)t->data + (size_t)((b * L + pos) * D) * es;
+    return tsr_backend_download(be, (char *)dst->data + (size_t)(b * D) * es, src, (size_t)D * es);
 }
 
 static int clip_forward(tsr_clip *c, tsr_arena *ws, const int32_t *ids, int B, int L,
@@ -175,8 +181,7 @@ static int clip_forward(tsr_clip *c, tsr_arena *ws, const int32_t *ids, int B, i
 
     OP(tsr_backend_upload(be, ids_t.data, ids, (size_t)B * L * sizeof(int32_t)));
     OP(tsr_embedding(be, &ids_t, c->tok_emb, &x));
-    tsr_tensor pos = tsr_tensor_2d(TSR_F32, L, D, c->pos_emb->data);
-    pos.backend = c->pos_emb->backend;
+    tsr_tensor pos = tsr_tensor_view2(c->pos_emb, L, D);
     OP(tsr_binary(be, TSR_BINARY_ADD, &x, &pos, &x));
 
     const tsr_attention_params ap = {cfg->num_attention_heads, 0.0f, true};
@@ -199,8 +204,6 @@ static int clip_forward(tsr_clip *c, tsr_arena *ws, const int32_t *ids, int B, i
         if (i + 1 == target && keep.data)
             OP(tsr_scale(be, &x, 1.0f, &keep));
     }
-    if (ws->measuring)
-        return TSR_OK;
 
     /* h = final_layer_norm(last state) serves pooled output, and `hidden`
      * when it is the last layer's normed state. */
@@ -211,14 +214,13 @@ static int clip_forward(tsr_clip *c, tsr_arena *ws, const int32_t *ids, int B, i
             OP(tsr_layer_norm(be, chosen, c->final_w, c->final_b, (float)cfg->layer_norm_eps, &q));
         chosen = chosen == &x ? &h : &q;
     }
-    OP(tsr_backend_download(be, hidden, chosen->data, (size_t)B * L * D * sizeof(float)));
+    TSR_TRY(tsr_arena_download_f32(ws, chosen, 0, hidden));
 
-    if (need_all) {
+    if (need_all || ws->measuring) {
         /* EOS position: first id equal to eos_token_id, or the argmax of the
          * ids for legacy configs (eos_token_id == 2), as transformers does. */
-        tsr_tensor pool_t = tsr_tensor_2d(TSR_F32, B, D, a.data);
-        pool_t.backend = a.backend;
-        for (int b = 0; b < B; b++) {
+        tsr_tensor pool_t = tsr_tensor_view2(&a, B, D);
+        for (int b = 0; b < B && !ws->measuring; b++) {
             const int32_t *row = ids + (size_t)b * L;
             int pos_eos = 0;
             for (int t = 0; t < L; t++) {
@@ -230,25 +232,22 @@ static int clip_forward(tsr_clip *c, tsr_arena *ws, const int32_t *ids, int B, i
                         break;
                 }
             }
-            float *dst = (float *)pool_t.data + (size_t)b * D;
             if (be->host_visible)
-                TSR_TRY(download_row(be, &h, b, pos_eos, dst));
+                TSR_TRY(copy_row(be, &h, b, pos_eos, &pool_t));
             else
                 return tsr_errorf(TSR_ERR_UNSUPPORTED, "pooled output on a device backend");
         }
-        if (pooled)
-            OP(tsr_backend_download(be, pooled, pool_t.data, (size_t)B * D * sizeof(float)));
-        if (projected) {
+        if (pooled || ws->measuring)
+            TSR_TRY(tsr_arena_download_f32(ws, &pool_t, 0, pooled));
+        if (projected || (ws->measuring && c->proj)) {
             if (!c->proj)
                 return tsr_errorf(TSR_ERR_INVALID, "this text encoder has no text_projection");
-            tsr_tensor proj_t = tsr_tensor_2d(TSR_F32, B, cfg->projection_dim, f.data);
-            proj_t.backend = f.backend;
+            tsr_tensor proj_t = tsr_tensor_view2(&f, B, cfg->projection_dim);
             OP(tsr_linear(be, &pool_t, c->proj, NULL, &proj_t));
-            OP(tsr_backend_download(be, projected, proj_t.data,
-                                    (size_t)B * cfg->projection_dim * sizeof(float)));
+            TSR_TRY(tsr_arena_download_f32(ws, &proj_t, 0, projected));
         }
     }
-    return tsr_backend_sync(be);
+    return ws->measuring ? TSR_OK : tsr_backend_sync(be);
 }
 
 int tsr_clip_encode(tsr_clip *c, const int32_t *ids, int batch, int len, const tsr_clip_output *o,

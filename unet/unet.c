@@ -27,6 +27,16 @@
  * buffer (the skip and the previous hidden state are dead once concatenated),
  * so the up pass gives memory back as it climbs.  Blocks put their own
  * temporaries above and release them before returning.
+ *
+ * Activations are in the backend's activation dtype (f16 on a GPU); inputs
+ * and the output cross as f32 through tsr_arena_upload_f32 / _download_f32.
+ *
+ * Row rounding: on a backend with TSR_BACKEND_CAP_ROUND_ROWS (one that
+ * replays captured graphs, which needs fixed shapes) a call's rows are
+ * padded up to 1, 2, 4, 8, 16, 32 or 64 with copies of the last row, and the
+ * padded outputs are never downloaded.  Rows are independent, so the real
+ * rows' values do not depend on the padding (up to the last bits a GEMM of
+ * another height may round differently).  The plan is per padded count.
  */
 #include "unet/unet.h"
 
@@ -225,59 +235,57 @@ size_t tsr_unet_workspace_bytes(const tsr_unet *u) { return u->ws.cap; }
 
 /* ------------------------------------------------------------ forward */
 
-static tsr_tensor view2(const tsr_tensor *t, int64_t a, int64_t b)
-{
-    tsr_tensor v = tsr_tensor_2d(TSR_F32, a, b, t->data);
-    v.backend = t->backend;
-    return v;
-}
-
 static int n_time_ids(const tsr_unet_inputs *in)
 {
     return in->n_time_ids ? in->n_time_ids : 6;
 }
 
-/* Time embedding (+ SDXL's added embedding); leaves SiLU(emb) in r->temb_act. */
-static int embed(tsr_unet *u, unet_run *r, const tsr_unet_inputs *in)
+/* Time embedding (+ SDXL's added embedding); leaves SiLU(emb) in r->temb_act.
+ * B rows, of which the first `given` come from the inputs (the rest repeat
+ * the last, see "Row rounding").  Timesteps and time ids stay f32: they are
+ * the inputs of tsr_timestep_embedding. */
+static int embed(tsr_unet *u, unet_run *r, const tsr_unet_inputs *in, int64_t B)
 {
     tsr_arena *ws = r->ws;
     tsr_backend *be = u->be;
     const tsr_unet_desc *d = &u->d;
-    const int64_t B = in->batch, T = u->temb_dim, c0 = d->block_out_channels[0];
-    TSR_TRY(tsr_arena_tensor(ws, &r->temb_act, TSR_F32, 2, (int64_t[]){B, T}));
+    const int64_t given = in->batch, T = u->temb_dim, c0 = d->block_out_channels[0];
+    const tsr_epilogue silu = {.has_act = true, .act = TSR_UNARY_SILU};
+    TSR_TRY(tsr_arena_act(ws, &r->temb_act, 2, (int64_t[]){B, T}));
     const size_t mark = tsr_arena_mark(ws);
     tsr_tensor t, tp, th, emb;
     TSR_TRY(tsr_arena_tensor(ws, &t, TSR_F32, 1, (int64_t[]){B}));
-    TSR_TRY(tsr_arena_tensor(ws, &tp, TSR_F32, 2, (int64_t[]){B, c0}));
-    TSR_TRY(tsr_arena_tensor(ws, &th, TSR_F32, 2, (int64_t[]){B, T}));
-    TSR_TRY(tsr_arena_tensor(ws, &emb, TSR_F32, 2, (int64_t[]){B, T}));
+    TSR_TRY(tsr_arena_act(ws, &tp, 2, (int64_t[]){B, c0}));
+    TSR_TRY(tsr_arena_act(ws, &th, 2, (int64_t[]){B, T}));
+    TSR_TRY(tsr_arena_act(ws, &emb, 2, (int64_t[]){B, T}));
     const tsr_timestep_params tparams = {(int)c0, d->flip_sin_to_cos, (float)d->freq_shift};
-    OP(tsr_backend_upload(be, t.data, in->timesteps, (size_t)B * sizeof(float)));
+    TSR_TRY(tsr_arena_upload_f32(ws, &t, in->timesteps, given));
     OP(tsr_timestep_embedding(be, &t, &tparams, &tp));
-    OP(tsr_linear(be, &tp, u->t1_w, u->t1_b, &th));
-    OP(tsr_unary(be, TSR_UNARY_SILU, &th, &th));
+    OP(tsr_linear_fused(be, &tp, u->t1_w, u->t1_b, &silu, &th));
     OP(tsr_linear(be, &th, u->t2_w, u->t2_b, &emb));
+    tsr_tensor *e = &emb;
     if (d->text_time) {
         const int64_t nt = n_time_ids(in), ad = d->addition_time_embed_dim;
         const int64_t pooled = d->projection_class_embeddings_input_dim - nt * ad;
         tsr_tensor ids, ide, te, cat, aug;
         TSR_TRY(tsr_arena_tensor(ws, &ids, TSR_F32, 1, (int64_t[]){B * nt}));
-        TSR_TRY(tsr_arena_tensor(ws, &ide, TSR_F32, 2, (int64_t[]){B * nt, ad}));
-        TSR_TRY(tsr_arena_tensor(ws, &te, TSR_F32, 2, (int64_t[]){B, pooled}));
-        TSR_TRY(tsr_arena_tensor(ws, &cat, TSR_F32, 2, (int64_t[]){B, pooled + nt * ad}));
-        TSR_TRY(tsr_arena_tensor(ws, &aug, TSR_F32, 2, (int64_t[]){B, T}));
+        TSR_TRY(tsr_arena_act(ws, &ide, 2, (int64_t[]){B * nt, ad}));
+        TSR_TRY(tsr_arena_act(ws, &te, 2, (int64_t[]){B, pooled}));
+        TSR_TRY(tsr_arena_act(ws, &cat, 2, (int64_t[]){B, pooled + nt * ad}));
+        TSR_TRY(tsr_arena_act(ws, &aug, 2, (int64_t[]){B, T}));
         const tsr_timestep_params ap = {(int)ad, d->flip_sin_to_cos, (float)d->freq_shift};
-        tsr_tensor ide_rows = view2(&ide, B, nt * ad);
-        OP(tsr_backend_upload(be, ids.data, in->time_ids, (size_t)(B * nt) * sizeof(float)));
-        OP(tsr_backend_upload(be, te.data, in->text_embeds, (size_t)(B * pooled) * sizeof(float)));
+        tsr_tensor ide_rows = tsr_tensor_view2(&ide, B, nt * ad);
+        tsr_tensor id_rows = tsr_tensor_view2(&ids, B, nt);
+        TSR_TRY(tsr_arena_upload_f32(ws, &id_rows, in->time_ids, given));
+        TSR_TRY(tsr_arena_upload_f32(ws, &te, in->text_embeds, given));
         OP(tsr_timestep_embedding(be, &ids, &ap, &ide));
         OP(tsr_concat(be, &te, &ide_rows, &cat));
-        OP(tsr_linear(be, &cat, u->a1_w, u->a1_b, &th));
-        OP(tsr_unary(be, TSR_UNARY_SILU, &th, &th));
-        OP(tsr_linear(be, &th, u->a2_w, u->a2_b, &aug));
-        OP(tsr_binary(be, TSR_BINARY_ADD, &emb, &aug, &emb));
+        OP(tsr_linear_fused(be, &cat, u->a1_w, u->a1_b, &silu, &th));
+        /* emb + add_embedding(...), fused: the sum is in aug */
+        OP(tsr_linear_fused(be, &th, u->a2_w, u->a2_b, &(tsr_epilogue){.residual = &emb}, &aug));
+        e = &aug;
     }
-    OP(tsr_unary(be, TSR_UNARY_SILU, &emb, &r->temb_act));
+    OP(tsr_unary(be, TSR_UNARY_SILU, e, &r->temb_act));
     tsr_arena_reset(ws, mark);
     return TSR_OK;
 }
@@ -293,9 +301,9 @@ static int push_new(tsr_arena *ws, skip_stack *s, int64_t b, int64_t h, int64_t 
     return TSR_OK;
 }
 
-static size_t act_bytes(int64_t b, int64_t h, int64_t w, int64_t c)
+static size_t act_bytes(const tsr_arena *ws, int64_t b, int64_t h, int64_t w, int64_t c)
 {
-    size_t n = (size_t)(b * h * w * c) * sizeof(float);
+    size_t n = (size_t)(b * h * w * c) * tsr_dtype_size(tsr_backend_act_dtype(ws->backend));
     return (n + TSR_ARENA_ALIGN - 1) & ~(size_t)(TSR_ARENA_ALIGN - 1);
 }
 
@@ -314,7 +322,7 @@ static int up_layer(unet_run *r, const unet_block *b, int j, skip_stack *s, tsr_
     const size_t cat_end = tsr_arena_mark(ws);
     /* Everything from the skip's base up is dead once concatenated. */
     size_t out_end;
-    if (base + act_bytes(B, H, W, rn->cout) <= top) {
+    if (base + act_bytes(ws, B, H, W, rn->cout) <= top) {
         tsr_arena_reset(ws, base);
         TSR_TRY(unet_alloc4(ws, &out, B, H, W, rn->cout));
         out_end = tsr_arena_mark(ws);
@@ -331,22 +339,22 @@ static int up_layer(unet_run *r, const unet_block *b, int j, skip_stack *s, tsr_
     return TSR_OK;
 }
 
-static int unet_walk(tsr_unet *u, tsr_arena *ws, const tsr_unet_inputs *in, float *out)
+/* One pass over B rows (B >= in->batch: see "Row rounding"). */
+static int unet_walk(tsr_unet *u, tsr_arena *ws, const tsr_unet_inputs *in, int64_t B, float *out)
 {
     const tsr_unet_desc *d = &u->d;
     tsr_backend *be = u->be;
-    const int64_t B = in->batch, L = in->context_len;
+    const int64_t L = in->context_len;
     int64_t H = in->height, W = in->width;
     unet_run r = {.be = be, .ws = ws, .desc = d};
     const tsr_conv2d_params p3 = tsr_conv2d_params_make(1, 1), p3s2 = tsr_conv2d_params_make(2, 1);
 
     tsr_tensor x;
     TSR_TRY(unet_alloc4(ws, &x, B, H, W, d->in_channels));
-    TSR_TRY(tsr_arena_tensor(ws, &r.context, TSR_F32, 3,
-                             (int64_t[]){B, L, d->cross_attention_dim}));
-    OP(tsr_backend_upload(be, x.data, in->latents, tsr_tensor_nbytes(&x)));
-    OP(tsr_backend_upload(be, r.context.data, in->context, tsr_tensor_nbytes(&r.context)));
-    TSR_TRY(embed(u, &r, in));
+    TSR_TRY(tsr_arena_act(ws, &r.context, 3, (int64_t[]){B, L, d->cross_attention_dim}));
+    TSR_TRY(tsr_arena_upload_f32(ws, &x, in->latents, in->batch));
+    TSR_TRY(tsr_arena_upload_f32(ws, &r.context, in->context, in->batch));
+    TSR_TRY(embed(u, &r, in, B));
 
     skip_stack *s = &u->skips;
     s->n = 0;
@@ -414,9 +422,10 @@ static int unet_walk(tsr_unet *u, tsr_arena *ws, const tsr_unet_inputs *in, floa
         CK(tsr_group_norm(be, &cur, u->norm_out_w, u->norm_out_b, d->norm_num_groups,
                           (float)d->norm_eps, true, &gn));
         CK(tsr_conv2d(be, &gn, u->conv_out_w, u->conv_out_b, &p3, &y));
-        CK(tsr_backend_download(be, out, y.data, tsr_tensor_nbytes(&y)));
-        CK(tsr_backend_sync(be));
     }
+    CK(tsr_arena_download_f32(ws, &y, in->batch, out)); /* the real rows only */
+    if (!ws->measuring)
+        CK(tsr_backend_sync(be));
     rc = TSR_OK;
 done:
 #undef CK
@@ -464,9 +473,23 @@ static int check_inputs(const tsr_unet *u, const tsr_unet_inputs *in)
     return TSR_OK;
 }
 
+/* Rows a call runs: the given count, or (TSR_BACKEND_CAP_ROUND_ROWS) the
+ * next of 1, 2, 4, ..., 64. */
+static int run_rows(const tsr_unet *u, int batch)
+{
+    if (!tsr_backend_has_cap(u->be, TSR_BACKEND_CAP_ROUND_ROWS))
+        return batch;
+    int rows = 1;
+    while (rows < batch)
+        rows *= 2;
+    return rows < TSR_UNET_MAX_BATCH ? rows : TSR_UNET_MAX_BATCH;
+}
+
+int tsr_unet_rows(const tsr_unet *u, int batch) { return run_rows(u, batch); }
+
 static bool same_plan(const tsr_unet *u, const tsr_unet_inputs *in)
 {
-    return u->ws.base && u->plan[0] == in->batch && u->plan[1] == in->height &&
+    return u->ws.base && u->plan[0] == run_rows(u, in->batch) && u->plan[1] == in->height &&
            u->plan[2] == in->width && u->plan[3] == in->context_len &&
            u->plan[4] == n_time_ids(in);
 }
@@ -476,15 +499,16 @@ int tsr_unet_plan(tsr_unet *u, const tsr_unet_inputs *in)
     TSR_TRY(check_inputs(u, in));
     if (same_plan(u, in))
         return TSR_OK;
+    const int rows = run_rows(u, in->batch);
     tsr_arena plan;
     tsr_arena_init_measure(&plan, u->be);
-    TSR_TRY(unet_walk(u, &plan, in, NULL));
+    TSR_TRY(unet_walk(u, &plan, in, rows, NULL));
     if (plan.peak > u->ws.cap) {
         tsr_arena_free(&u->ws);
         memset(u->plan, 0, sizeof u->plan);
         TSR_TRY(tsr_arena_init(&u->ws, u->be, plan.peak));
     }
-    const int key[5] = {in->batch, in->height, in->width, in->context_len, n_time_ids(in)};
+    const int key[5] = {rows, in->height, in->width, in->context_len, n_time_ids(in)};
     memcpy(u->plan, key, sizeof key);
     return TSR_OK;
 }
@@ -495,7 +519,7 @@ int tsr_unet_workspace_need(tsr_unet *u, const tsr_unet_inputs *in, size_t *byte
     TSR_TRY(check_inputs(u, in));
     tsr_arena plan;
     tsr_arena_init_measure(&plan, u->be);
-    int rc = unet_walk(u, &plan, in, NULL);
+    int rc = unet_walk(u, &plan, in, run_rows(u, in->batch), NULL);
     *bytes = plan.peak;
     tsr_arena_free(&plan);
     return rc;
@@ -514,5 +538,5 @@ int tsr_unet_forward(tsr_unet *u, const tsr_unet_inputs *in, float *out)
         return tsr_errorf(TSR_ERR_INVALID, "unet: NULL model or output");
     TSR_TRY(tsr_unet_plan(u, in));
     tsr_arena_reset(&u->ws, 0);
-    return unet_walk(u, &u->ws, in, out);
+    return unet_walk(u, &u->ws, in, run_rows(u, in->batch), out);
 }

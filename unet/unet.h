@@ -82,6 +82,11 @@ int tsr_unet_forward(tsr_unet *u, const tsr_unet_inputs *in, float *out);
  * tsr_unet_forward does this itself when the shape changes. */
 int tsr_unet_plan(tsr_unet *u, const tsr_unet_inputs *in);
 
+/* Rows a call with `batch` rows computes: batch itself, or on a backend
+ * with TSR_BACKEND_CAP_ROUND_ROWS the next of 1, 2, 4, ..., 64 (the extra
+ * rows repeat the last one and their outputs are dropped). */
+int tsr_unet_rows(const tsr_unet *u, int batch);
+
 const tsr_unet_desc *tsr_unet_get_desc(const tsr_unet *u);
 /* Bytes of the workspace currently allocated (0 before the first plan). */
 size_t tsr_unet_workspace_bytes(const tsr_unet *u);

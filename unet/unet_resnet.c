@@ -7,7 +7,10 @@
  *   out = h + (conv_shortcut(x) if cin != cout else x)
  *
  * SiLU(temb) is the same for every resnet of a call, so unet.c computes it
- * once (unet_run.temb_act).  GroupNorm and SiLU are one fused backend op.
+ * once (unet_run.temb_act).  GroupNorm and SiLU are one fused backend op,
+ * and both adds are the convolutions' fused residuals (conv1 + the
+ * projected time embedding broadcast over H, W; conv2 + the shortcut), so
+ * the block is seven backend calls.
  * Temporaries are laid out so the block needs (cin + cout + B) floats per
  * pixel beyond its output: the second norm reuses the first norm's buffer
  * when it fits, and the shortcut reuses conv1's buffer (both dead by then).
@@ -22,7 +25,8 @@ int unet_weight(const tsr_weights *w, const tsr_tensor **out, int ndim, const in
 {
     TSR_TRY(tsr_weights_get(w, name, out));
     const tsr_tensor *t = *out;
-    bool ok = t->ndim == ndim && t->dtype == TSR_F32;
+    bool ok = t->ndim == ndim &&
+              (t->dtype == TSR_F32 || t->dtype == TSR_F16 || t->dtype == TSR_BF16);
     for (int i = 0; ok && i < ndim; i++)
         ok = t->ne[i] == ne[i];
     if (!ok) {
@@ -48,7 +52,7 @@ int unet_weightf(const tsr_weights *w, const tsr_tensor **out, int ndim, const i
 int unet_alloc4(tsr_arena *ws, tsr_tensor *t, int64_t n, int64_t h, int64_t w, int64_t c)
 {
     int64_t ne[4] = {n, h, w, c};
-    return tsr_arena_tensor(ws, t, TSR_F32, 4, ne);
+    return tsr_arena_act(ws, t, 4, ne);
 }
 
 int unet_resnet_bind(const tsr_weights *w, const char *p, int cin, int cout, int temb_dim,
@@ -73,8 +77,7 @@ int unet_resnet_bind(const tsr_weights *w, const char *p, int cin, int cout, int
     if (cin != cout) {
         TSR_TRY(unet_weightf(w, &r->short_w, 4, sw, p, "conv_shortcut.weight"));
         TSR_TRY(unet_weightf(w, &r->short_b, 1, vout, p, "conv_shortcut.bias"));
-        r->short_w2d = tsr_tensor_2d(TSR_F32, cout, cin, r->short_w->data);
-        r->short_w2d.backend = r->short_w->backend;
+        r->short_w2d = tsr_tensor_view2(r->short_w, cout, cin);
     }
     return TSR_OK;
 }
@@ -93,13 +96,13 @@ int unet_resnet_forward(unet_run *r, const unet_resnet *rn, const tsr_tensor *x,
     TSR_TRY(unet_alloc4(ws, &t1, B, H, W, rn->cin));
     TSR_TRY(unet_alloc4(ws, &c1, B, H, W, rn->cout));
     TSR_TRY(unet_alloc4(ws, &tp, B, 1, 1, rn->cout));
-    tsr_tensor tp2 = tsr_tensor_2d(TSR_F32, B, rn->cout, tp.data);
-    tp2.backend = tp.backend;
+    tsr_tensor tp2 = tsr_tensor_view2(&tp, B, rn->cout);
 
     OP(tsr_group_norm(be, x, rn->norm1_w, rn->norm1_b, groups, eps, true, &t1));
-    OP(tsr_conv2d(be, &t1, rn->conv1_w, rn->conv1_b, &p3, &c1));
     OP(tsr_linear(be, &r->temb_act, rn->temb_w, rn->temb_b, &tp2));
-    OP(tsr_binary(be, TSR_BINARY_ADD, &c1, &tp, &c1));
+    /* conv1 + bias, then + the time embedding [B,1,1,C] broadcast */
+    OP(tsr_conv2d_fused(be, &t1, rn->conv1_w, rn->conv1_b, &p3, &(tsr_epilogue){.residual = &tp},
+                        &c1));
 
     /* t1 is dead: the second norm's output reuses it when it fits. */
     tsr_tensor t2 = c1;
@@ -108,19 +111,18 @@ int unet_resnet_forward(unet_run *r, const unet_resnet *rn, const tsr_tensor *x,
     else
         TSR_TRY(unet_alloc4(ws, &t2, B, H, W, rn->cout));
     OP(tsr_group_norm(be, &c1, rn->norm2_w, rn->norm2_b, groups, eps, true, &t2));
-    OP(tsr_conv2d(be, &t2, rn->conv2_w, rn->conv2_b, &p3, out));
 
+    /* out = conv2 + bias, then + the shortcut: x itself, or conv_shortcut
+     * (1x1, a GEMM over pixels) computed first into c1 (dead by now). */
+    const tsr_tensor *shortcut = x;
     if (rn->short_w) {
-        /* conv_shortcut (1x1) as a GEMM over pixels, into c1 (dead). */
-        tsr_tensor x2 = tsr_tensor_2d(TSR_F32, B * H * W, rn->cin, x->data);
-        tsr_tensor s2 = tsr_tensor_2d(TSR_F32, B * H * W, rn->cout, c1.data);
-        x2.backend = x->backend;
-        s2.backend = c1.backend;
+        tsr_tensor x2 = tsr_tensor_view2(x, B * H * W, rn->cin);
+        tsr_tensor s2 = tsr_tensor_view2(&c1, B * H * W, rn->cout);
         OP(tsr_linear(be, &x2, &rn->short_w2d, rn->short_b, &s2));
-        OP(tsr_binary(be, TSR_BINARY_ADD, out, &c1, out));
-    } else {
-        OP(tsr_binary(be, TSR_BINARY_ADD, out, x, out));
+        shortcut = &c1;
     }
+    OP(tsr_conv2d_fused(be, &t2, rn->conv2_w, rn->conv2_b, &p3,
+                        &(tsr_epilogue){.residual = shortcut}, out));
     tsr_arena_reset(ws, mark);
     return TSR_OK;
 }

@@ -12,12 +12,19 @@
  *     h += ff2(GEGLU(ff1(LN3(h))))              feed-forward (inner = 4C)
  *   x += proj_out(h)                            in place
  *
+ * Every `h +=` is the fused residual of the linear that produces the
+ * addend (to_out, ff.net.2): the result goes to the other of two token
+ * buffers, which then swap roles (a backend may not write its output over
+ * the residual it reads).  proj_out's `x +=` stays a separate add because
+ * its result must land in x itself.
+ *
  * Memory: the feed-forward's inner activations (12C floats per token, the
  * largest tensors of the whole UNet) are computed over chunks of tokens, so
  * they cost a fixed FF_CHUNK_BYTES instead of growing with the image; the
  * q/k/v/out buffers of attention are released before the feed-forward runs.
  * Attention itself is the backend's query-chunked op: no Lq x Lk matrix.
- * upcast_attention changes nothing here: the CPU backend computes in f32.
+ * upcast_attention changes nothing here: the CPU backend computes in f32,
+ * and a backend storing f16 accumulates attention in f32.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,8 +46,7 @@ static int bind_proj(const tsr_weights *w, const char *p, const char *what, int 
     const int64_t lin[2] = {c, c}, conv[4] = {c, 1, 1, c}, vc[1] = {c};
     snprintf(name, sizeof name, "%s.weight", what);
     TSR_TRY(unet_weightf(w, &t, linear ? 2 : 4, linear ? lin : conv, p, name));
-    *view = tsr_tensor_2d(TSR_F32, c, c, t->data);
-    view->backend = t->backend;
+    *view = tsr_tensor_view2(t, c, c);
     snprintf(name, sizeof name, "%s.bias", what);
     return unet_weightf(w, bias, 1, vc, p, name);
 }
@@ -127,27 +133,9 @@ void unet_transformer_release(unet_transformer *t)
     t->n_layers = 0;
 }
 
-static tsr_tensor seq3(const tsr_tensor *like, int64_t b, int64_t l, int64_t c)
-{
-    tsr_tensor t = tsr_tensor_3d(TSR_F32, b, l, c, like->data);
-    t.backend = like->backend;
-    return t;
-}
-
-/* Rows [r0, r0+n) of a 2-D [R, C] tensor (no pointer arithmetic on the
- * NULL data of a measuring pass). */
-static tsr_tensor rows(const tsr_tensor *t, int64_t r0, int64_t n)
-{
-    tsr_tensor v = *t;
-    v.ne[0] = n;
-    if (v.data)
-        v.data = (float *)v.data + r0 * t->ne[1];
-    return v;
-}
-
-/* out [B,T,C] = to_out(attention(to_q(xq), to_k(kv), to_v(kv))). */
+/* out [B,T,C] = to_out(attention(to_q(xq), to_k(kv), to_v(kv))) + res. */
 static int attention(unet_run *r, const unet_attn *a, int heads, const tsr_tensor *xq,
-                     const tsr_tensor *kv, tsr_tensor *out)
+                     const tsr_tensor *kv, const tsr_tensor *res, tsr_tensor *out)
 {
     tsr_arena *ws = r->ws;
     tsr_backend *be = r->be;
@@ -155,42 +143,46 @@ static int attention(unet_run *r, const unet_attn *a, int heads, const tsr_tenso
     const size_t mark = tsr_arena_mark(ws);
     tsr_tensor q, k, v, o;
     int64_t nq[3] = {B, T, C}, nk[3] = {B, L, C};
-    TSR_TRY(tsr_arena_tensor(ws, &q, TSR_F32, 3, nq));
-    TSR_TRY(tsr_arena_tensor(ws, &k, TSR_F32, 3, nk));
-    TSR_TRY(tsr_arena_tensor(ws, &v, TSR_F32, 3, nk));
-    TSR_TRY(tsr_arena_tensor(ws, &o, TSR_F32, 3, nq));
+    TSR_TRY(tsr_arena_act(ws, &q, 3, nq));
+    TSR_TRY(tsr_arena_act(ws, &k, 3, nk));
+    TSR_TRY(tsr_arena_act(ws, &v, 3, nk));
+    TSR_TRY(tsr_arena_act(ws, &o, 3, nq));
     const tsr_attention_params ap = {.heads = heads, .scale = 0.0f, .causal = false};
     OP(tsr_linear(be, xq, a->q_w, NULL, &q));
     OP(tsr_linear(be, kv, a->k_w, NULL, &k));
     OP(tsr_linear(be, kv, a->v_w, NULL, &v));
     OP(tsr_attention(be, &q, &k, &v, &ap, &o));
-    OP(tsr_linear(be, &o, a->o_w, a->o_b, out));
+    OP(tsr_linear_fused(be, &o, a->o_w, a->o_b, &(tsr_epilogue){.residual = res}, out));
     tsr_arena_reset(ws, mark);
     return TSR_OK;
 }
 
-/* out [R, C] = ff2(GEGLU(ff1(x [R, C]))) over chunks of rows. */
-static int feed_forward(unet_run *r, const unet_tlayer *l, const tsr_tensor *x, tsr_tensor *out)
+/* out [R, C] = ff2(GEGLU(ff1(x [R, C]))) + res over chunks of rows. */
+static int feed_forward(unet_run *r, const unet_tlayer *l, const tsr_tensor *x,
+                        const tsr_tensor *res, tsr_tensor *out)
 {
     tsr_arena *ws = r->ws;
     tsr_backend *be = r->be;
     const int64_t R = x->ne[0], inner = l->inner;
-    int64_t chunk = (int64_t)(FF_CHUNK_BYTES / ((size_t)3 * (size_t)inner * sizeof(float)));
+    const size_t es = tsr_dtype_size(x->dtype);
+    int64_t chunk = (int64_t)(FF_CHUNK_BYTES / ((size_t)3 * (size_t)inner * es));
     chunk = chunk < 64 ? 64 : chunk & ~(int64_t)63;
     if (chunk > R)
         chunk = R;
     const size_t mark = tsr_arena_mark(ws);
     tsr_tensor f, g;
     int64_t nf[2] = {chunk, 2 * inner}, ng[2] = {chunk, inner};
-    TSR_TRY(tsr_arena_tensor(ws, &f, TSR_F32, 2, nf));
-    TSR_TRY(tsr_arena_tensor(ws, &g, TSR_F32, 2, ng));
+    TSR_TRY(tsr_arena_act(ws, &f, 2, nf));
+    TSR_TRY(tsr_arena_act(ws, &g, 2, ng));
     for (int64_t r0 = 0; r0 < R && !ws->measuring; r0 += chunk) {
         int64_t n = R - r0 < chunk ? R - r0 : chunk;
-        tsr_tensor xc = rows(x, r0, n), oc = rows(out, r0, n);
-        tsr_tensor fc = rows(&f, 0, n), gc = rows(&g, 0, n);
+        tsr_tensor xc = tsr_tensor_rows(x, r0, n), oc = tsr_tensor_rows(out, r0, n);
+        tsr_tensor rc = tsr_tensor_rows(res, r0, n);
+        tsr_tensor fc = tsr_tensor_rows(&f, 0, n), gc = tsr_tensor_rows(&g, 0, n);
         TSR_TRY(tsr_linear(be, &xc, l->ff1_w, l->ff1_b, &fc));
         TSR_TRY(tsr_geglu(be, &fc, &gc));
-        TSR_TRY(tsr_linear(be, &gc, l->ff2_w, l->ff2_b, &oc));
+        TSR_TRY(tsr_linear_fused(be, &gc, l->ff2_w, l->ff2_b, &(tsr_epilogue){.residual = &rc},
+                                 &oc));
     }
     tsr_arena_reset(ws, mark);
     return TSR_OK;
@@ -205,28 +197,36 @@ int unet_transformer_forward(unet_run *r, const unet_transformer *t, tsr_tensor 
     tsr_tensor n4, h, a;
     TSR_TRY(unet_alloc4(ws, &n4, B, x->ne[1], x->ne[2], C));
     int64_t ns[3] = {B, T, C};
-    TSR_TRY(tsr_arena_tensor(ws, &h, TSR_F32, 3, ns));
-    TSR_TRY(tsr_arena_tensor(ws, &a, TSR_F32, 3, ns));
-    tsr_tensor n = seq3(&n4, B, T, C), x3 = seq3(x, B, T, C);
-    tsr_tensor a2 = tsr_tensor_2d(TSR_F32, B * T, C, a.data);
-    tsr_tensor n2 = tsr_tensor_2d(TSR_F32, B * T, C, n.data);
-    a2.backend = n2.backend = h.backend;
+    TSR_TRY(tsr_arena_act(ws, &h, 3, ns));
+    TSR_TRY(tsr_arena_act(ws, &a, 3, ns));
+    tsr_tensor n = tsr_tensor_view3(&n4, B, T, C), x3 = tsr_tensor_view3(x, B, T, C);
+    const tsr_tensor a2 = tsr_tensor_view2(&a, B * T, C);
 
     OP(tsr_group_norm(be, x, t->norm_w, t->norm_b, r->desc->norm_num_groups, TRANSFORMER_GN_EPS,
                       false, &n4));
     OP(tsr_linear(be, &n, &t->proj_in_w, t->proj_in_b, &h));
+    /* h + block(...) goes to n, and then n is the new h */
+#define SWAP_HN()           \
+    do {                    \
+        tsr_tensor tmp = h; \
+        h = n;              \
+        n = tmp;            \
+    } while (0)
     for (int i = 0; i < t->n_layers; i++) {
         const unet_tlayer *l = &t->layers[i];
         OP(tsr_layer_norm(be, &h, l->ln1_w, l->ln1_b, LAYER_NORM_EPS, &a));
-        TSR_TRY(attention(r, &l->self, t->heads, &a, &a, &n));
-        OP(tsr_binary(be, TSR_BINARY_ADD, &h, &n, &h));
+        TSR_TRY(attention(r, &l->self, t->heads, &a, &a, &h, &n));
+        SWAP_HN();
         OP(tsr_layer_norm(be, &h, l->ln2_w, l->ln2_b, LAYER_NORM_EPS, &a));
-        TSR_TRY(attention(r, &l->cross, t->heads, &a, &r->context, &n));
-        OP(tsr_binary(be, TSR_BINARY_ADD, &h, &n, &h));
+        TSR_TRY(attention(r, &l->cross, t->heads, &a, &r->context, &h, &n));
+        SWAP_HN();
         OP(tsr_layer_norm(be, &h, l->ln3_w, l->ln3_b, LAYER_NORM_EPS, &a));
-        TSR_TRY(feed_forward(r, l, &a2, &n2));
-        OP(tsr_binary(be, TSR_BINARY_ADD, &h, &n, &h));
+        const tsr_tensor h2 = tsr_tensor_view2(&h, B * T, C);
+        tsr_tensor n2 = tsr_tensor_view2(&n, B * T, C);
+        TSR_TRY(feed_forward(r, l, &a2, &h2, &n2));
+        SWAP_HN();
     }
+#undef SWAP_HN
     OP(tsr_linear(be, &h, &t->proj_out_w, t->proj_out_b, &n));
     OP(tsr_binary(be, TSR_BINARY_ADD, &x3, &n, &x3));
     tsr_arena_reset(ws, mark);

@@ -214,11 +214,12 @@ static void relu(tsr_tensor *x)
         p[i] = p[i] > 0.0f ? p[i] : 0.0f;
 }
 
+/* TAESD stays f32 (its ReLU and tanh run on the host; see preview.h), so
+ * its activations name f32 rather than the backend's activation dtype. */
 static tsr_tensor slot(tsr_taesd *t, int s, int64_t n, int64_t h, int64_t w, int64_t c)
 {
-    tsr_tensor x = tsr_tensor_4d(TSR_F32, n, h, w, c, t->slot[s]);
-    x.backend = t->backend;
-    return x;
+    const int64_t ne[4] = {n, h, w, c};
+    return tsr_tensor_make(TSR_F32, 4, ne, t->slot[s], t->backend);
 }
 
 static int conv(tsr_taesd *t, int i, const tsr_tensor *x, tsr_tensor *y)

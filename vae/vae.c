@@ -106,7 +106,8 @@ static int plan(tsr_vae *v, vae_mode mode, int B, int h, int w)
     TSR_TRY(rc);
     if (r.need > SIZE_MAX / 64)
         return tsr_errorf(TSR_ERR_RANGE, "vae: workspace too large");
-    const size_t slot_bytes = align64(r.need * sizeof(float));
+    const size_t es = tsr_dtype_size(tsr_backend_act_dtype(v->backend));
+    const size_t slot_bytes = align64(r.need * es);
     const size_t total = 3 * slot_bytes + temps + 4 * TSR_ARENA_ALIGN;
     v->plan_mode = 0;
     if (total > v->ws.cap) {
@@ -121,7 +122,7 @@ static int plan(tsr_vae *v, vae_mode mode, int B, int h, int w)
         if (!v->slot[i])
             return tsr_errorf(TSR_ERR_INTERNAL, "vae: workspace layout failed");
     }
-    v->slot_elems = slot_bytes / sizeof(float);
+    v->slot_elems = slot_bytes / es;
     v->ws_mark = tsr_arena_mark(&v->ws);
     v->plan_mode = (int)mode;
     v->plan_b = B;

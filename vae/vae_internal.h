@@ -56,7 +56,7 @@ struct tsr_vae {
 
     /* workspace: three activation slots, then attention temporaries */
     tsr_arena ws;
-    float *slot[3];
+    void *slot[3]; /* activations in the backend's activation dtype */
     size_t slot_elems;
     size_t ws_mark; /* arena offset after the slots */
     int plan_mode, plan_b, plan_h, plan_w; /* shape the workspace is laid out for */

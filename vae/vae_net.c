@@ -17,7 +17,13 @@
  * leaves its sum in b; upsampling reads a, upsamples into b, convolves into
  * c.  That is the same three-tensor peak PyTorch's eager graph reaches, with
  * no allocation per op.  Only the mid attention takes temporaries (k and v)
- * from the arena after the slots.
+ * from the arena after the slots.  A resnet's final add is conv2's fused
+ * residual: into slot b (residual x), or with a shortcut conv, the shortcut
+ * goes to b first and the sum to a (x is dead by then); the attention's
+ * residual add is its output projection's.
+ *
+ * Activations are in the backend's activation dtype; latents, images and
+ * moments cross as f32 (tsr_arena_upload_f32 / _download_f32).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -43,19 +49,19 @@ static int wget(const tsr_weights *w, tsr_tensor *out, int ndim, int64_t n0, int
     const tsr_tensor *t;
     TSR_TRY(tsr_weights_get(w, name, &t));
     const int64_t ne[4] = {n0, n1, n2, n3};
-    bool ok = t->ndim == ndim && t->dtype == TSR_F32;
+    const bool fl = t->dtype == TSR_F32 || t->dtype == TSR_F16 || t->dtype == TSR_BF16;
+    bool ok = t->ndim == ndim && fl;
     for (int i = 0; ok && i < ndim; i++)
         ok = t->ne[i] == ne[i];
-    if (!ok && ndim == 2 && t->ndim == 4 && t->dtype == TSR_F32 && t->ne[0] == n0 &&
-        t->ne[1] == 1 && t->ne[2] == 1 && t->ne[3] == n1) {
-        *out = tsr_tensor_2d(TSR_F32, n0, n1, t->data);
-        out->backend = t->backend;
+    if (!ok && ndim == 2 && t->ndim == 4 && fl && t->ne[0] == n0 && t->ne[1] == 1 &&
+        t->ne[2] == 1 && t->ne[3] == n1) {
+        *out = tsr_tensor_view2(t, n0, n1);
         return TSR_OK;
     }
     if (!ok) {
         char got[64], want[64];
         tsr_tensor wt = tsr_tensor_make(TSR_F32, ndim, ne, NULL, NULL);
-        return tsr_errorf(TSR_ERR_FORMAT, "vae: weight '%s' is %s %s, expected f32 %s", name,
+        return tsr_errorf(TSR_ERR_FORMAT, "vae: weight '%s' is %s %s, expected a float %s", name,
                           tsr_dtype_name(t->dtype), tsr_tensor_shape_str(t, got, sizeof got),
                           tsr_tensor_shape_str(&wt, want, sizeof want));
     }
@@ -215,22 +221,24 @@ static int slot(vae_run *r, int s, int64_t n, int64_t h, int64_t w, int64_t c, t
     if (!r->measuring && e > r->v->slot_elems)
         return tsr_errorf(TSR_ERR_INTERNAL, "vae: workspace slot too small (%zu < %llu)",
                           r->v->slot_elems, (unsigned long long)e);
-    *t = tsr_tensor_4d(TSR_F32, n, h, w, c, r->measuring ? NULL : r->v->slot[s]);
-    t->backend = r->v->backend;
+    const int64_t ne[4] = {n, h, w, c};
+    *t = tsr_tensor_make(tsr_backend_act_dtype(r->v->backend), 4, ne,
+                         r->measuring ? NULL : r->v->slot[s], r->v->backend);
     return TSR_OK;
 }
 
 static inline int nxt(int s, int k) { return (s + k) % 3; }
 
+/* y = conv(x) + b [+ res] */
 static int conv(vae_run *r, const tsr_tensor *x, const tsr_tensor *wt, const tsr_tensor *b,
-                int stride, int pad, tsr_tensor *y)
+                int stride, int pad, const tsr_tensor *res, tsr_tensor *y)
 {
     tsr_conv2d_params p = tsr_conv2d_params_make(stride, pad);
-    OP(tsr_conv2d(r->v->backend, x, wt, b, &p, y));
+    OP(tsr_conv2d_fused(r->v->backend, x, wt, b, &p, &(tsr_epilogue){.residual = res}, y));
     return TSR_OK;
 }
 
-/* x (slot cur) -> result in slot cur+1. */
+/* x (slot cur) -> result in slot cur+1, or with a shortcut conv in slot cur. */
 static int resnet(vae_run *r, const vae_resnet *rs, const tsr_tensor *x, tsr_tensor *y)
 {
     tsr_backend *be = r->v->backend;
@@ -241,17 +249,20 @@ static int resnet(vae_run *r, const vae_resnet *rs, const tsr_tensor *x, tsr_ten
     TSR_TRY(slot(r, b, N, H, W, rs->cin, &tb));
     OP(tsr_group_norm(be, x, &rs->n1_w, &rs->n1_b, G, VAE_GN_EPS, true, &tb));
     TSR_TRY(slot(r, c, N, H, W, rs->cout, &tc));
-    TSR_TRY(conv(r, &tb, &rs->c1_w, &rs->c1_b, 1, 1, &tc));
+    TSR_TRY(conv(r, &tb, &rs->c1_w, &rs->c1_b, 1, 1, NULL, &tc));
     OP(tsr_group_norm(be, &tc, &rs->n2_w, &rs->n2_b, G, VAE_GN_EPS, true, &tc));
-    TSR_TRY(slot(r, b, N, H, W, rs->cout, &ob));
-    TSR_TRY(conv(r, &tc, &rs->c2_w, &rs->c2_b, 1, 1, &ob));
     if (rs->has_sc) {
-        TSR_TRY(conv(r, x, &rs->sc_w, &rs->sc_b, 1, 0, &tc));
-        OP(tsr_binary(be, TSR_BINARY_ADD, &ob, &tc, &ob));
+        tsr_tensor sc;
+        TSR_TRY(slot(r, b, N, H, W, rs->cout, &sc));
+        TSR_TRY(conv(r, x, &rs->sc_w, &rs->sc_b, 1, 0, NULL, &sc));
+        TSR_TRY(slot(r, a, N, H, W, rs->cout, &ob));
+        TSR_TRY(conv(r, &tc, &rs->c2_w, &rs->c2_b, 1, 1, &sc, &ob));
+        r->cur = a;
     } else {
-        OP(tsr_binary(be, TSR_BINARY_ADD, &ob, x, &ob));
+        TSR_TRY(slot(r, b, N, H, W, rs->cout, &ob));
+        TSR_TRY(conv(r, &tc, &rs->c2_w, &rs->c2_b, 1, 1, x, &ob));
+        r->cur = b;
     }
-    r->cur = b;
     *y = ob;
     return TSR_OK;
 }
@@ -269,18 +280,19 @@ static int attention(vae_run *r, const vae_attn *at, const tsr_tensor *x, tsr_te
     OP(tsr_group_norm(be, x, &at->gn_w, &at->gn_b, r->v->desc.norm_num_groups, VAE_GN_EPS, false,
                       &tb));
     const int64_t ne[3] = {N, H * W, C};
-    TSR_TRY(tsr_arena_tensor(r->ws, &k, TSR_F32, 3, ne));
-    TSR_TRY(tsr_arena_tensor(r->ws, &v, TSR_F32, 3, ne));
-    tsr_tensor seq_b = tsr_tensor_3d(TSR_F32, N, H * W, C, tb.data);
-    tsr_tensor seq_c = tsr_tensor_3d(TSR_F32, N, H * W, C, tc.data);
-    seq_b.backend = seq_c.backend = be;
+    TSR_TRY(tsr_arena_act(r->ws, &k, 3, ne));
+    TSR_TRY(tsr_arena_act(r->ws, &v, 3, ne));
+    tsr_tensor seq_b = tsr_tensor_view3(&tb, N, H * W, C);
+    tsr_tensor seq_c = tsr_tensor_view3(&tc, N, H * W, C);
+    const tsr_tensor seq_x = tsr_tensor_view3(x, N, H * W, C);
     OP(tsr_linear(be, &seq_b, &at->q_w, &at->q_b, &seq_c));
     OP(tsr_linear(be, &seq_b, &at->k_w, &at->k_b, &k));
     OP(tsr_linear(be, &seq_b, &at->v_w, &at->v_b, &v));
     const tsr_attention_params ap = {1, 0.0f, false};
     OP(tsr_attention(be, &seq_c, &k, &v, &ap, &seq_b));
-    OP(tsr_linear(be, &seq_b, &at->o_w, &at->o_b, &seq_c));
-    OP(tsr_binary(be, TSR_BINARY_ADD, &tc, x, &tc));
+    /* to_out + bias, then + x */
+    OP(tsr_linear_fused(be, &seq_b, &at->o_w, &at->o_b, &(tsr_epilogue){.residual = &seq_x},
+                        &seq_c));
     tsr_arena_reset(r->ws, mark);
     r->cur = c;
     *y = tc;
@@ -305,7 +317,7 @@ static int head(vae_run *r, const vae_half *h, tsr_tensor *x, int cout)
     tsr_tensor y;
     r->cur = nxt(r->cur, 1);
     TSR_TRY(slot(r, r->cur, x->ne[0], x->ne[1], x->ne[2], cout, &y));
-    TSR_TRY(conv(r, x, &h->conv_out_w, &h->conv_out_b, 1, 1, &y));
+    TSR_TRY(conv(r, x, &h->conv_out_w, &h->conv_out_b, 1, 1, NULL, &y));
     *x = y;
     return TSR_OK;
 }
@@ -319,26 +331,26 @@ int tsr_vae_net_decode(vae_run *r, const float *latents, int B, int h, int w, fl
     tsr_tensor x, y;
     r->cur = 0;
     TSR_TRY(slot(r, 0, B, h, w, C, &x));
-    OP(tsr_backend_upload(be, x.data, latents, tsr_tensor_nbytes(&x)));
+    TSR_TRY(tsr_arena_upload_f32(r->ws, &x, latents, 0));
     /* z = latents / scaling_factor + shift_factor */
     OP(tsr_scale(be, &x, (float)(1.0 / d->scaling_factor), &x));
     if (d->shift_factor != 0.0) {
         const size_t mark = tsr_arena_mark(r->ws);
         tsr_tensor sh;
         const int64_t ne1[1] = {C};
-        TSR_TRY(tsr_arena_tensor(r->ws, &sh, TSR_F32, 1, ne1));
+        TSR_TRY(tsr_arena_act(r->ws, &sh, 1, ne1));
         float host[64];
         for (int i = 0; i < C && i < 64; i++)
             host[i] = (float)d->shift_factor;
-        OP(tsr_backend_upload(be, sh.data, host, (size_t)C * sizeof(float)));
+        TSR_TRY(tsr_arena_upload_f32(r->ws, &sh, host, 0));
         OP(tsr_binary(be, TSR_BINARY_ADD, &x, &sh, &x));
         tsr_arena_reset(r->ws, mark);
     }
     TSR_TRY(slot(r, 1, B, h, w, C, &y));
-    TSR_TRY(conv(r, &x, &v->post_w, &v->post_b, 1, 0, &y));
+    TSR_TRY(conv(r, &x, &v->post_w, &v->post_b, 1, 0, NULL, &y));
     const int top = d->block_out_channels[d->n_blocks - 1];
     TSR_TRY(slot(r, 2, B, h, w, top, &x));
-    TSR_TRY(conv(r, &y, &v->dec.conv_in_w, &v->dec.conv_in_b, 1, 1, &x));
+    TSR_TRY(conv(r, &y, &v->dec.conv_in_w, &v->dec.conv_in_b, 1, 1, NULL, &x));
     r->cur = 2;
     TSR_TRY(mid_block(r, &v->dec, &x));
     for (int i = 0; i < d->n_blocks; i++) {
@@ -353,13 +365,13 @@ int tsr_vae_net_decode(vae_run *r, const float *latents, int B, int h, int w, fl
             TSR_TRY(slot(r, b, x.ne[0], 2 * x.ne[1], 2 * x.ne[2], x.ne[3], &up));
             OP(tsr_upsample_nearest2x(be, &x, &up));
             TSR_TRY(slot(r, c, up.ne[0], up.ne[1], up.ne[2], up.ne[3], &y));
-            TSR_TRY(conv(r, &up, &s->samp_w, &s->samp_b, 1, 1, &y));
+            TSR_TRY(conv(r, &up, &s->samp_w, &s->samp_b, 1, 1, NULL, &y));
             r->cur = c;
             x = y;
         }
     }
     TSR_TRY(head(r, &v->dec, &x, d->out_channels));
-    OP(tsr_backend_download(be, images, x.data, tsr_tensor_nbytes(&x)));
+    TSR_TRY(tsr_arena_download_f32(r->ws, &x, 0, images));
     OP(tsr_backend_sync(be));
     return TSR_OK;
 }
@@ -372,9 +384,9 @@ int tsr_vae_net_encode(vae_run *r, const float *images, int B, int H, int W, flo
     tsr_tensor x, y;
     r->cur = 0;
     TSR_TRY(slot(r, 0, B, H, W, d->in_channels, &x));
-    OP(tsr_backend_upload(be, x.data, images, tsr_tensor_nbytes(&x)));
+    TSR_TRY(tsr_arena_upload_f32(r->ws, &x, images, 0));
     TSR_TRY(slot(r, 1, B, H, W, d->block_out_channels[0], &y));
-    TSR_TRY(conv(r, &x, &v->enc.conv_in_w, &v->enc.conv_in_b, 1, 1, &y));
+    TSR_TRY(conv(r, &x, &v->enc.conv_in_w, &v->enc.conv_in_b, 1, 1, NULL, &y));
     r->cur = 1;
     x = y;
     for (int i = 0; i < d->n_blocks; i++) {
@@ -398,8 +410,8 @@ int tsr_vae_net_encode(vae_run *r, const float *images, int B, int H, int W, flo
     TSR_TRY(head(r, &v->enc, &x, 2 * d->latent_channels));
     r->cur = nxt(r->cur, 1);
     TSR_TRY(slot(r, r->cur, x.ne[0], x.ne[1], x.ne[2], x.ne[3], &y));
-    TSR_TRY(conv(r, &x, &v->quant_w, &v->quant_b, 1, 0, &y));
-    OP(tsr_backend_download(be, moments, y.data, tsr_tensor_nbytes(&y)));
+    TSR_TRY(conv(r, &x, &v->quant_w, &v->quant_b, 1, 0, NULL, &y));
+    TSR_TRY(tsr_arena_download_f32(r->ws, &y, 0, moments));
     OP(tsr_backend_sync(be));
     return TSR_OK;
 }

@@ -3,10 +3,15 @@
  * op table.  The ops themselves live in backend/cpu/ops_*.c, one file per
  * family.
  *
- * Threads: GEMMs run on OpenBLAS's own threads (set to the backend's thread
- * count at creation); everything else is split over the context's tsr_pool.
+ * Threads: GEMMs run on OpenBLAS's own threads, whose count is set once,
+ * when the backend is created (ops never change it, except attention, see
+ * cpu_internal.h); everything else is split over the context's tsr_pool.
  * Where many small GEMMs run inside pool tasks (attention), OpenBLAS is
  * switched to one thread for the duration so the two never oversubscribe.
+ *
+ * supports_op: the f32 backend runs every op with f32 activations and
+ * parameters (and converts between any float dtypes); the storage variants
+ * (cpu_wide.c) run every op with any float dtypes.
  *
  * Scratch only grows (see cpu_internal.h), so steady-state ops do not call
  * malloc.
@@ -29,7 +34,7 @@ static void buf_free(cpu_buf *b)
     b->cap = 0;
 }
 
-static void *buf_grow(cpu_buf *b, size_t bytes)
+void *tsr_cpu_buf_grow(cpu_buf *b, size_t bytes)
 {
     if (bytes <= b->cap && b->ptr)
         return b->ptr;
@@ -51,7 +56,7 @@ static void *buf_grow(cpu_buf *b, size_t bytes)
 
 void *tsr_cpu_scratch_shared(cpu_ctx *c, size_t bytes)
 {
-    void *p = buf_grow(&c->shared, bytes);
+    void *p = tsr_cpu_buf_grow(&c->shared, bytes);
     if (!p)
         tsr_errorf(TSR_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes of scratch", bytes);
     return p;
@@ -61,25 +66,33 @@ void *tsr_cpu_scratch_worker(cpu_ctx *c, int worker, size_t bytes)
 {
     if (worker < 0 || worker >= c->n_threads)
         return NULL;
-    return buf_grow(&c->worker[worker], bytes);
+    return tsr_cpu_buf_grow(&c->worker[worker], bytes);
 }
 
 int tsr_cpu_scratch_workers_reserve(cpu_ctx *c, size_t bytes)
 {
     for (int i = 0; i < c->n_threads; i++)
-        if (!buf_grow(&c->worker[i], bytes))
+        if (!tsr_cpu_buf_grow(&c->worker[i], bytes))
             return tsr_errorf(TSR_ERR_NOMEM,
                               "cpu backend: cannot allocate %zu bytes of scratch per thread", bytes);
     return TSR_OK;
 }
 
-void tsr_cpu_blas_threads(int n)
+int tsr_cpu_blas_single_begin(void)
 {
-    if (openblas_get_num_threads() != n)
-        openblas_set_num_threads(n);
+    int previous = openblas_get_num_threads();
+    if (previous != 1)
+        openblas_set_num_threads(1);
+    return previous;
 }
 
-static void cpu_destroy(tsr_backend *b)
+void tsr_cpu_blas_single_end(int previous)
+{
+    if (previous != 1)
+        openblas_set_num_threads(previous);
+}
+
+void tsr_cpu_destroy(tsr_backend *b)
 {
     cpu_ctx *c = b->ctx;
     if (c) {
@@ -88,13 +101,15 @@ static void cpu_destroy(tsr_backend *b)
         if (c->worker)
             for (int i = 0; i < c->n_threads; i++)
                 buf_free(&c->worker[i]);
+        for (int i = 0; i < CPU_WIDE_SLOTS; i++)
+            buf_free(&c->wide[i]);
         free(c->worker);
         free(c);
     }
     free(b);
 }
 
-static void *cpu_alloc(tsr_backend *b, size_t bytes)
+void *tsr_cpu_alloc(tsr_backend *b, size_t bytes)
 {
     (void)b;
     if (bytes > SIZE_MAX - 64)
@@ -102,31 +117,54 @@ static void *cpu_alloc(tsr_backend *b, size_t bytes)
     return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
 }
 
-static void cpu_free(tsr_backend *b, void *p)
+void tsr_cpu_free(tsr_backend *b, void *p)
 {
     (void)b;
     free(p);
 }
 
-static int cpu_copy(tsr_backend *b, void *dst, const void *src, size_t bytes)
+int tsr_cpu_copy(tsr_backend *b, void *dst, const void *src, size_t bytes)
 {
     (void)b;
     memmove(dst, src, bytes);
     return TSR_OK;
 }
 
-static bool cpu_supports_op(tsr_backend *b, tsr_op op, tsr_dtype dtype)
+static bool is_float(tsr_dtype d) { return d == TSR_F32 || d == TSR_F16 || d == TSR_BF16; }
+
+/* f32 everywhere, except the inputs that have their own dtype: the ids of
+ * embedding (i32) and either side of convert (any float). */
+static bool cpu_supports_op(tsr_backend *b, const tsr_op_desc *d, char *why, size_t n)
 {
     (void)b;
-    return (unsigned)op < (unsigned)TSR_OP_COUNT && dtype == TSR_F32;
+    if (d->op == TSR_OP_CONVERT) {
+        if (is_float(d->dtype) && (!d->src[0] || is_float(d->src[0]->dtype)))
+            return true;
+        snprintf(why, n, "convert takes float dtypes only");
+        return false;
+    }
+    if (d->dtype != TSR_F32) {
+        snprintf(why, n, "the CPU backend computes in f32, activations are %s (the cpu-f16 "
+                         "test variant stores f16)", tsr_dtype_name(d->dtype));
+        return false;
+    }
+    for (int i = 0; i < TSR_OP_MAX_SRC; i++) {
+        const tsr_tensor *t = d->src[i];
+        if (!t || t->dtype == TSR_F32 || (d->op == TSR_OP_EMBEDDING && i == 0))
+            continue;
+        snprintf(why, n, "input %d is %s; the CPU backend computes in f32", i,
+                 tsr_dtype_name(t->dtype));
+        return false;
+    }
+    return true;
 }
 
-static const tsr_backend_iface cpu_iface = {
-    .destroy = cpu_destroy,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .upload = cpu_copy,
-    .download = cpu_copy,
+const tsr_backend_iface tsr_cpu_iface = {
+    .destroy = tsr_cpu_destroy,
+    .alloc = tsr_cpu_alloc,
+    .free = tsr_cpu_free,
+    .upload = tsr_cpu_copy,
+    .download = tsr_cpu_copy,
     .supports_op = cpu_supports_op,
     .conv2d = tsr_cpu_conv2d,
     .linear = tsr_cpu_linear,
@@ -143,11 +181,22 @@ static const tsr_backend_iface cpu_iface = {
     .upsample_nearest = tsr_cpu_upsample_nearest,
     .timestep_embedding = tsr_cpu_timestep_embedding,
     .embedding = tsr_cpu_embedding,
+    .convert = tsr_cpu_convert,
 };
 
 int tsr_backend_cpu_create(int n_threads, tsr_backend **out)
 {
+    tsr_cpu_options o = {.n_threads = n_threads, .storage = TSR_F32};
+    return tsr_backend_cpu_create_ex(&o, out);
+}
+
+int tsr_backend_cpu_create_ex(const tsr_cpu_options *o, tsr_backend **out)
+{
     *out = NULL;
+    if (!is_float(o->storage))
+        return tsr_errorf(TSR_ERR_INVALID, "cpu backend: storage dtype %s is not a float dtype",
+                          tsr_dtype_name(o->storage));
+    const int n_threads = o->n_threads;
     tsr_backend *b = calloc(1, sizeof *b);
     cpu_ctx *c = calloc(1, sizeof *c);
     if (!b || !c) {
@@ -169,12 +218,21 @@ int tsr_backend_cpu_create(int n_threads, tsr_backend **out)
         free(c);
         return tsr_errorf(TSR_ERR_NOMEM, "cannot allocate the CPU backend");
     }
-    tsr_cpu_blas_threads(c->n_threads);
-    b->iface = &cpu_iface;
+    openblas_set_num_threads(c->n_threads); /* once, here: ops never change it */
+    c->storage = o->storage;
+    b->iface = o->storage == TSR_F32 ? &tsr_cpu_iface : &tsr_cpu_wide_iface;
     b->ctx = c;
     b->kind = TSR_BACKEND_CPU;
     b->host_visible = true;
-    snprintf(b->name, sizeof b->name, "cpu (%d threads)", c->n_threads);
+    b->weight_dtype = o->storage;
+    b->act_dtype = o->storage;
+    b->caps = o->round_rows ? TSR_BACKEND_CAP_ROUND_ROWS : 0;
+    b->n_threads = c->n_threads;
+    if (o->storage == TSR_F32)
+        snprintf(b->name, sizeof b->name, "cpu (%d threads)", c->n_threads);
+    else
+        snprintf(b->name, sizeof b->name, "cpu-%s (%d threads)", tsr_dtype_name(o->storage),
+                 c->n_threads);
     *out = b;
     return TSR_OK;
 }

@@ -25,14 +25,23 @@ typedef struct cpu_buf {
     size_t cap;
 } cpu_buf;
 
+#define CPU_WIDE_SLOTS 6
+
 typedef struct cpu_ctx {
     tsr_pool *pool; /* owned */
     int n_threads;
     cpu_buf shared;   /* one op-wide buffer (im2col columns) */
     cpu_buf *worker;  /* owned; n_threads per-worker buffers */
+    /* storage variants (cpu_wide.c): f32 copies of an op's f16/bf16 tensors */
+    tsr_dtype storage;
+    cpu_buf wide[CPU_WIDE_SLOTS];
 } cpu_ctx;
 
 static inline cpu_ctx *cpu_ctx_of(tsr_backend *b) { return (cpu_ctx *)b->ctx; }
+
+/* Grow a buffer to at least `bytes` (contents not kept); NULL when out of
+ * memory (nothing raised). */
+void *tsr_cpu_buf_grow(cpu_buf *b, size_t bytes);
 
 /* Grow-only scratch.  Returns NULL after raising TSR_ERR_NOMEM.  The
  * returned memory is borrowed from the context until the next call that
@@ -43,14 +52,26 @@ void *tsr_cpu_scratch_worker(cpu_ctx *c, int worker, size_t bytes);
  * workers never allocate). */
 int tsr_cpu_scratch_workers_reserve(cpu_ctx *c, size_t bytes);
 
-/* Run OpenBLAS single-threaded (inside pool tasks) or with n threads. */
-void tsr_cpu_blas_threads(int n);
+/* OpenBLAS's thread count is process-wide (0.3.21 has no per-thread
+ * setting).  The backend sets it once, at creation; only attention, whose
+ * many small GEMMs run inside pool tasks, drops it to one thread for its
+ * duration and puts back what it found. */
+int tsr_cpu_blas_single_begin(void);
+void tsr_cpu_blas_single_end(int previous);
+
+/* The f32 table and the memory functions the storage variants share. */
+extern const tsr_backend_iface tsr_cpu_iface;
+extern const tsr_backend_iface tsr_cpu_wide_iface; /* cpu_wide.c */
+void tsr_cpu_destroy(tsr_backend *b);
+void *tsr_cpu_alloc(tsr_backend *b, size_t bytes);
+void tsr_cpu_free(tsr_backend *b, void *p);
+int tsr_cpu_copy(tsr_backend *b, void *dst, const void *src, size_t bytes);
 
 /* ops (registered in cpu_backend.c) */
 int tsr_cpu_conv2d(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, const tsr_tensor *bias,
-                   const tsr_conv2d_params *p, tsr_tensor *y);
+                   const tsr_conv2d_params *p, const tsr_epilogue *e, tsr_tensor *y);
 int tsr_cpu_linear(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, const tsr_tensor *bias,
-                   tsr_tensor *y);
+                   const tsr_epilogue *e, tsr_tensor *y);
 int tsr_cpu_matmul(tsr_backend *b, const tsr_tensor *a, const tsr_tensor *bm, bool trans_a,
                    bool trans_b, float alpha, tsr_tensor *y);
 int tsr_cpu_group_norm(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *gamma,
@@ -71,6 +92,20 @@ int tsr_cpu_timestep_embedding(tsr_backend *b, const tsr_tensor *t, const tsr_ti
                                tsr_tensor *y);
 int tsr_cpu_embedding(tsr_backend *b, const tsr_tensor *ids, const tsr_tensor *table,
                       tsr_tensor *y);
+int tsr_cpu_convert(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y);
+
+/* The conv/linear epilogue (ops_elementwise.c) on rows [row0, row0 + rows)
+ * of y viewed as [rows of y, last dim]: y += residual (broadcast), then
+ * the activation, as the separate tsr_binary and tsr_unary would. */
+void tsr_cpu_epilogue(cpu_ctx *c, const tsr_tensor *y, int64_t row0, int64_t rows,
+                      const tsr_epilogue *e);
+static inline bool tsr_cpu_epilogue_any(const tsr_epilogue *e)
+{
+    return e && (e->residual || e->has_act);
+}
+/* Convert n elements between float dtypes on the pool. */
+void tsr_cpu_convert_n(cpu_ctx *c, void *dst, tsr_dtype dd, const void *src, tsr_dtype sd,
+                       int64_t n);
 
 /* Shared row helpers (ops_elementwise.c), in place allowed (y == x). */
 void tsr_cpu_silu_row(float *y, const float *x, int64_t n);

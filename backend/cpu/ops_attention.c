@@ -114,8 +114,8 @@ int tsr_cpu_attention(tsr_backend *b, const tsr_tensor *q, const tsr_tensor *k,
     if (rc < 0)
         return rc;
     int64_t tasks = q->ne[0] * j.heads * j.nblocks;
-    tsr_cpu_blas_threads(1);
+    const int blas = tsr_cpu_blas_single_begin();
     tsr_pool_parallel_for(c->pool, tasks, 1, attn_task, &j);
-    tsr_cpu_blas_threads(c->n_threads);
+    tsr_cpu_blas_single_end(blas);
     return TSR_OK;
 }

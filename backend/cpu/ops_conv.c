@@ -12,6 +12,18 @@
  * stays under TSR_CONV_COL_BYTES whatever the image size; each tile's
  * output rows are contiguous in y, so a tile is one GEMM writing straight
  * into y.  im2col is split over the thread pool; the GEMM threads itself.
+ * A fused residual / activation (tsr_cpu_epilogue) runs on each tile right
+ * after its GEMM, while the tile is still warm in cache.
+ *
+ * Batch independence: every GEMM covers rows of one image only (tiles
+ * restart at each image; 1x1 convs and linear layers run one GEMM per
+ * image).  OpenBLAS may pick another kernel, and so another summation
+ * order, for another matrix height, so a GEMM spanning several images gave
+ * an image a result that depended on which images shared its UNet call (1
+ * value in 12,288 off by 1/255).  Per image, each image's arithmetic is the
+ * same alone or in any batch, which is what the server promises: an image
+ * is byte-identical to `tessera generate` of it alone.  The cost is nil at
+ * SD latent sizes (one image is thousands of GEMM rows).
  */
 #include <cblas.h>
 #include <string.h>
@@ -71,7 +83,7 @@ static void fill_bias(float *y, const float *bias, int64_t rows, int64_t co)
 }
 
 int tsr_cpu_conv2d(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, const tsr_tensor *bias,
-                   const tsr_conv2d_params *p, tsr_tensor *y)
+                   const tsr_conv2d_params *p, const tsr_epilogue *e, tsr_tensor *y)
 {
     cpu_ctx *c = cpu_ctx_of(b);
     int64_t n = x->ne[0], h = x->ne[1], wd = x->ne[2], ci = x->ne[3];
@@ -81,33 +93,44 @@ int tsr_cpu_conv2d(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, con
     float *yp = y->data;
     const float *wp = w->data;
     float beta = bias ? 1.0f : 0.0f;
-    tsr_cpu_blas_threads(c->n_threads);
+    const bool epi = tsr_cpu_epilogue_any(e);
 
     if (kh == 1 && kw == 1 && p->stride_h == 1 && p->stride_w == 1 && p->pad_t == 0 &&
         p->pad_l == 0 && p->pad_b == 0 && p->pad_r == 0) {
-        int64_t m = n * h * wd;
-        if (bias)
-            fill_bias(yp, bias->data, m, co);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)co, (int)ci, 1.0f,
-                    x->data, (int)ci, wp, (int)ci, beta, yp, (int)co);
+        /* one GEMM per image: see "Batch independence" above */
+        const int64_t m = h * wd;
+        for (int64_t img = 0; img < n; img++) {
+            float *yi = yp + img * m * co;
+            if (bias)
+                fill_bias(yi, bias->data, m, co);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)co, (int)ci, 1.0f,
+                        (const float *)x->data + img * m * ci, (int)ci, wp, (int)ci, beta, yi,
+                        (int)co);
+            if (epi)
+                tsr_cpu_epilogue(c, y, img * m, m, e);
+        }
         return TSR_OK;
     }
 
     int64_t row_bytes = wo * k * (int64_t)sizeof(float);
-    int64_t total_rows = n * ho;
     int64_t tile = (int64_t)(TSR_CONV_COL_BYTES / (size_t)row_bytes);
     if (tile < 1)
         tile = 1;
-    if (tile > total_rows)
-        tile = total_rows;
+    if (tile > ho)
+        tile = ho;
     float *col = tsr_cpu_scratch_shared(c, (size_t)(tile * row_bytes));
     if (!col)
         return TSR_ERR_NOMEM;
     im2col_job j = {.x = x->data, .col = col, .h = h, .w = wd, .ci = ci, .kh = kh, .kw = kw,
                     .ho = ho, .wo = wo, .sh = p->stride_h, .sw = p->stride_w, .pt = p->pad_t,
                     .pl = p->pad_l};
-    for (int64_t r0 = 0; r0 < total_rows; r0 += tile) {
-        int64_t rows = total_rows - r0 < tile ? total_rows - r0 : tile;
+    int64_t rows_done = 0;
+    /* tiles restart at every image, so an image's GEMMs are the same
+     * whatever else is in the batch (see "Batch independence") */
+    for (int64_t r0 = 0; r0 < n * ho; r0 += rows_done) {
+        const int64_t end = (r0 / ho + 1) * ho; /* the end of this image's rows */
+        int64_t rows = end - r0 < tile ? end - r0 : tile;
+        rows_done = rows;
         int64_t m = rows * wo;
         j.row0 = r0;
         tsr_pool_parallel_for(c->pool, m, tsr_cpu_grain(k, 1 << 14), im2col_task, &j);
@@ -116,6 +139,8 @@ int tsr_cpu_conv2d(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, con
             fill_bias(yt, bias->data, m, co);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)co, (int)k, 1.0f, col,
                     (int)k, wp, (int)k, beta, yt, (int)co);
+        if (epi)
+            tsr_cpu_epilogue(c, y, r0 * wo, m, e);
     }
     return TSR_OK;
 }

@@ -9,7 +9,10 @@
  * exp use the AVX2 tsr_exp8 (cpu_simd.h); GELU (erf) calls erff, as exactness
  * matters more than speed there.  Broadcasting reduces every b to "inner
  * stride 0 or 1 plus an offset per outer row", which covers a bias [C], a
- * per-image [N,1,1,C] and full shapes with one loop.
+ * per-image [N,1,1,C] and full shapes with one loop.  The conv/linear
+ * epilogue (residual, activation) reuses that loop and the row functions,
+ * so a fused op computes each element with the very same operations as the
+ * separate add and activation did.
  */
 #include <math.h>
 #include <string.h>
@@ -102,6 +105,16 @@ static void gelu_row(float *y, const float *x, int64_t n)
         y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
 }
 
+static void act_row(tsr_unary_kind kind, float *y, const float *x, int64_t n)
+{
+    switch (kind) {
+    case TSR_UNARY_SILU: tsr_cpu_silu_row(y, x, n); break;
+    case TSR_UNARY_GELU: gelu_row(y, x, n); break;
+    case TSR_UNARY_GELU_TANH: gelu_tanh_row(y, x, n); break;
+    case TSR_UNARY_QUICK_GELU: quick_gelu_row(y, x, n); break;
+    }
+}
+
 /* ---- unary ---- */
 
 typedef struct unary_job {
@@ -116,13 +129,7 @@ static void unary_task(void *ctx_, int64_t begin, int64_t end, int worker)
     const unary_job *j = ctx_;
     const float *x = j->x + begin;
     float *y = j->y + begin;
-    int64_t n = end - begin;
-    switch (j->kind) {
-    case TSR_UNARY_SILU: tsr_cpu_silu_row(y, x, n); break;
-    case TSR_UNARY_GELU: gelu_row(y, x, n); break;
-    case TSR_UNARY_GELU_TANH: gelu_tanh_row(y, x, n); break;
-    case TSR_UNARY_QUICK_GELU: quick_gelu_row(y, x, n); break;
-    }
+    act_row(j->kind, y, x, end - begin);
 }
 
 int tsr_cpu_unary(tsr_backend *b, tsr_unary_kind kind, const tsr_tensor *x, tsr_tensor *y)
@@ -200,24 +207,116 @@ static void binary_task(void *ctx_, int64_t begin, int64_t end, int worker)
     }
 }
 
-int tsr_cpu_binary(tsr_backend *b, tsr_binary_kind kind, const tsr_tensor *a, const tsr_tensor *bt,
-                   tsr_tensor *y)
+/* a's shape right-aligned to 4 dims, and b's element stride per a-dim. */
+static void bcast_setup(const tsr_tensor *a, const tsr_tensor *bt, int64_t ae[4], int64_t bs[4])
 {
-    binary_job j = {.a = a->data, .b = bt->data, .y = y->data, .kind = kind};
     int64_t be[4];
     for (int d = 0; d < 4; d++) {
         int ia = a->ndim - 4 + d, ib = bt->ndim - 4 + d;
-        j.ae[d] = ia >= 0 ? a->ne[ia] : 1;
+        ae[d] = ia >= 0 ? a->ne[ia] : 1;
         be[d] = ib >= 0 ? bt->ne[ib] : 1;
     }
     int64_t stride = 1;
     for (int d = 3; d >= 0; d--) {
-        j.bstride[d] = be[d] == 1 ? 0 : stride;
+        bs[d] = be[d] == 1 ? 0 : stride;
         stride *= be[d];
     }
+}
+
+int tsr_cpu_binary(tsr_backend *b, tsr_binary_kind kind, const tsr_tensor *a, const tsr_tensor *bt,
+                   tsr_tensor *y)
+{
+    binary_job j = {.a = a->data, .b = bt->data, .y = y->data, .kind = kind};
+    bcast_setup(a, bt, j.ae, j.bstride);
     int64_t rows = j.ae[0] * j.ae[1] * j.ae[2];
     tsr_pool_parallel_for(cpu_ctx_of(b)->pool, rows, tsr_cpu_grain(j.ae[3], ELEM_GRAIN), binary_task,
                           &j);
+    return TSR_OK;
+}
+
+/* ---- conv / linear epilogue ---- */
+
+typedef struct epi_job {
+    binary_job add; /* y += residual, with the residual broadcast */
+    int64_t row0;
+    bool has_res, has_act;
+    tsr_unary_kind act;
+} epi_job;
+
+static void epi_task(void *ctx_, int64_t begin, int64_t end, int worker)
+{
+    const epi_job *j = ctx_;
+    if (j->has_res)
+        binary_task((void *)&j->add, j->row0 + begin, j->row0 + end, worker);
+    if (j->has_act) {
+        const int64_t inner = j->add.ae[3];
+        for (int64_t r = j->row0 + begin; r < j->row0 + end; r++)
+            act_row(j->act, j->add.y + r * inner, j->add.y + r * inner, inner);
+    }
+}
+
+void tsr_cpu_epilogue(cpu_ctx *c, const tsr_tensor *y, int64_t row0, int64_t rows,
+                      const tsr_epilogue *e)
+{
+    epi_job j = {.add = {.a = y->data, .y = y->data, .kind = TSR_BINARY_ADD},
+                 .row0 = row0,
+                 .has_res = e->residual != NULL,
+                 .has_act = e->has_act,
+                 .act = e->act};
+    if (e->residual) {
+        j.add.b = e->residual->data;
+        bcast_setup(y, e->residual, j.add.ae, j.add.bstride);
+    } else {
+        j.add.ae[0] = j.add.ae[1] = j.add.ae[2] = 1;
+        j.add.ae[3] = y->ne[y->ndim - 1];
+    }
+    tsr_pool_parallel_for(c->pool, rows, tsr_cpu_grain(j.add.ae[3], ELEM_GRAIN), epi_task, &j);
+}
+
+/* ---- convert between float dtypes ---- */
+
+typedef struct convert_job {
+    void *dst;
+    const void *src;
+    tsr_dtype dd, sd;
+} convert_job;
+
+static void convert_task(void *ctx_, int64_t begin, int64_t end, int worker)
+{
+    (void)worker;
+    const convert_job *j = ctx_;
+    const size_t ds = tsr_dtype_size(j->dd), ss = tsr_dtype_size(j->sd);
+    char *d = (char *)j->dst + (size_t)begin * ds;
+    const char *s = (const char *)j->src + (size_t)begin * ss;
+    size_t n = (size_t)(end - begin);
+    if (j->sd == j->dd) {
+        memcpy(d, s, n * ds);
+    } else if (j->sd == TSR_F32) {
+        tsr_convert_from_f32(d, j->dd, (const float *)s, n);
+    } else if (j->dd == TSR_F32) {
+        tsr_convert_to_f32((float *)d, s, j->sd, n);
+    } else { /* 16 bits to 16 bits, through f32 in pieces */
+        float tmp[1024];
+        for (size_t i = 0; i < n; i += 1024) {
+            size_t m = n - i < 1024 ? n - i : 1024;
+            tsr_convert_to_f32(tmp, s + i * ss, j->sd, m);
+            tsr_convert_from_f32(d + i * ds, j->dd, tmp, m);
+        }
+    }
+}
+
+void tsr_cpu_convert_n(cpu_ctx *c, void *dst, tsr_dtype dd, const void *src, tsr_dtype sd,
+                       int64_t n)
+{
+    convert_job j = {.dst = dst, .src = src, .dd = dd, .sd = sd};
+    tsr_pool_parallel_for(c->pool, n, ELEM_GRAIN * 4, convert_task, &j);
+}
+
+int tsr_cpu_convert(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y)
+{
+    if (x->data == y->data)
+        return TSR_OK; /* same dtype, exact alias: nothing to do */
+    tsr_cpu_convert_n(cpu_ctx_of(b), y->data, y->dtype, x->data, x->dtype, tsr_tensor_numel(x));
     return TSR_OK;
 }
 

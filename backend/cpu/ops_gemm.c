@@ -6,7 +6,10 @@
  * and every conv and attention in the model bottoms out here or in the same
  * call.  Row-major views map directly: linear is x[M,in] @ w[out,in]^T,
  * matmul is a loop over the batch.  A bias is written into y first and the
- * GEMM accumulates onto it (beta = 1), saving a pass over the output.
+ * GEMM accumulates onto it (beta = 1), saving a pass over the output.  A
+ * fused residual and activation then run as one pass over y
+ * (tsr_cpu_epilogue): the residual is added after the bias, as the separate
+ * add did, so the fused call rounds exactly like the two calls it replaces.
  */
 #include <cblas.h>
 #include <string.h>
@@ -22,7 +25,7 @@ static void fill_rows(float *y, const float *bias, int64_t rows, int64_t n)
 }
 
 int tsr_cpu_linear(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, const tsr_tensor *bias,
-                   tsr_tensor *y)
+                   const tsr_epilogue *e, tsr_tensor *y)
 {
     cpu_ctx *c = cpu_ctx_of(b);
     int64_t in = w->ne[1], out = w->ne[0];
@@ -32,16 +35,24 @@ int tsr_cpu_linear(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, con
         fill_rows(y->data, bias->data, m, out);
         beta = 1.0f;
     }
-    tsr_cpu_blas_threads(c->n_threads);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)out, (int)in, 1.0f, x->data,
-                (int)in, w->data, (int)in, beta, y->data, (int)out);
+    /* one GEMM per batch row (the outermost dimension): see "Batch
+     * independence" in ops_conv.c */
+    const int64_t nb = x->ndim >= 2 ? x->ne[0] : 1, mb = m / nb;
+    const float *xp = x->data;
+    float *yp = y->data;
+    for (int64_t i = 0; i < nb; i++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)mb, (int)out, (int)in, 1.0f,
+                    xp + i * mb * in, (int)in, w->data, (int)in, beta, yp + i * mb * out,
+                    (int)out);
+    if (tsr_cpu_epilogue_any(e))
+        tsr_cpu_epilogue(c, y, 0, m, e);
     return TSR_OK;
 }
 
 int tsr_cpu_matmul(tsr_backend *b, const tsr_tensor *a, const tsr_tensor *bm, bool trans_a,
                    bool trans_b, float alpha, tsr_tensor *y)
 {
-    cpu_ctx *c = cpu_ctx_of(b);
+    (void)b;
     /* shapes validated by tsr_matmul: rank 2 or 3, batch 1 broadcasts */
     int64_t ba = a->ndim == 3 ? a->ne[0] : 1, bb = bm->ndim == 3 ? bm->ne[0] : 1;
     int64_t ar = a->ne[a->ndim - 2], ac = a->ne[a->ndim - 1];
@@ -51,7 +62,6 @@ int tsr_cpu_matmul(tsr_backend *b, const tsr_tensor *a, const tsr_tensor *bm, bo
     int64_t batch = ba > bb ? ba : bb;
     const float *ap = a->data, *bp = bm->data;
     float *yp = y->data;
-    tsr_cpu_blas_threads(c->n_threads);
     for (int64_t i = 0; i < batch; i++) {
         cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                     trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha,

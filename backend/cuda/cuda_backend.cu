@@ -8,7 +8,14 @@
  * and workspaces are single device allocations (arenas) made at load and
  * plan time, so the denoising loop allocates nothing.
  *
- * Status: memory, transfers and sync are implemented.  Compute ops are added
+ * Events are cudaEvents (timing disabled) recorded on and waited for by the
+ * backend's stream; pinned host memory is cudaHostAlloc'd, so uploads and
+ * downloads from it overlap with compute.  The backend stores f16 weights
+ * and activations (tsr_backend_weight_dtype / act_dtype) and will accumulate
+ * in f32.
+ *
+ * Status: memory, transfers, sync, events and pinned memory are
+ * implemented.  Compute ops are added
  * family by family (GEMM on cuBLAS(Lt), conv on cuDNN, fused norm/attention
  * kernels); until an op is here, supports_op() answers false and the caller
  * runs it on the CPU backend.  This build compiles without a GPU, and
@@ -85,23 +92,92 @@ static int cuda_sync(tsr_backend *b)
     return TSR_OK;
 }
 
-static bool cuda_supports_op(tsr_backend *b, tsr_op op, tsr_dtype dtype)
+static void *cuda_host_alloc_pinned(tsr_backend *b, size_t bytes)
 {
     (void)b;
-    (void)op;
-    (void)dtype;
-    return false; /* no compute ops yet: callers fall back to the CPU */
+    void *p = NULL;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
 }
 
-static const tsr_backend_iface cuda_iface = {
-    /* .destroy = */ cuda_destroy,
-    /* .alloc = */ cuda_alloc,
-    /* .free = */ cuda_free,
-    /* .upload = */ cuda_upload,
-    /* .download = */ cuda_download,
-    /* .sync = */ cuda_sync,
-    /* .supports_op = */ cuda_supports_op,
-};
+static void cuda_host_free_pinned(tsr_backend *b, void *p)
+{
+    (void)b;
+    cudaFreeHost(p);
+}
+
+static int cuda_event_create(tsr_backend *b, void **impl)
+{
+    cuda_ctx *c = (cuda_ctx *)b->ctx;
+    cudaEvent_t ev = NULL;
+    TSR_CUDA_CHECK(cudaSetDevice(c->device));
+    TSR_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    *impl = (void *)ev;
+    return TSR_OK;
+}
+
+static void cuda_event_destroy(tsr_backend *b, void *impl)
+{
+    (void)b;
+    cudaEventDestroy((cudaEvent_t)impl);
+}
+
+static int cuda_event_record(tsr_backend *b, void *impl)
+{
+    cuda_ctx *c = (cuda_ctx *)b->ctx;
+    TSR_CUDA_CHECK(cudaEventRecord((cudaEvent_t)impl, c->stream));
+    return TSR_OK;
+}
+
+static int cuda_event_wait(tsr_backend *b, void *impl)
+{
+    cuda_ctx *c = (cuda_ctx *)b->ctx;
+    TSR_CUDA_CHECK(cudaStreamWaitEvent(c->stream, (cudaEvent_t)impl, 0));
+    return TSR_OK;
+}
+
+static int cuda_event_sync(tsr_backend *b, void *impl)
+{
+    (void)b;
+    TSR_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)impl));
+    return TSR_OK;
+}
+
+static bool cuda_supports_op(tsr_backend *b, const tsr_op_desc *op, char *why, size_t n)
+{
+    (void)b;
+    /* no compute ops yet: callers fall back to the CPU */
+    snprintf(why, n, "no CUDA kernel for %s yet", tsr_op_name(op->op));
+    return false;
+}
+
+/* Filled by name at run time (C++ has no designated initialisers before
+ * C++20, and positional ones break when the table grows). */
+static tsr_backend_iface cuda_iface_make(void)
+{
+    tsr_backend_iface i;
+    memset(&i, 0, sizeof i);
+    i.destroy = cuda_destroy;
+    i.alloc = cuda_alloc;
+    i.free = cuda_free;
+    i.upload = cuda_upload;
+    i.download = cuda_download;
+    i.sync = cuda_sync;
+    i.host_alloc_pinned = cuda_host_alloc_pinned;
+    i.host_free_pinned = cuda_host_free_pinned;
+    i.event_create = cuda_event_create;
+    i.event_destroy = cuda_event_destroy;
+    i.event_record = cuda_event_record;
+    i.event_wait = cuda_event_wait;
+    i.event_sync = cuda_event_sync;
+    i.supports_op = cuda_supports_op;
+    return i;
+}
+
+static const tsr_backend_iface cuda_iface = cuda_iface_make();
 
 extern "C" int tsr_cuda_device_count(void)
 {
@@ -144,6 +220,10 @@ extern "C" int tsr_backend_cuda_create(int device, tsr_backend **out)
     b->kind = TSR_BACKEND_CUDA;
     b->device = device;
     b->host_visible = false;
+    b->weight_dtype = TSR_F16;
+    b->act_dtype = TSR_F16;
+    b->caps = TSR_BACKEND_CAP_ROUND_ROWS;
+    b->n_threads = 0;
     int rc = cuda_create_impl(device, c, b);
     if (rc < 0) {
         cuda_destroy(b);

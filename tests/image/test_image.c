@@ -265,13 +265,13 @@ static int test_a1111_quoting(void)
     in.prompt = "p";
     in.steps = 50;
     in.cfg_scale = 3.0000001;
-    in.seed = -1;
+    in.seed = UINT64_MAX; /* seeds are unsigned 64-bit, printed unsigned */
     in.width = 64;
     in.height = 32;
     in.model = "Model";
     in.denoising_strength = 0.1;
-    if (check_params(&in, "p\nSteps: 50, CFG scale: 3.0000001, Seed: -1, Size: 64x32, Model, "
-                          "Denoising strength: 0.1"))
+    if (check_params(&in, "p\nSteps: 50, CFG scale: 3.0000001, Seed: 18446744073709551615, "
+                          "Size: 64x32, Model, Denoising strength: 0.1"))
         return 1;
     /* invalid UTF-8 is refused, not written */
     char *out = NULL;

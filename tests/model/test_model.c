@@ -374,6 +374,63 @@ static int run(const char *cmd)
     return rc;
 }
 
+/* Weights follow the backend's weight dtype: f32 on disk -> f16 on the
+ * cpu-f16 variant (rounded as tsr_f32_to_f16, conv weights permuted), f16
+ * on disk copied as is onto it, and widened exactly onto the f32 CPU. */
+static int test_weights_load_f16(void)
+{
+    const char *bin = getenv("TSR_BIN");
+    ASSERT_TRUE(bin != NULL);
+    char *d = tmpdir(), cmd[2048], f16dir[512];
+    ASSERT_TRUE(d);
+    snprintf(f16dir, sizeof f16dir, "%s/sd1_f16", d);
+    snprintf(cmd, sizeof cmd, "%s convert --to diffusers --dtype f16 %s %s >/dev/null", bin,
+             data("models/sd1.safetensors"), f16dir);
+    ASSERT_EQ(run(cmd), 0);
+    tsr_backend *cpu = NULL, *h = NULL;
+    ASSERT_OK(tsr_backend_open("cpu", 1, &cpu));
+    ASSERT_OK(tsr_backend_open("cpu-f16", 1, &h));
+    ASSERT_EQ(tsr_backend_weight_dtype(h), TSR_F16);
+    tsr_model *m32 = NULL, *m16 = NULL;
+    ASSERT_OK(tsr_model_open(data("models/sd1.safetensors"), &m32));
+    ASSERT_OK(tsr_model_open(f16dir, &m16));
+    tsr_weights *w[4] = {0}; /* f32 file on cpu, f32 file on f16, f16 file on f16, f16 file on cpu */
+    ASSERT_OK(tsr_weights_load(m32, TSR_COMP_VAE, cpu, &w[0]));
+    ASSERT_OK(tsr_weights_load(m32, TSR_COMP_VAE, h, &w[1]));
+    ASSERT_OK(tsr_weights_load(m16, TSR_COMP_VAE, h, &w[2]));
+    ASSERT_OK(tsr_weights_load(m16, TSR_COMP_VAE, cpu, &w[3]));
+    ASSERT_EQ(tsr_weights_bytes(w[1]) < tsr_weights_bytes(w[0]) * 6 / 10, 1);
+    ASSERT_EQ(tsr_weights_count(w[0]), tsr_weights_count(w[2]));
+    for (size_t i = 0; i < tsr_weights_count(w[0]); i++) {
+        const char *name;
+        const tsr_tensor *t[4];
+        ASSERT_OK(tsr_weights_at(w[0], i, &name, &t[0]));
+        for (int k = 1; k < 4; k++)
+            ASSERT_OK(tsr_weights_get(w[k], name, &t[k]));
+        ASSERT_EQ(t[1]->dtype, TSR_F16);
+        ASSERT_EQ(t[2]->dtype, TSR_F16);
+        ASSERT_EQ(t[3]->dtype, TSR_F32);
+        const int64_t n = tsr_tensor_numel(t[0]);
+        for (int k = 1; k < 4; k++)
+            ASSERT_TRUE(tsr_tensor_same_shape(t[0], t[k]));
+        const float *f = t[0]->data, *f3 = t[3]->data;
+        const uint16_t *a = t[1]->data, *b = t[2]->data;
+        for (int64_t j = 0; j < n; j++) {
+            if (a[j] != tsr_f32_to_f16(f[j]) || b[j] != a[j] || f3[j] != tsr_f16_to_f32(a[j]))
+                TSR_FAIL("%s[%lld]: %g -> f16 %04x / %04x, widened %g", name, (long long)j, f[j],
+                         a[j], b[j], f3[j]);
+        }
+    }
+    for (int k = 0; k < 4; k++)
+        tsr_weights_free(w[k]);
+    tsr_model_close(m32);
+    tsr_model_close(m16);
+    tsr_backend_destroy(cpu);
+    tsr_backend_destroy(h);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", d);
+    return run(cmd);
+}
+
 static int test_convert_round_trip(void)
 {
     const char *bin = getenv("TSR_BIN");
@@ -499,6 +556,7 @@ static const tsr_test_entry tests[] = {
     {"corrupt_config", test_corrupt_config},
     {"fp16_variant", test_fp16_variant},
     {"weights_load", test_weights_load},
+    {"weights_load_f16", test_weights_load_f16},
     {"convert_round_trip", test_convert_round_trip},
     {"ldm_names_reverse", test_ldm_names_reverse},
 };

@@ -1,23 +1,24 @@
 /*
- * tests/ops/test_ops.c - every CPU op against PyTorch goldens, plus the
- * wrappers' shape checks.
+ * tests/ops/test_ops.c - every op against PyTorch goldens, on the backend
+ * under test (TSR_TEST_DEVICE, default the CPU; see test_ops.h), plus the
+ * wrappers' shape checks and the backend interface's own tests.
  *
  * Why: the CPU backend is the oracle for every other backend, so it is
  * itself checked against torch.nn.functional (computed in float64 by
- * tools/reference/make_op_goldens.py and committed under tests/data/ops/).
- * Each golden file holds several cases ("<case>.<role>" tensors, parameters
- * in the metadata); a test runs all of one op's cases and fails on the
- * first whose max error relative to max |reference| exceeds 1e-5.  Outputs
- * start as NaN so an element the op forgets to write fails the comparison.
- * Tests that need no golden (bad shapes, aliasing, a conv large enough to
- * tile its im2col buffer) compare against a naive loop in double.
+ * tools/reference/make_op_goldens.py and committed under tests/data/ops/),
+ * and any other backend is checked against both.  Each golden file holds
+ * several cases ("<case>.<role>" tensors, parameters in the metadata); a
+ * test runs all of one op's cases through ops_check (ops_harness.c), which
+ * fails a case whose max error relative to max |reference| exceeds 1e-5 in
+ * f32 (looser for f16/bf16 storage).  Tests that need no golden (bad
+ * shapes, aliasing, a conv large enough to tile its im2col buffer) compare
+ * against a naive loop in double (test_ops_checks.c, test_ops_backend.c).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
-#include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "test.h"
@@ -31,16 +32,6 @@ typedef struct golden {
     char names[MAX_CASES][48];
     int n;
 } golden;
-
-tsr_backend *ops_test_backend(void)
-{
-    static tsr_backend *b;
-    if (!b && tsr_backend_cpu_create(3, &b) < 0) {
-        fprintf(stderr, "cannot create the CPU backend: %s\n", tsr_last_error());
-        return NULL;
-    }
-    return b;
-}
 
 static int golden_open(const char *op, golden *g)
 {
@@ -128,311 +119,312 @@ static const char *golden_str(const golden *g, const char *c, const char *key, c
     return buf;
 }
 
-/* An output shaped like `like`, filled with NaN.  Caller frees t->data. */
-static int make_out(const tsr_tensor *like, tsr_tensor *t)
+/* ---- golden cases through the harness ---- */
+
+/* Opens op's golden and runs every case: `build` fills the case (inputs,
+ * parameters, runner) from the golden; returns false when the golden lacks
+ * something (a failure). */
+typedef bool (*build_fn)(const golden *g, const char *c, ops_case *oc, tsr_tensor *t, void *params);
+
+static int run_golden(const char *op, build_fn build, const char *kind_filter)
 {
-    *t = tsr_tensor_make(TSR_F32, like->ndim, like->ne, NULL, NULL);
-    size_t n = (size_t)tsr_tensor_numel(t);
-    float *p = malloc(n * sizeof(float));
-    if (!p)
-        return TSR_ERR_NOMEM;
-    for (size_t i = 0; i < n; i++)
-        p[i] = NAN;
-    t->data = p;
-    return TSR_OK;
-}
-
-static int check_case(const char *op, const char *c, const tsr_tensor *got, const tsr_tensor *want)
-{
-    /* timestep_embedding: torch's f32 exp differs from a correctly rounded
-     * expf by one ulp for some frequencies; t = 999 turns that into ~6e-5 in
-     * sin/cos (see ops_elementwise.c), so that op alone is held to 1e-4. */
-    double tol = strcmp(op, "timestep_embedding") == 0 ? 1e-4 : TOL;
-    char what[128];
-    snprintf(what, sizeof what, "%s/%s", op, c);
-    if (!tsr_tensor_same_shape(got, want)) {
-        fprintf(stderr, "%s: output shape differs\n", what);
-        return 1;
-    }
-    return tsr_test_check_close(what, got->data, want->data, (size_t)tsr_tensor_numel(want), tol);
-}
-
-/* Run `body` for every case of golden `g`; body sets `rc` non-zero on failure
- * and may use `c` (case name), `y` (NaN-filled output shaped like "<c>.y")
- * and `want`. */
-#define FOR_CASES(g, opname, ...)                                                  \
-    do {                                                                            \
-        for (int ci_ = 0; ci_ < (g).n; ci_++) {                                     \
-            const char *c = (g).names[ci_];                                         \
-            tsr_tensor want, y;                                                     \
-            if (!golden_get(&(g), c, "y", &want)) {                                 \
-                fprintf(stderr, "%s/%s: missing y\n", opname, c);                   \
-                failed = 1;                                                         \
-                continue;                                                           \
-            }                                                                       \
-            if (make_out(&want, &y) < 0) {                                          \
-                failed = 1;                                                         \
-                continue;                                                           \
-            }                                                                       \
-            int rc = 0;                                                             \
-            __VA_ARGS__;                                                            \
-            if (rc != 0) {                                                          \
-                fprintf(stderr, "%s/%s: op failed: %d %s\n", opname, c, rc,         \
-                        tsr_last_error());                                          \
-                failed = 1;                                                         \
-            } else if (check_case(opname, c, &y, &want)) {                          \
-                failed = 1;                                                         \
-            }                                                                       \
-            free(y.data);                                                           \
-        }                                                                           \
-    } while (0)
-
-#define NEED(g, c, role, t)                                                         \
-    tsr_tensor t;                                                                   \
-    if (!golden_get(&(g), c, role, &t)) {                                           \
-        fprintf(stderr, "%s: missing %s\n", c, role);                               \
-        free(y.data);                                                               \
-        failed = 1;                                                                 \
-        continue;                                                                   \
-    }
-
-#define OPEN(g, op)                                                                 \
-    golden g;                                                                       \
-    tsr_backend *b = ops_test_backend();                                                     \
-    ASSERT_TRUE(b != NULL);                                                         \
-    ASSERT_OK(golden_open(op, &g));                                                 \
-    int failed = 0
-
-#define CLOSE(g)                                                                    \
-    golden_close(&g);                                                               \
-    return failed
-
-/* ---- golden tests ---- */
-
-static int test_conv2d(void)
-{
-    OPEN(g, "conv2d");
-    FOR_CASES(g, "conv2d", {
-        NEED(g, c, "x", x);
-        NEED(g, c, "w", w);
-        tsr_tensor bias;
-        bool has_b = golden_get(&g, c, "b", &bias);
-        tsr_conv2d_params p = {
-            .stride_h = (int)golden_param(&g, c, "stride_h", 1),
-            .stride_w = (int)golden_param(&g, c, "stride_w", 1),
-            .pad_t = (int)golden_param(&g, c, "pad_t", 0),
-            .pad_l = (int)golden_param(&g, c, "pad_l", 0),
-            .pad_b = (int)golden_param(&g, c, "pad_b", 0),
-            .pad_r = (int)golden_param(&g, c, "pad_r", 0),
-        };
-        rc = tsr_conv2d(b, &x, &w, has_b ? &bias : NULL, &p, &y);
-    });
-    CLOSE(g);
-}
-
-static int test_linear(void)
-{
-    OPEN(g, "linear");
-    FOR_CASES(g, "linear", {
-        NEED(g, c, "x", x);
-        NEED(g, c, "w", w);
-        tsr_tensor bias;
-        bool has_b = golden_get(&g, c, "b", &bias);
-        rc = tsr_linear(b, &x, &w, has_b ? &bias : NULL, &y);
-    });
-    CLOSE(g);
-}
-
-static int test_matmul(void)
-{
-    OPEN(g, "matmul");
-    FOR_CASES(g, "matmul", {
-        NEED(g, c, "a", a);
-        NEED(g, c, "b", bm);
-        rc = tsr_matmul(b, &a, &bm, golden_param(&g, c, "trans_a", 0) != 0,
-                        golden_param(&g, c, "trans_b", 0) != 0,
-                        (float)golden_param(&g, c, "alpha", 1), &y);
-    });
-    CLOSE(g);
-}
-
-static int test_group_norm(void)
-{
-    OPEN(g, "group_norm");
-    FOR_CASES(g, "group_norm", {
-        NEED(g, c, "x", x);
-        NEED(g, c, "gamma", gamma);
-        NEED(g, c, "beta", beta);
-        rc = tsr_group_norm(b, &x, &gamma, &beta, (int)golden_param(&g, c, "groups", 32),
-                            (float)golden_param(&g, c, "eps", 1e-5),
-                            golden_param(&g, c, "silu", 0) != 0, &y);
-    });
-    CLOSE(g);
-}
-
-static int test_layer_norm(void)
-{
-    OPEN(g, "layer_norm");
-    FOR_CASES(g, "layer_norm", {
-        NEED(g, c, "x", x);
-        NEED(g, c, "gamma", gamma);
-        tsr_tensor beta;
-        bool has_beta = golden_get(&g, c, "beta", &beta);
-        rc = tsr_layer_norm(b, &x, &gamma, has_beta ? &beta : NULL,
-                            (float)golden_param(&g, c, "eps", 1e-5), &y);
-    });
-    CLOSE(g);
-}
-
-static int test_softmax(void)
-{
-    OPEN(g, "softmax");
-    FOR_CASES(g, "softmax", {
-        NEED(g, c, "x", x);
-        rc = tsr_softmax(b, &x, &y);
-    });
-    CLOSE(g);
-}
-
-static int test_attention(void)
-{
-    OPEN(g, "attention");
-    FOR_CASES(g, "attention", {
-        NEED(g, c, "q", q);
-        NEED(g, c, "k", k);
-        NEED(g, c, "v", v);
-        tsr_attention_params p = {.heads = (int)golden_param(&g, c, "heads", 1),
-                                  .scale = (float)golden_param(&g, c, "scale", 0),
-                                  .causal = golden_param(&g, c, "causal", 0) != 0};
-        rc = tsr_attention(b, &q, &k, &v, &p, &y);
-    });
-    CLOSE(g);
-}
-
-static int run_unary(const char *kind_name, tsr_unary_kind kind)
-{
-    OPEN(g, "unary");
-    int ran = 0;
+    if (!ops_device())
+        return OPS_SKIP;
+    golden g;
+    ASSERT_OK(golden_open(op, &g));
+    ops_tally tally = {0};
     for (int i = 0; i < g.n; i++) {
-        char kbuf[32];
-        if (strcmp(golden_str(&g, g.names[i], "kind", kbuf, sizeof kbuf), kind_name) != 0)
-            continue;
-        ran++;
         const char *c = g.names[i];
-        tsr_tensor x, want, y;
-        ASSERT_TRUE(golden_get(&g, c, "x", &x) && golden_get(&g, c, "y", &want));
-        ASSERT_OK(make_out(&want, &y));
-        int rc = tsr_unary(b, kind, &x, &y);
-        if (rc != 0 || check_case("unary", c, &y, &want))
-            failed = 1;
-        /* in place: y aliases x (a writable copy) */
-        if (!failed) {
-            memcpy(y.data, x.data, tsr_tensor_nbytes(&x));
-            rc = tsr_unary(b, kind, &y, &y);
-            if (rc != 0 || check_case("unary_inplace", c, &y, &want))
-                failed = 1;
+        char kbuf[32];
+        if (kind_filter && strcmp(golden_str(&g, c, "kind", kbuf, sizeof kbuf), kind_filter) != 0)
+            continue;
+        tsr_tensor t[OPS_MAX_SRC + 1];
+        union {
+            tsr_conv2d_params conv;
+            tsr_attention_params attn;
+            tsr_timestep_params ts;
+            double d[4];
+        } params;
+        ops_case oc = {.op = op, .name = c, .tol = strcmp(op, "timestep_embedding") ? TOL : 1e-4,
+                       .params = &params};
+        /* t[OPS_MAX_SRC] is the golden output */
+        if (!golden_get(&g, c, "y", &t[OPS_MAX_SRC]) || !build(&g, c, &oc, t, &params)) {
+            fprintf(stderr, "%s/%s: golden incomplete\n", op, c);
+            ops_tally_add(&tally, 1);
+            continue;
         }
-        free(y.data);
+        oc.want = &t[OPS_MAX_SRC];
+        oc.y = t[OPS_MAX_SRC];
+        ops_tally_add(&tally, ops_check(&oc));
+        if (oc.n_src == 1 && oc.inplace == false && oc.run && kind_filter) {
+            oc.inplace = true; /* unary ops: y aliasing x gives the same */
+            ops_tally_add(&tally, ops_check(&oc));
+        }
     }
-    ASSERT_TRUE(ran > 0);
-    CLOSE(g);
+    golden_close(&g);
+    ASSERT_TRUE(tally.ran + tally.skipped + tally.failed > 0);
+    return ops_tally_result(&tally);
 }
 
-static int test_unary_silu(void) { return run_unary("silu", TSR_UNARY_SILU); }
-static int test_unary_gelu(void) { return run_unary("gelu", TSR_UNARY_GELU); }
-static int test_unary_gelu_tanh(void) { return run_unary("gelu_tanh", TSR_UNARY_GELU_TANH); }
-static int test_unary_quick_gelu(void) { return run_unary("quick_gelu", TSR_UNARY_QUICK_GELU); }
-
-static int test_geglu(void)
+/* Input `role` of case c into t[i] / oc->src[i]. */
+static bool in(const golden *g, const char *c, const char *role, ops_case *oc, tsr_tensor *t,
+               int i, ops_role r, bool optional)
 {
-    OPEN(g, "geglu");
-    FOR_CASES(g, "geglu", {
-        NEED(g, c, "x", x);
-        rc = tsr_geglu(b, &x, &y);
-    });
-    CLOSE(g);
+    if (!golden_get(g, c, role, &t[i]))
+        return optional;
+    oc->src[i] = &t[i];
+    oc->role[i] = r;
+    if (oc->n_src < i + 1)
+        oc->n_src = i + 1;
+    return true;
 }
 
-static int test_binary(void)
+#define P(type) (*(const type *)c->params)
+#define D(k) (((const double *)c->params)[k])
+
+static int r_conv2d(tsr_backend *be, const ops_case *c, const tsr_tensor *const *s, tsr_tensor *y)
 {
-    OPEN(g, "binary");
-    FOR_CASES(g, "binary", {
-        NEED(g, c, "a", a);
-        NEED(g, c, "b", bt);
-        char kbuf[16];
-        tsr_binary_kind kind = strcmp(golden_str(&g, c, "kind", kbuf, sizeof kbuf), "mul") == 0
-                                   ? TSR_BINARY_MUL
-                                   : TSR_BINARY_ADD;
-        rc = tsr_binary(b, kind, &a, &bt, &y);
-    });
-    CLOSE(g);
+    return tsr_conv2d(be, s[0], s[1], s[2], &P(tsr_conv2d_params), y);
 }
-
-static int test_scale(void)
+static bool b_conv2d(const golden *g, const char *c, ops_case *oc, tsr_tensor *t, void *params)
 {
-    OPEN(g, "scale");
-    FOR_CASES(g, "scale", {
-        NEED(g, c, "x", x);
-        rc = tsr_scale(b, &x, (float)golden_param(&g, c, "s", 1), &y);
-    });
-    CLOSE(g);
+    tsr_conv2d_params *p = params;
+    *p = (tsr_conv2d_params){.stride_h = (int)golden_param(g, c, "stride_h", 1),
+                             .stride_w = (int)golden_param(g, c, "stride_w", 1),
+                             .pad_t = (int)golden_param(g, c, "pad_t", 0),
+                             .pad_l = (int)golden_param(g, c, "pad_l", 0),
+                             .pad_b = (int)golden_param(g, c, "pad_b", 0),
+                             .pad_r = (int)golden_param(g, c, "pad_r", 0)};
+    oc->run = r_conv2d;
+    return in(g, c, "x", oc, t, 0, OPS_ACT, false) && in(g, c, "w", oc, t, 1, OPS_PARAM, false) &&
+           in(g, c, "b", oc, t, 2, OPS_PARAM, true);
 }
 
-static int test_concat(void)
+static int r_linear(tsr_backend *be, const ops_case *c, const tsr_tensor *const *s, tsr_tensor *y)
 {
-    OPEN(g, "concat");
-    FOR_CASES(g, "concat", {
-        NEED(g, c, "a", a);
-        NEED(g, c, "b", bt);
-        rc = tsr_concat(b, &a, &bt, &y);
-    });
-    CLOSE(g);
+    (void)c;
+    return tsr_linear(be, s[0], s[1], s[2], y);
 }
-
-static int test_upsample(void)
+static bool b_linear(const golden *g, const char *c, ops_case *oc, tsr_tensor *t, void *params)
 {
-    OPEN(g, "upsample_nearest2x");
-    FOR_CASES(g, "upsample_nearest2x", {
-        NEED(g, c, "x", x);
-        rc = tsr_upsample_nearest2x(b, &x, &y);
-    });
-    CLOSE(g);
+    (void)params;
+    oc->run = r_linear;
+    return in(g, c, "x", oc, t, 0, OPS_ACT, false) && in(g, c, "w", oc, t, 1, OPS_PARAM, false) &&
+           in(g, c, "b", oc, t, 2, OPS_PARAM, true);
 }
 
-static int test_upsample_size(void)
+static int r_matmul(tsr_backend *be, const ops_case *c, const tsr_tensor *const *s, tsr_tensor *y)
 {
-    OPEN(g, "upsample_nearest");
-    FOR_CASES(g, "upsample_nearest", {
-        NEED(g, c, "x", x);
-        rc = tsr_upsample_nearest(b, &x, &y);
-    });
-    CLOSE(g);
+    return tsr_matmul(be, s[0], s[1], D(0) != 0, D(1) != 0, (float)D(2), y);
+}
+static bool b_matmul(const golden *g, const char *c, ops_case *oc, tsr_tensor *t, void *params)
+{
+    double *d = params;
+    d[0] = golden_param(g, c, "trans_a", 0);
+    d[1] = golden_param(g, c, "trans_b", 0);
+    d[2] = golden_param(g, c, "alpha", 1);
+    oc->run = r_matmul;
+    return in(g, c, "a", oc, t, 0, OPS_ACT, false) && in(g, c, "b", oc, t, 1, OPS_ACT, false);
 }
 
+static int r_group_norm(tsr_backend *be, const ops_case *c, const tsr_tensor *const *s,
+                        tsr_tensor *y)
+{
+    return tsr_group_norm(be, s[0], s[1], s[2], (int)D(0), (float)D(1), D(2) != 0, y);
+}
+static bool b_group_norm(const golden *g, const char *c, ops_case *oc, tsr_tensor *t, void *params)
+{
+    double *d = params;
+    d[0] = golden_param(g, c, "groups", 32);
+    d[1] = golden_param(g, c, "eps", 1e-5);
+    d[2] = golden_param(g, c, "silu", 0);
+    oc->run = r_group_norm;
+    return in(g, c, "x", oc, t, 0, OPS_ACT, false) &&
+           in(g, c, "gamma", oc, t, 1, OPS_PARAM, false) &&
+           in(g, c, "beta", oc, t, 2, OPS_PARAM, false);
+}
+
+static int r_layer_norm(tsr_backend *be, const ops_case *c, const tsr_tensor *const *s,
+                        tsr_tensor *y)
+{
+    return tsr_layer_norm(be, s[0], s[1], s[2], (float)D(0), y);
+}
+static bool b_layer_norm(const golden *g, const char *c, ops_case *oc, tsr_tensor *t, void *params)
+{
+    ((double *)params)[0] = golden_param(g, c, "eps", 1e-5);
+    oc->run = r_layer_norm;
+    return in(g, c, "x", oc, t, 0, OPS_ACT, false) &&
+           in(g, c, "gamma", oc, t, 1, OPS_PARAM, false) &&
+           in(g, c, "beta", oc, t, 2, OPS_PARAM, true);
+}
+
+static int r_softmax(tsr_backend *be, const ops_case *c, const tsr_tensor *const *s, tsr_tensor *y)
+{
+    (void)c;
+    return tsr_softmax(be, s[0], y);
+}
+static bool b_softmax(const golden *g, const char *c, ops_case *oc, tsr_tensor *t, void *params)
+{
+    (void)params;
+    oc->run = r_softmax;
+    return in(g, c, "x", oc, t, 0, OPS_ACT, false);
+}
+
+static int r_attention(tsr_backend *be, const ops_case *c, const tsr_tensor *const *s,
+                       tsr_tensor *y)
+{
+    return tsr_attention(be, s[0], s[1], s[2], &P(tsr_attention_params), y);
+}
+static bool b_attention(const golden *g, const char *c, ops_case *oc, tsr_tensor *t, void *params)
+{
+    *(tsr_attention_params *)params =
+        (tsr_attention_params){.heads = (int)golden_param(g, c, "heads", 1),
+                               .scale = (float)golden_param(g, c, "scale", 0),
+                               .causal = golden_param(g, c, "causal", 0) != 0};
+    oc->run = r_attention;
+    return in(g, c, "q", oc, t, 0, OPS_ACT, false) && in(g, c, "k", oc, t, 1, OPS_ACT, false) &&
+           in(g, c, "v", oc, t, 2, OPS_ACT, false);
+}
+
+static int r_unary(tsr_backend *be, const ops_case *c, const tsr_tensor *const *s, tsr_tensor *y)
+{
+    return tsr_unary(be, (tsr_unary_kind)D(0), s[0], y);
+}
+static bool b_unary(const golden *g, const char *c, ops_case *oc, tsr_tensor *t, void *params)
+{
+    static const char *const kinds[] = {"silu", "gelu", "gelu_tanh", "quick_gelu"};
+    char kbuf[32];
+    golden_str(g, c, "kind", kbuf, sizeof kbuf);
+    ((double *)params)[0] = -1;
+    for (int k = 0; k < 4; k++)
+        if (strcmp(kbuf, kinds[k]) == 0)
+            ((double *)params)[0] = k;
+    oc->run = r_unary;
+    return ((double *)params)[0] >= 0 && in(g, c, "x", oc, t, 0, OPS_ACT, false);
+}
+
+static int r_geglu(tsr_backend *be, const ops_case *c, const tsr_tensor *const *s, tsr_tensor *y)
+{
+    (void)c;
+    return tsr_geglu(be, s[0], y);
+}
+static bool b_geglu(const golden *g, const char *c, ops_case *oc, tsr_tensor *t, void *params)
+{
+    (void)params;
+    oc->run = r_geglu;
+    return in(g, c, "x", oc, t, 0, OPS_ACT, false);
+}
+
+static int r_binary(tsr_backend *be, const ops_case *c, const tsr_tensor *const *s, tsr_tensor *y)
+{
+    return tsr_binary(be, (tsr_binary_kind)D(0), s[0], s[1], y);
+}
+static bool b_binary(const golden *g, const char *c, ops_case *oc, tsr_tensor *t, void *params)
+{
+    char kbuf[16];
+    ((double *)params)[0] = strcmp(golden_str(g, c, "kind", kbuf, sizeof kbuf), "mul") == 0
+                                ? TSR_BINARY_MUL
+                                : TSR_BINARY_ADD;
+    oc->run = r_binary;
+    return in(g, c, "a", oc, t, 0, OPS_ACT, false) && in(g, c, "b", oc, t, 1, OPS_ACT, false);
+}
+
+static int r_scale(tsr_backend *be, const ops_case *c, const tsr_tensor *const *s, tsr_tensor *y)
+{
+    return tsr_scale(be, s[0], (float)D(0), y);
+}
+static bool b_scale(const golden *g, const char *c, ops_case *oc, tsr_tensor *t, void *params)
+{
+    ((double *)params)[0] = golden_param(g, c, "s", 1);
+    oc->run = r_scale;
+    return in(g, c, "x", oc, t, 0, OPS_ACT, false);
+}
+
+static int r_concat(tsr_backend *be, const ops_case *c, const tsr_tensor *const *s, tsr_tensor *y)
+{
+    (void)c;
+    return tsr_concat(be, s[0], s[1], y);
+}
+static bool b_concat(const golden *g, const char *c, ops_case *oc, tsr_tensor *t, void *params)
+{
+    (void)params;
+    oc->run = r_concat;
+    return in(g, c, "a", oc, t, 0, OPS_ACT, false) && in(g, c, "b", oc, t, 1, OPS_ACT, false);
+}
+
+static int r_up2x(tsr_backend *be, const ops_case *c, const tsr_tensor *const *s, tsr_tensor *y)
+{
+    (void)c;
+    return tsr_upsample_nearest2x(be, s[0], y);
+}
+static int r_up(tsr_backend *be, const ops_case *c, const tsr_tensor *const *s, tsr_tensor *y)
+{
+    (void)c;
+    return tsr_upsample_nearest(be, s[0], y);
+}
+static bool b_up2x(const golden *g, const char *c, ops_case *oc, tsr_tensor *t, void *params)
+{
+    (void)params;
+    oc->run = r_up2x;
+    return in(g, c, "x", oc, t, 0, OPS_ACT, false);
+}
+static bool b_up(const golden *g, const char *c, ops_case *oc, tsr_tensor *t, void *params)
+{
+    (void)params;
+    oc->run = r_up;
+    return in(g, c, "x", oc, t, 0, OPS_ACT, false);
+}
+
+static int r_timestep(tsr_backend *be, const ops_case *c, const tsr_tensor *const *s, tsr_tensor *y)
+{
+    return tsr_timestep_embedding(be, s[0], &P(tsr_timestep_params), y);
+}
+static bool b_timestep(const golden *g, const char *c, ops_case *oc, tsr_tensor *t, void *params)
+{
+    *(tsr_timestep_params *)params =
+        (tsr_timestep_params){.dim = (int)golden_param(g, c, "dim", 320),
+                              .flip_sin_to_cos = golden_param(g, c, "flip", 1) != 0,
+                              .downscale_freq_shift = (float)golden_param(g, c, "shift", 0)};
+    oc->run = r_timestep;
+    return in(g, c, "t", oc, t, 0, OPS_ASIS, false);
+}
+
+static int r_embedding(tsr_backend *be, const ops_case *c, const tsr_tensor *const *s,
+                       tsr_tensor *y)
+{
+    (void)c;
+    return tsr_embedding(be, s[0], s[1], y);
+}
+static bool b_embedding(const golden *g, const char *c, ops_case *oc, tsr_tensor *t, void *params)
+{
+    (void)params;
+    oc->run = r_embedding;
+    return in(g, c, "ids", oc, t, 0, OPS_ASIS, false) &&
+           in(g, c, "table", oc, t, 1, OPS_PARAM, false);
+}
+
+static int test_conv2d(void) { return run_golden("conv2d", b_conv2d, NULL); }
+static int test_linear(void) { return run_golden("linear", b_linear, NULL); }
+static int test_matmul(void) { return run_golden("matmul", b_matmul, NULL); }
+static int test_group_norm(void) { return run_golden("group_norm", b_group_norm, NULL); }
+static int test_layer_norm(void) { return run_golden("layer_norm", b_layer_norm, NULL); }
+static int test_softmax(void) { return run_golden("softmax", b_softmax, NULL); }
+static int test_attention(void) { return run_golden("attention", b_attention, NULL); }
+static int test_unary_silu(void) { return run_golden("unary", b_unary, "silu"); }
+static int test_unary_gelu(void) { return run_golden("unary", b_unary, "gelu"); }
+static int test_unary_gelu_tanh(void) { return run_golden("unary", b_unary, "gelu_tanh"); }
+static int test_unary_quick_gelu(void) { return run_golden("unary", b_unary, "quick_gelu"); }
+static int test_geglu(void) { return run_golden("geglu", b_geglu, NULL); }
+static int test_binary(void) { return run_golden("binary", b_binary, NULL); }
+static int test_scale(void) { return run_golden("scale", b_scale, NULL); }
+static int test_concat(void) { return run_golden("concat", b_concat, NULL); }
+static int test_upsample(void) { return run_golden("upsample_nearest2x", b_up2x, NULL); }
+static int test_upsample_size(void) { return run_golden("upsample_nearest", b_up, NULL); }
 static int test_timestep_embedding(void)
 {
-    OPEN(g, "timestep_embedding");
-    FOR_CASES(g, "timestep_embedding", {
-        NEED(g, c, "t", t);
-        tsr_timestep_params p = {.dim = (int)golden_param(&g, c, "dim", 320),
-                                 .flip_sin_to_cos = golden_param(&g, c, "flip", 1) != 0,
-                                 .downscale_freq_shift = (float)golden_param(&g, c, "shift", 0)};
-        rc = tsr_timestep_embedding(b, &t, &p, &y);
-    });
-    CLOSE(g);
+    return run_golden("timestep_embedding", b_timestep, NULL);
 }
-
-static int test_embedding(void)
-{
-    OPEN(g, "embedding");
-    FOR_CASES(g, "embedding", {
-        NEED(g, c, "ids", ids);
-        NEED(g, c, "table", table);
-        rc = tsr_embedding(b, &ids, &table, &y);
-    });
-    CLOSE(g);
-}
-
+static int test_embedding(void) { return run_golden("embedding", b_embedding, NULL); }
 
 static const tsr_test_entry tests[] = {
     {"conv2d", test_conv2d},
@@ -460,6 +452,12 @@ static const tsr_test_entry tests[] = {
     {"reject_shapes", test_reject_shapes},
     {"aliasing", test_aliasing},
     {"supports_op", test_supports_op},
+    {"epilogue", test_epilogue},
+    {"epilogue_checks", test_epilogue_checks},
+    {"supports_desc", test_supports_desc},
+    {"convert", test_convert},
+    {"events_pinned", test_events_pinned},
+    {"storage_variant", test_storage_variant},
 };
 
 TSR_TEST_TABLE_MAIN(tests)

@@ -128,10 +128,10 @@ static int test_join_mid_batch(void)
     ASSERT_EQ(tsr_batch_take(b, ja, &(tsr_result){0}), TSR_ERR_NOT_FOUND); /* still running */
     if (run_all(b) || take(b, ja, &a2) || take(b, jb, &b2))
         return 1;
-    /* shared UNet calls may round differently from single ones, never more
-     * than the last bit of an 8-bit pixel */
+    /* byte-identical: every GEMM covers one image (backend/cpu/ops_conv.c,
+     * "Batch independence"), so sharing a call changes no arithmetic */
     int da = max_diff(&a1, &a2), db = max_diff(&b1, &b2);
-    if (da > 1 || db > 1)
+    if (da > 0 || db > 0)
         TSR_FAIL("batched images differ from the same images alone: %d, %d", da, db);
     tsr_batch_free(b);
     free(a1.rgb);
@@ -166,7 +166,7 @@ static int test_cancel(void)
     tsr_result_free(&r);
     if (run_all(b) || take(b, ja, &a2))
         return 1;
-    ASSERT_TRUE(max_diff(&a1, &a2) <= 1);
+    ASSERT_EQ(max_diff(&a1, &a2), 0);
     ASSERT_EQ(tsr_batch_cancel(b, 12345), TSR_ERR_NOT_FOUND);
     tsr_batch_free(b);
     free(a1.rgb);

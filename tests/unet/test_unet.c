@@ -10,16 +10,29 @@
  * error (max abs error / max abs reference) <= 1e-4 in f32, then runs each
  * row alone and checks that too (rows must not mix).  Inputs are copied out
  * of the mmapped file because safetensors does not promise alignment.
+ *
+ * The *_f16 / *_bf16 cases run the same goldens on the CPU's storage
+ * variants (backend "cpu-f16"/"cpu-bf16": f16 weights and activations, each
+ * op computed in f32 and rounded back), which exercises the model code's
+ * f16 path; they are held to F16_TOL / BF16_TOL and print the error they
+ * observed.  round_rows runs a 3-row batch on a CPU backend that rounds
+ * rows up (TSR_BACKEND_CAP_ROUND_ROWS: 4 rows computed, 3 returned).
  */
 #include <stdlib.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "model/model.h"
 #include "core/safetensors.h"
 #include "test.h"
 #include "unet/unet.h"
 
 #define TOL 1e-4
+/* Observed (2 threads, max error over max |golden|, batch and rows alone):
+ * f16 at most 8.5e-4 (sd1 7.9e-4, sd2v 5.5e-4, sdxl 7.3e-4, sd1_3block_odd
+ * 6.3e-4), bf16 4.2e-3 (sdxl); the bounds leave ~3x. */
+#define F16_TOL 3e-3
+#define BF16_TOL 2e-2
 
 typedef struct golden {
     tsr_backend *be;
@@ -56,11 +69,11 @@ static float *copy_f32(const tsr_safetensors *st, const char *name, const tsr_st
     return p;
 }
 
-static int golden_open(golden *g, const char *name, bool committed_model)
+static int golden_open_on(golden *g, const char *name, bool committed_model, const char *device)
 {
     char rel[256], path[512];
     memset(g, 0, sizeof *g);
-    ASSERT_OK(tsr_backend_open("cpu", 0, &g->be));
+    ASSERT_OK(tsr_backend_open(device, 0, &g->be));
     char folder[64];
     snprintf(folder, sizeof folder, "%s", name);
     char *odd = strstr(folder, "_odd"); /* same weights, odd-size golden */
@@ -106,6 +119,11 @@ static int golden_open(golden *g, const char *name, bool committed_model)
     return 0;
 }
 
+static int golden_open(golden *g, const char *name, bool committed_model)
+{
+    return golden_open_on(g, name, committed_model, "cpu");
+}
+
 /* Row r of the inputs as a batch of one. */
 static tsr_unet_inputs row_inputs(const golden *g, int r)
 {
@@ -136,10 +154,10 @@ static double rel_err(const float *got, const float *want, int64_t n)
     return m > 0 ? e / m : e;
 }
 
-static int check_family(const char *name, bool committed_model)
+static int check_family_on(const char *name, bool committed_model, const char *device, double tol)
 {
     golden g;
-    int rc = golden_open(&g, name, committed_model);
+    int rc = golden_open_on(&g, name, committed_model, device);
     float *out = rc ? NULL : malloc((size_t)g.out_n * sizeof(float));
     if (!rc && !out)
         rc = 1;
@@ -151,8 +169,8 @@ static int check_family(const char *name, bool committed_model)
             rc = 1;
         } else {
             char what[128];
-            snprintf(what, sizeof what, "%s batch of %d", name, g.in.batch);
-            rc = tsr_test_check_close(what, out, g.buf[5], (size_t)g.out_n, TOL);
+            snprintf(what, sizeof what, "%s batch of %d on %s", name, g.in.batch, g.be->name);
+            rc = tsr_test_check_close(what, out, g.buf[5], (size_t)g.out_n, tol);
             fprintf(stderr, "%s: relative error %.2e, workspace %.2f MiB\n", what,
                     rel_err(out, g.buf[5], g.out_n),
                     (double)tsr_unet_workspace_bytes(g.unet) / (1 << 20));
@@ -169,9 +187,73 @@ static int check_family(const char *name, bool committed_model)
         }
         char what[128];
         snprintf(what, sizeof what, "%s row %d alone", name, r);
-        rc = tsr_test_check_close(what, out, g.buf[5] + r * row_n, (size_t)row_n, TOL);
+        rc = tsr_test_check_close(what, out, g.buf[5] + r * row_n, (size_t)row_n, tol);
     }
     free(out);
+    golden_free(&g);
+    return rc;
+}
+
+static int check_family(const char *name, bool committed_model)
+{
+    return check_family_on(name, committed_model, "cpu", TOL);
+}
+
+static int t_sd1_f16(void) { return check_family_on("sd1", true, "cpu-f16", F16_TOL); }
+static int t_sd2v_f16(void) { return check_family_on("sd2v", true, "cpu-f16", F16_TOL); }
+static int t_sdxl_f16(void) { return check_family_on("sdxl", true, "cpu-f16", F16_TOL); }
+static int t_sd1_3block_odd_f16(void)
+{
+    return check_family_on("sd1_3block_odd", false, "cpu-f16", F16_TOL);
+}
+static int t_sdxl_bf16(void) { return check_family_on("sdxl", true, "cpu-bf16", BF16_TOL); }
+
+/* A backend that rounds rows up: 3 rows run as 4 (the last row repeated),
+ * 3 come back, equal to diffusers and (within rounding) to the unpadded
+ * call; 5 rows run as 8; the workspace is planned for the padded count. */
+static int t_round_rows(void)
+{
+    golden g;
+    if (golden_open(&g, "sdxl", true))
+        return 1;
+    tsr_backend *rb = NULL;
+    tsr_unet *ru = NULL;
+    tsr_cpu_options o = {.n_threads = 0, .round_rows = true};
+    int rc = tsr_backend_cpu_create_ex(&o, &rb);
+    if (!rc)
+        rc = tsr_unet_create(tsr_unet_get_desc(g.unet), g.weights, rb, &ru);
+    float *a = malloc((size_t)g.out_n * sizeof(float)), *b = malloc((size_t)g.out_n * sizeof(float));
+    if (rc || !a || !b) {
+        fprintf(stderr, "round_rows setup: %s\n", tsr_last_error());
+        rc = 1;
+    }
+    if (!rc && (tsr_unet_rows(ru, 3) != 4 || tsr_unet_rows(ru, 5) != 8 || tsr_unet_rows(ru, 64) != 64 ||
+                tsr_unet_rows(ru, 1) != 1 || tsr_unet_rows(g.unet, 3) != 3)) {
+        fprintf(stderr, "tsr_unet_rows: unexpected counts\n");
+        rc = 1;
+    }
+    if (!rc && (tsr_unet_forward(ru, &g.in, a) || tsr_unet_forward(g.unet, &g.in, b))) {
+        fprintf(stderr, "forward: %s\n", tsr_last_error());
+        rc = 1;
+    }
+    if (!rc) {
+        rc = tsr_test_check_close("3 rows padded to 4 vs diffusers", a, g.buf[5], (size_t)g.out_n, TOL);
+        rc |= tsr_test_check_close("3 rows padded to 4 vs unpadded", a, b, (size_t)g.out_n, 1e-5);
+        fprintf(stderr, "padded vs unpadded: relative difference %.2e (%s)\n",
+                rel_err(a, b, g.out_n),
+                memcmp(a, b, (size_t)g.out_n * sizeof(float)) ? "not bit-identical" : "bit-identical");
+    }
+    /* one row alone needs no padding; the plan follows the padded count */
+    if (!rc) {
+        tsr_unet_inputs one = row_inputs(&g, 2);
+        rc = tsr_unet_forward(ru, &one, a) != 0;
+        const int64_t row_n = g.out_n / g.in.batch;
+        rc |= tsr_test_check_close("row 2 alone", a, g.buf[5] + 2 * row_n, (size_t)row_n, TOL);
+    }
+    free(a);
+    free(b);
+    tsr_unet_free(ru);
+    tsr_backend_destroy(rb);
     golden_free(&g);
     return rc;
 }
@@ -345,6 +427,12 @@ static const tsr_test_entry tests[] = {
     {"many_rows", t_many_rows},
     {"bad_inputs", t_bad_inputs},
     {"bad_weights", t_bad_weights},
+    {"sd1_f16", t_sd1_f16},
+    {"sd2v_f16", t_sd2v_f16},
+    {"sdxl_f16", t_sdxl_f16},
+    {"sd1_3block_odd_f16", t_sd1_3block_odd_f16},
+    {"sdxl_bf16", t_sdxl_bf16},
+    {"round_rows", t_round_rows},
 };
 
 TSR_TEST_TABLE_MAIN(tests)

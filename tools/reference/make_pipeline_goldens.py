@@ -78,6 +78,16 @@ SAMPLERS = {
     "lms": ("LMSDiscreteScheduler", {}),
     "unipc": ("UniPCMultistepScheduler", {}),
     "lcm": ("LCMScheduler", {}),
+    # issue 10
+    "plms": ("PNDMScheduler", {"skip_prk_steps": True}),
+    "dpm2": ("KDPM2DiscreteScheduler", {}),
+    "dpm2_a": ("KDPM2AncestralDiscreteScheduler", {}),
+    "dpmpp_3m_sde": ("DPMSolverMultistepScheduler", {"algorithm_type": "sde-dpmsolver++",
+                                                     "solver_order": 3}),
+    "ddpm": ("DDPMScheduler", {}),
+    # no diffusers class: k-diffusion's sample_dpmpp_2s_ancestral as written
+    # out in make_scheduler_goldens.py (docs/samplers.md)
+    "dpmpp_2s_a": ("KDiffusionDPMPP2SAncestral", {}),
 }
 
 PROMPT = "a photo of a red cat on a green sofa"
@@ -135,6 +145,43 @@ def make_sharp_model():
         print(f"{SHARP}: changing {what} moves pixels by up to {d:.1f}/255")
 
 
+TURBO = "sd_turbo"
+# SD-Turbo / SDXL-Turbo's scheduler_config.json: Euler ancestral with
+# "trailing" spacing (1-4 steps, no guidance)
+TURBO_SCHEDULER = {"_class_name": "EulerAncestralDiscreteScheduler", "_diffusers_version": "0.35.2",
+                   "beta_end": 0.012, "beta_schedule": "scaled_linear", "beta_start": 0.00085,
+                   "clip_sample": False, "interpolation_type": "linear",
+                   "num_train_timesteps": 1000, "prediction_type": "epsilon",
+                   "sample_max_value": 1.0, "set_alpha_to_one": False, "skip_prk_steps": True,
+                   "steps_offset": 1, "timestep_spacing": "trailing", "trained_betas": None,
+                   "use_karras_sigmas": False}
+
+
+def make_turbo_model():
+    """tests/data/models/sd_turbo: the sharp tiny SD1 model with SD-Turbo's
+    scheduler config.  Only model_index.json and the scheduler are files; the
+    other components are symlinks to sd1_sharp's (a few hundred bytes in git
+    instead of a copy of the weights)."""
+    src = os.path.join(ROOT, MODELS_REL, SHARP)
+    dst = os.path.join(ROOT, MODELS_REL, TURBO)
+    os.makedirs(os.path.join(dst, "scheduler"), exist_ok=True)
+    for part in ("text_encoder", "tokenizer", "unet", "vae"):
+        link = os.path.join(dst, part)
+        if os.path.islink(link):
+            os.remove(link)
+        os.symlink(os.path.join("..", SHARP, part), link)
+    with open(os.path.join(src, "model_index.json")) as f:
+        index = json.load(f)
+    index["scheduler"] = ["diffusers", TURBO_SCHEDULER["_class_name"]]
+    index.pop("_name_or_path", None)
+    with open(os.path.join(dst, "model_index.json"), "w") as f:
+        json.dump(index, f, indent=2, sort_keys=True)
+        f.write("\n")
+    with open(os.path.join(dst, "scheduler", "scheduler_config.json"), "w") as f:
+        json.dump(TURBO_SCHEDULER, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
 def case(name, model, **kw):
     c = dict(name=name, model=model, kind="txt2img", prompt=PROMPT, negative=None,
              steps=STEPS, cfg=7.5, sampler="euler", schedule="default", seed=1000,
@@ -154,7 +201,8 @@ def build_cases():
     ddim_seed = 100 + list(SAMPLERS).index("ddim")
     cases.append(case("sd1_model_default", "sd1", sampler=None, schedule=None, seed=ddim_seed))
     # Karras sigmas
-    for i, s in enumerate(("euler", "heun", "dpmpp_2m", "dpmpp_2m_sde", "lms")):
+    for i, s in enumerate(("euler", "heun", "dpmpp_2m", "dpmpp_2m_sde", "lms", "dpm2_a",
+                           "dpmpp_2s_a", "dpmpp_3m_sde")):
         cases.append(case(f"sd1_{s}_karras", "sd1", sampler=s, schedule="karras", seed=200 + i))
     # negative prompt, no guidance, batch of two (seeds s, s+1)
     cases.append(case("sd1_negative", "sd1", sampler="euler_a", negative=NEGATIVE, seed=300))
@@ -175,6 +223,9 @@ def build_cases():
                       guidance_rescale=0.7, seed=603))
     cases.append(case("sharp_img2img_ddim", SHARP, kind="img2img", sampler="ddim", strength=0.6,
                       init="init.png", steps=8, seed=604))
+    # A1111's "PLMS" on a config without skip_prk_steps: PNDM without the PRK
+    # warm-up (the plain tiny model cannot tell the two apart within 2/255)
+    cases.append(case("sharp_plms_a1111", SHARP, sampler="PLMS", steps=10, seed=605))
 
     cases.append(case("sd2v_euler", "sd2v", sampler="euler", seed=400))
     cases.append(case("sd2v_dpmpp_2m", "sd2v", sampler="dpmpp_2m", seed=401))
@@ -201,6 +252,12 @@ def build_cases():
                       strength=1.0, init="init.png", mask="mask.png", seed=700))
     cases.append(case("sd1_inpaint_ddim_strength", "sd1_inpaint", kind="inpaint", sampler="ddim",
                       strength=0.75, init="init.png", mask="mask.png", steps=8, seed=701))
+    # SD-Turbo's scheduler (the model's own: Euler a, trailing): 1 step
+    # without guidance, as turbo models are run, and 4 steps at cfg 1
+    cases.append(case("turbo_1step_cfg0", TURBO, sampler=None, schedule=None, steps=1, cfg=0.0,
+                      seed=800))
+    cases.append(case("turbo_4step_cfg1", TURBO, sampler=None, schedule=None, steps=4, cfg=1.0,
+                      seed=801))
     return cases
 
 
@@ -292,14 +349,21 @@ def set_scheduler(pipe, c, generator):
     pipe.scheduler = pipe._tessera_model_scheduler  # undo the previous case's choice
     if c["sampler"] is None:
         return type(pipe.scheduler).__name__, {}
-    cls_name, opts = SAMPLERS[c["sampler"]]
+    cls_name, opts = SAMPLERS[c["sampler"].lower()]
     kw = dict(opts)
     if c["schedule"] == "karras":
         kw["use_karras_sigmas"] = True
     elif c["schedule"] not in ("default", None):
         raise ValueError(c["schedule"])
-    cls = getattr(diffusers, cls_name)
-    pipe.scheduler = cls.from_config(load_scheduler_config(c["model"]), **kw)
+    if cls_name == "KDiffusionDPMPP2SAncestral":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from make_scheduler_goldens import KDiffusionDPMPP2SAncestral as cls
+    else:
+        cls = getattr(diffusers, cls_name)
+    if cls_name == "KDiffusionDPMPP2SAncestral":
+        pipe.scheduler = cls(load_scheduler_config(c["model"]), **kw)
+    else:
+        pipe.scheduler = cls.from_config(load_scheduler_config(c["model"]), **kw)
     if c["sampler"] == "dpmpp_sde":
         sched = pipe.scheduler
         orig = sched.set_timesteps
@@ -407,6 +471,7 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     if not only or any(n.startswith("sharp_") for n in only):
         make_sharp_model()
+    make_turbo_model()
     init_img, mask_img = make_inputs()
     init_img.save(os.path.join(OUT, "init.png"))
     mask_img.save(os.path.join(OUT, "mask.png"))

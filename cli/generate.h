@@ -1,0 +1,62 @@
+/*
+ * cli/generate.h - `tessera generate`'s options and the checks it runs
+ * before and around the engine (cli/generate_check.c).
+ *
+ * Why a second file: the command itself (cmd_generate.c) is the flow -
+ * parse, check, load, submit, step, write - while the rules that make every
+ * failure name its flag and fail early live here: which flags need files,
+ * where the output may go, and which flag an engine message is about.
+ */
+#ifndef TSR_CLI_GENERATE_H
+#define TSR_CLI_GENERATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "image/image.h"
+
+/* Images per request: 1..64.  One UNet call carries at most
+ * GEN_MAX_ROWS rows (16 images with guidance, 32 without); a larger batch
+ * runs as several calls per step. */
+#define GEN_MAX_BATCH 64
+#define GEN_MAX_ROWS 32
+/* A1111's default JPEG quality (opts.jpeg_quality). */
+#define GEN_JPEG_QUALITY 80
+
+typedef enum gen_format { GEN_PNG, GEN_JPEG } gen_format;
+
+typedef struct gen_opts {
+    const char *model, *prompt, *negative, *sampler, *schedule, *rng, *init, *mask;
+    const char *preview_dir, *device, *output, *prediction, *taesd, *resize_mode;
+    int64_t steps, width, height, batch, clip_skip, threads;
+    uint64_t seed;
+    double cfg, strength, rescale, eta;
+    bool quiet, seed_given, strength_given;
+    /* derived by gen_precheck */
+    gen_format format;
+    tsr_resize_mode resize;
+} gen_opts;
+
+/* Checks that need no model, in the order a user would fix them.  Prints
+ * the message (naming the flag) and returns the exit code: 0 to go on,
+ * TSR_EXIT_USAGE or TSR_EXIT_FAILURE. */
+int gen_precheck(gen_opts *o);
+
+/* The flag an engine error is about, from the lead's field names
+ * ("clip_skip" -> "--clip-skip"); NULL when unknown. */
+const char *gen_flag_for_field(const char *field);
+
+/* The flag(s) an engine message is about, judged from its words until the
+ * engine reports the field itself (tsr_image_params_check); NULL when
+ * unknown.  `opening`: the message came from tsr_engine_open. */
+const char *gen_flag_for_message(const char *msg, const gen_opts *o, bool opening);
+
+/* Print "tessera generate: FLAG: MESSAGE" (or without the flag when the
+ * message already starts with it or none is known) and return the exit
+ * code for status `rc`: 2 for a value the model cannot take, 1 otherwise. */
+int gen_report(int rc, const char *msg, const gen_opts *o, bool opening);
+
+/* OUT.png -> OUT-i.png for batches. */
+void gen_output_name(const char *out, int i, int n, char *buf, size_t size);
+
+#endif
