@@ -37,7 +37,7 @@ static void print_stats(const char *what, const float *v, size_t n, int rows, in
 
 int tsr_cmd_encode(int argc, char **argv)
 {
-    const char *model_path = NULL, *device = "auto";
+    const char *model_path = NULL, *device = "auto", *tokenizer = NULL;
     int64_t clip_skip = 1, threads = 0;
     const tsr_arg_spec specs[] = {
         {"model", TSR_ARG_STRING, &model_path, "DIR_OR_FILE",
@@ -46,10 +46,13 @@ int tsr_cmd_encode(int argc, char **argv)
          "1 = the family's default layer, 2 = one earlier, ... (A1111)", 1, 12, 0, 0},
         {"device", TSR_ARG_STRING, &device, "DEV", "auto, cpu, cuda or cuda:N", 0, 0, 0, 0},
         {"threads", TSR_ARG_INT, &threads, "N", "CPU threads (0 = all cores)", 0, 1024, 0, 0},
+        {"tokenizer", TSR_ARG_STRING, &tokenizer, "default|a1111", TSR_CLI_TOKENIZER_HELP, 0, 0, 0,
+         0},
     };
     const tsr_cli_command cmd = {
         .name = "encode",
-        .synopsis = "encode [--model DIR_OR_FILE] [--clip-skip N] [--device D] PROMPT...",
+        .synopsis = "encode [--model DIR_OR_FILE] [--clip-skip N] [--device D]\n"
+                    "              [--tokenizer default|a1111] PROMPT...",
         .summary = "encode prompts and print embedding shapes and statistics",
         .description = "Runs the model's text conditioning exactly as generation does: the\n"
                        "tokenizer, A1111 emphasis syntax, 75-token windows, the text encoder(s)\n"
@@ -71,6 +74,11 @@ int tsr_cmd_encode(int argc, char **argv)
     }
     if (!model_path)
         model_path = tsr_cli_default_model();
+    tsr_tokenizer_mode tok_mode;
+    if (tsr_tokenizer_mode_parse(tokenizer, &tok_mode) < 0) {
+        tsr_cli_report("encode", TSR_ERR_INVALID);
+        return TSR_EXIT_USAGE;
+    }
 
     tsr_backend *be = NULL;
     tsr_model *model = NULL;
@@ -89,6 +97,7 @@ int tsr_cmd_encode(int argc, char **argv)
     }
     TSR_CHECK_GOTO(rc, tsr_model_open(model_path, &model), fail);
     TSR_CHECK_GOTO(rc, tsr_text_cond_open(model, be, &cond), fail);
+    tsr_text_cond_set_tokenizer(cond, tok_mode);
     TSR_CHECK_GOTO(rc, tsr_text_cond_encode(cond, prompts, n, (int)clip_skip, emb), fail);
     printf("model: %s (%s), backend: %s\n", model_path, tsr_family_name(tsr_model_family(model)),
            be->name);

@@ -26,6 +26,7 @@
 #include "core/log.h"
 #include "generate.h"
 #include "image/image.h"
+#include "scheduler/scheduler.h"
 #include "tessera.h"
 
 typedef struct progress {
@@ -171,6 +172,8 @@ int tsr_cmd_generate(int argc, char **argv)
          0, 0},
         {"threads", TSR_ARG_INT, &o.threads, "N", "CPU threads, 0..1024 (0 = all cores)", 0, 1024,
          0, 0},
+        {"tokenizer", TSR_ARG_STRING, &o.tokenizer, "default|a1111", TSR_CLI_TOKENIZER_HELP, 0, 0,
+         0, 0},
         {"output", TSR_ARG_STRING, &o.output, "OUT.png",
          "where to write: .png, or .jpg/.jpeg (quality 80); batches write OUT-0.png, OUT-1.png, "
          "... (default tessera.png)", 0, 0, 0, 0},
@@ -231,6 +234,7 @@ int tsr_cmd_generate(int argc, char **argv)
     eo.threads = (int)o.threads;
     eo.prediction = o.prediction;
     eo.taesd = o.taesd;
+    eo.tokenizer = o.tokenizer;
     const double t_open = tsr_cli_now();
     rc = tsr_engine_open(&eo, &engine);
     const double load_s = tsr_cli_now() - t_open;

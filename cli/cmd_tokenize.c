@@ -10,9 +10,13 @@
  * prints CLIPTokenizer(prompt, padding="max_length", max_length=77,
  * truncation=True) instead, with no syntax, for comparison with transformers.
  *
+ * --tokenizer default|a1111 picks the mode (transformers >= 5, or the slow
+ * tokenizer with ftfy as A1111 runs it; docs/prompts.md).
+ *
  * Tokenizer choice: DIR/<subfolder> (default "tokenizer") when it holds
- * vocab.json, else DIR itself when it does, else (a single .safetensors
- * file, or no tokenizer files) the embedded CLIP BPE with SD 1.x specials.
+ * vocab.json or tokenizer.json, else DIR itself when it does, else (a single
+ * .safetensors file, or no tokenizer files) the embedded CLIP BPE with SD 1.x
+ * specials.
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -39,22 +43,33 @@ static bool is_dir(const char *path)
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* DIR holds a tokenizer: vocab.json (+ merges.txt), or tokenizer.json as
+ * transformers 5 saves it. */
+static bool is_tokenizer_dir(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/vocab.json", dir);
+    if (is_file(path))
+        return true;
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    return is_file(path);
+}
+
 static int open_tokenizer(const char *model, const char *sub, const char *pad, tsr_tokenizer **out)
 {
     char path[4096];
     if (model && is_dir(model)) {
-        snprintf(path, sizeof path, "%s/%s/vocab.json", model, sub);
-        if (is_file(path)) {
-            snprintf(path, sizeof path, "%s/%s", model, sub);
+        snprintf(path, sizeof path, "%s/%s", model, sub);
+        if (is_tokenizer_dir(path)) {
             TSR_INFO("tokenizer: %s", path);
             return tsr_tokenizer_load(path, out);
         }
-        snprintf(path, sizeof path, "%s/vocab.json", model);
-        if (is_file(path)) {
+        if (is_tokenizer_dir(model)) {
             TSR_INFO("tokenizer: %s", model);
             return tsr_tokenizer_load(model, out);
         }
-        TSR_WARN("%s has no %s/vocab.json; using the embedded CLIP BPE", model, sub);
+        TSR_WARN("%s has no %s/vocab.json or tokenizer.json; using the embedded CLIP BPE", model,
+                 sub);
     } else if (model && !is_file(model)) {
         return tsr_errorf(TSR_ERR_NOT_FOUND, "%s: no such file or folder", model);
     } else if (model) {
@@ -120,7 +135,7 @@ static int print_one(tsr_tokenizer *tok, const char *prompt, bool json, bool win
 
 int tsr_cmd_tokenize(int argc, char **argv)
 {
-    const char *model = NULL, *file = NULL, *sub = "tokenizer", *pad = NULL;
+    const char *model = NULL, *file = NULL, *sub = "tokenizer", *pad = NULL, *tokenizer = NULL;
     bool json = false, window = false, no_emphasis = false;
     int64_t backtrack = 20;
     const tsr_arg_spec specs[] = {
@@ -142,9 +157,13 @@ int tsr_cmd_tokenize(int argc, char **argv)
         {"comma-backtrack", TSR_ARG_INT, &backtrack, "N",
          "move text after a comma this close to a chunk end to the next chunk (0 = off)", 0, 75,
          0, 0},
+        {"tokenizer", TSR_ARG_STRING, &tokenizer, "default|a1111", TSR_CLI_TOKENIZER_HELP, 0, 0, 0,
+         0},
     };
     const tsr_cli_command cmd = {
-        "tokenize", "tokenize [--model DIR_OR_FILE] [--file PROMPTS.txt] [--json] [\"prompt\" ...]",
+        "tokenize",
+        "tokenize [--model DIR_OR_FILE] [--file PROMPTS.txt] [--json]\n"
+        "                [--tokenizer default|a1111] [\"prompt\" ...]",
         "print CLIP token ids for prompts",
         "Prints one line per prompt: the ids of every 77-token window ([BOS] up to 75 tokens\n"
         "[EOS] [PAD]...), separated by spaces.  Prompts use A1111 syntax: (word), (word:1.3),\n"
@@ -161,6 +180,11 @@ int tsr_cmd_tokenize(int argc, char **argv)
         fprintf(stderr, "tessera tokenize: give a prompt or --file\n");
         return TSR_EXIT_USAGE;
     }
+    tsr_tokenizer_mode tok_mode;
+    if (tsr_tokenizer_mode_parse(tokenizer, &tok_mode) < 0) {
+        tsr_cli_report("tokenize", TSR_ERR_INVALID);
+        return TSR_EXIT_USAGE;
+    }
     if (!model && is_dir(tsr_cli_default_model()))
         model = tsr_cli_default_model();
     tsr_tokenizer *tok = NULL;
@@ -169,6 +193,7 @@ int tsr_cmd_tokenize(int argc, char **argv)
         tsr_cli_report("tokenize", rc);
         return TSR_EXIT_FAILURE;
     }
+    tsr_tokenizer_set_mode(tok, tok_mode);
     tsr_prompt_options opt;
     tsr_prompt_options_init(&opt);
     opt.emphasis = !no_emphasis;

@@ -6,8 +6,8 @@
  * each parsed segment goes through ftfy-style cleanup, the pre-tokeniser and
  * BPE; hostile bytes (invalid UTF-8, deep brackets, entities, huge weights)
  * must give a result or a clear error, never a crash.  The first input byte
- * selects options (emphasis on/off, comma backtrack) so both paths are
- * explored.  The embedded tokenizer is loaded once.
+ * selects options (emphasis on/off, comma backtrack, tokenizer mode) so all
+ * paths are explored.  The embedded tokenizer is loaded once.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -28,6 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tsr_prompt_options_init(&opt);
     opt.emphasis = (data[0] & 1) == 0;
     opt.comma_backtrack = (data[0] >> 1) % 40;
+    tsr_tokenizer_set_mode(tok, (data[0] & 0x80) ? TSR_TOKENIZER_A1111 : TSR_TOKENIZER_DEFAULT);
     opt.max_chunks = 64;
     tsr_prompt_tokens t;
     if (tsr_prompt_tokenize(tok, (const char *)data + 1, size - 1, &opt, &t) == 0) {

@@ -102,6 +102,9 @@ typedef struct tsr_engine_options {
     int threads;            /* CPU threads; 0 = all cores */
     const char *prediction; /* NULL = the model's; "epsilon" or "v" overrides */
     const char *taesd;      /* NULL, or a TAESD decoder .safetensors for previews */
+    const char *tokenizer;  /* NULL/"default": transformers >= 5's CLIPTokenizer (what
+                             * diffusers runs); "a1111": the slow tokenizer with ftfy, as
+                             * A1111 runs it (docs/prompts.md) */
 } tsr_engine_options;
 
 void tsr_engine_options_init(tsr_engine_options *o);

@@ -218,7 +218,7 @@ int tsr_ldm_clip_hf_rules(tsr_ldm_map *m)
 {
     TSR_TRY(tsr_ldm_map_add(m, "text_model.", "text_model.", TSR_LDM_SAME, TSR_XF_NONE, false,
                             false));
-    /* transformers < 4.2 saved CLIPTextModel without the "text_model." level */
+    /* transformers < 4.2 and >= 5 save CLIPTextModel without the "text_model." level */
     TSR_TRY(tsr_ldm_map_add(m, "embeddings.", "text_model.embeddings.", TSR_LDM_SAME, TSR_XF_NONE,
                             false, true));
     TSR_TRY(tsr_ldm_map_add(m, "encoder.", "text_model.encoder.", TSR_LDM_SAME, TSR_XF_NONE,

@@ -197,6 +197,12 @@ static int join_path(char *buf, size_t size, const char *a, const char *b)
     return TSR_OK;
 }
 
+/* transformers 5 saves a CLIPTextModel built from scratch without the
+ * "text_model." level ("embeddings.token_embedding.weight"); indexed under
+ * the transformers 4 name that the text encoder looks up.  A folder holding
+ * both spellings of one tensor fails in tsr_model_finish_index. */
+static const char *const clip_unprefixed[] = {"embeddings.", "encoder.", "final_layer_norm."};
+
 /* Index one weight file under component c. */
 static int add_weight_file(tsr_model *m, tsr_component c, const char *path)
 {
@@ -204,14 +210,27 @@ static int add_weight_file(tsr_model *m, tsr_component c, const char *path)
     TSR_TRY(refuse_pickle(path));
     TSR_TRY(tsr_st_open(path, &st));
     TSR_TRY(tsr_model_add_file(m, st));
+    const bool text = c == TSR_COMP_TEXT_ENCODER || c == TSR_COMP_TEXT_ENCODER_2;
     for (size_t i = 0; i < tsr_st_count(st); i++) {
         const tsr_st_entry *e = tsr_st_entry_at(st, i);
         /* a non-persistent buffer older transformers versions saved */
-        if (strcmp(e->name, "text_model.embeddings.position_ids") == 0) {
+        if (strcmp(e->name, "text_model.embeddings.position_ids") == 0 ||
+            (text && strcmp(e->name, "embeddings.position_ids") == 0)) {
             m->n_ignored++;
             continue;
         }
-        TSR_TRY(tsr_model_add_tensor(m, c, e->name, st, e));
+        bool unprefixed = false;
+        for (size_t k = 0; text && k < sizeof clip_unprefixed / sizeof *clip_unprefixed; k++)
+            unprefixed |= strncmp(e->name, clip_unprefixed[k], strlen(clip_unprefixed[k])) == 0;
+        if (unprefixed) {
+            char name[1024];
+            int n = snprintf(name, sizeof name, "text_model.%s", e->name);
+            if (n < 0 || (size_t)n >= sizeof name)
+                return tsr_errorf(TSR_ERR_RANGE, "%s: tensor name too long", path);
+            TSR_TRY(tsr_model_add_tensor(m, c, name, st, e));
+        } else {
+            TSR_TRY(tsr_model_add_tensor(m, c, e->name, st, e));
+        }
     }
     return TSR_OK;
 }

@@ -111,6 +111,8 @@ int tsr_engine_open(const tsr_engine_options *o, tsr_engine **out)
     *out = NULL;
     if (!o || !o->model)
         return tsr_errorf(TSR_ERR_INVALID, "no model given");
+    tsr_tokenizer_mode tok_mode;
+    TSR_TRY(tsr_tokenizer_mode_parse(o->tokenizer, &tok_mode));
     tsr_engine *e = calloc(1, sizeof *e);
     if (!e)
         return tsr_errorf(TSR_ERR_NOMEM, "cannot allocate the engine");
@@ -134,6 +136,7 @@ int tsr_engine_open(const tsr_engine_options *o, tsr_engine **out)
     e->sdxl = e->family == TSR_FAMILY_SDXL;
     TSR_CHECK_GOTO(rc, open_scheduler(e, o->prediction), fail);
     TSR_CHECK_GOTO(rc, tsr_text_cond_open(e->model, e->backend, &e->cond), fail);
+    tsr_text_cond_set_tokenizer(e->cond, tok_mode);
 
     const tsr_unet_desc *ud = tsr_model_unet_desc(e->model);
     const tsr_vae_desc *vd = tsr_model_vae_desc(e->model);

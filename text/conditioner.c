@@ -80,6 +80,16 @@ void tsr_text_cond_free(tsr_text_cond *c)
     free(c);
 }
 
+void tsr_text_cond_set_tokenizer(tsr_text_cond *c, tsr_tokenizer_mode mode)
+{
+    for (int i = 0; i < c->n_enc; i++)
+        tsr_tokenizer_set_mode(c->enc[i].tok, mode);
+    for (int i = 0; i < COND_CACHE; i++) {
+        tsr_text_embedding_free(&c->cache[i].emb);
+        c->cache[i].clip_skip = 0;
+    }
+}
+
 int tsr_text_cond_dim(const tsr_text_cond *c)
 {
     return c->dim;

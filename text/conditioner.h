@@ -25,6 +25,7 @@
 
 #include "backend/backend.h"
 #include "model/model.h"
+#include "text/tokenizer.h"
 
 typedef struct tsr_text_cond tsr_text_cond;
 
@@ -46,6 +47,10 @@ int tsr_text_embedding_copy(tsr_text_embedding *dst, const tsr_text_embedding *s
  * use the embedded CLIP vocabulary with the family's pad token. */
 int tsr_text_cond_open(const tsr_model *model, tsr_backend *backend, tsr_text_cond **out);
 void tsr_text_cond_free(tsr_text_cond *c);
+
+/* Tokenizer mode of every encoder's tokenizer (TSR_TOKENIZER_DEFAULT after
+ * open); drops the cached empty-prompt conditioning. */
+void tsr_text_cond_set_tokenizer(tsr_text_cond *c, tsr_tokenizer_mode mode);
 
 int tsr_text_cond_dim(const tsr_text_cond *c);
 int tsr_text_cond_pooled_dim(const tsr_text_cond *c);

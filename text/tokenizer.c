@@ -7,8 +7,12 @@
  * and BPE never compares strings.  Symbols keep their vocabulary id (-1 when
  * the vocabulary lacks them, which maps to UNK as transformers does).  The
  * BPE of each pre-token is cached by its bytes, as CLIPTokenizer caches it.
- * The text cleanup mirrors CLIPTokenizer._tokenize step for step; the
- * Unicode tables it relies on are generated from Python (text/unicode.h).
+ * The text cleanup mirrors CLIPTokenizer._tokenize step for step (a1111
+ * mode) or the `tokenizers` pipeline transformers 5 builds (default mode);
+ * the Unicode tables each relies on are measured from the library it copies
+ * (text/unicode.h).  The BPE is shared: for one pre-token both modes give
+ * the same symbols, except that the default mode maps a character outside
+ * the vocabulary to UNK before merging, as `tokenizers` does.
  */
 #include "text/tokenizer.h"
 
@@ -20,11 +24,11 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "text/tokenizer_files.h"
 #include "text/unicode.h"
 #include "text/unicode_clip.h"
 
 #define CLIP_N_MERGES (49152 - 256 - 2) /* merges[1 : 49152-256-2+1] */
-#define MAX_FILE (64u << 20)
 #define CACHE_CAP 16384 /* entries; the cache is emptied when half full */
 #define CACHE_MAX_WORD 256
 
@@ -45,13 +49,12 @@ typedef struct cache_slot {
     char *word;   /* owned; NULL = empty */
     int32_t *ids; /* owned */
     uint32_t n;
+    bool strict; /* BPE of the default mode (symbols outside the vocab never merge) */
 } cache_slot;
 
-typedef struct added_token {
-    char *content; /* owned */
-    int32_t id;
-    bool lstrip, rstrip;
-} added_token;
+typedef tsr_tok_added added_token; /* content owned */
+
+#define MAX_FAST_ADDED TSR_TOK_MAX_ADDED
 
 struct tsr_tokenizer {
     char *strs; /* all symbol strings, owned */
@@ -66,8 +69,15 @@ struct tsr_tokenizer {
     int32_t *id_to_sym; /* vocab id -> sym, -1 for holes */
     int32_t vocab_size;
     int32_t bos, eos, unk, pad, comma, sot_id, eot_id;
-    added_token added[4];
+    added_token added[4]; /* a1111 mode: bos, eos, unk, pad */
     int n_added;
+    /* Default mode (transformers 5): its own specials and added tokens,
+     * which its loader reads differently from the same files. */
+    int32_t fbos, feos, funk, fpad;
+    added_token fadded[MAX_FAST_ADDED];
+    int n_fadded;
+    bool fast_too_many; /* more added tokens than MAX_FAST_ADDED */
+    tsr_tokenizer_mode mode;
     cache_slot *cache;
     size_t cache_used;
     pthread_mutex_t lock;
@@ -300,72 +310,92 @@ static int set_added(tsr_tokenizer *t, int slot, const char *content, bool lstri
     return 0;
 }
 
-enum { ADD_BOS, ADD_EOS, ADD_UNK, ADD_PAD };
+enum { ADD_BOS = TSR_TOK_BOS, ADD_EOS = TSR_TOK_EOS, ADD_UNK = TSR_TOK_UNK, ADD_PAD = TSR_TOK_PAD };
 static const char *const special_keys[4] = {"bos_token", "eos_token", "unk_token", "pad_token"};
 
-/* Read the four special tokens from one JSON file (if present). */
-static int read_specials(tsr_tokenizer *t, const char *path)
+/* The a1111 mode (transformers 4's slow CLIPTokenizer): each special from
+ * tokenizer_config.json, then special_tokens_map.json, the latter winning. */
+static int apply_specials_slow(tsr_tokenizer *t, const tsr_tok_files *files)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return 0; /* optional */
-    int rc = 0;
-    char *buf = NULL;
-    cJSON *root = NULL;
-    if (fseek(f, 0, SEEK_END) != 0) {
-        rc = tsr_errorf(TSR_ERR_IO, "%s: cannot seek", path);
-        goto cleanup;
-    }
-    long size = ftell(f);
-    if (size < 0 || (unsigned long)size > MAX_FILE) {
-        rc = tsr_errorf(TSR_ERR_RANGE, "%s: bad size %ld", path, size);
-        goto cleanup;
-    }
-    rewind(f);
-    buf = malloc((size_t)size + 1);
-    if (!buf) {
-        rc = tsr_errorf(TSR_ERR_NOMEM, "%s: out of memory", path);
-        goto cleanup;
-    }
-    if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
-        rc = tsr_errorf(TSR_ERR_IO, "%s: read failed", path);
-        goto cleanup;
-    }
-    buf[size] = '\0';
-    root = cJSON_ParseWithLength(buf, (size_t)size);
-    if (!cJSON_IsObject(root)) {
-        rc = tsr_errorf(TSR_ERR_FORMAT, "%s: not a JSON object", path);
-        goto cleanup;
-    }
-    for (int k = 0; k < 4; k++) {
-        cJSON *v = cJSON_GetObjectItemCaseSensitive(root, special_keys[k]);
-        if (!v)
-            continue;
-        if (cJSON_IsNull(v)) {
-            TSR_CHECK_GOTO(rc, set_added(t, k, NULL, false, false), cleanup);
-        } else if (cJSON_IsString(v)) {
-            TSR_CHECK_GOTO(rc, set_added(t, k, v->valuestring, false, false), cleanup);
-        } else if (cJSON_IsObject(v)) {
-            cJSON *c = cJSON_GetObjectItemCaseSensitive(v, "content");
-            if (!cJSON_IsString(c)) {
-                rc = tsr_errorf(TSR_ERR_FORMAT, "%s: %s has no string \"content\"", path,
-                                special_keys[k]);
-                goto cleanup;
-            }
-            bool ls = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "lstrip"));
-            bool rs = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "rstrip"));
-            TSR_CHECK_GOTO(rc, set_added(t, k, c->valuestring, ls, rs), cleanup);
-        } else {
-            rc = tsr_errorf(TSR_ERR_FORMAT, "%s: %s must be a string or an AddedToken object",
-                            path, special_keys[k]);
-            goto cleanup;
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < 4; k++) {
+            const tsr_tok_spec *sv = pass ? &files->map[k] : &files->cfg[k];
+            if (!sv->present)
+                continue;
+            TSR_TRY(set_added(t, k, sv->null ? NULL : sv->tok.content, sv->tok.lstrip,
+                              sv->tok.rstrip));
         }
+    return 0;
+}
+
+/* Add `a` to the default mode's list.  A token whose text is among the
+ * first n_fixed (the listed ones) is left as it is; one among the later
+ * (specials) takes the new flags. */
+static int fast_add(tsr_tokenizer *t, const added_token *a, int n_fixed)
+{
+    for (int i = 0; i < t->n_fadded; i++)
+        if (strcmp(t->fadded[i].content, a->content) == 0) {
+            if (i >= n_fixed) {
+                t->fadded[i].lstrip = a->lstrip;
+                t->fadded[i].rstrip = a->rstrip;
+                t->fadded[i].normalized = a->normalized;
+            }
+            return 0;
+        }
+    if (t->n_fadded == MAX_FAST_ADDED) {
+        t->fast_too_many = true;
+        return 0;
     }
-cleanup:
-    cJSON_Delete(root);
-    free(buf);
-    fclose(f);
-    return rc;
+    added_token *d = &t->fadded[t->n_fadded];
+    *d = *a; /* id: the file's, else -1 */
+    d->content = strdup(a->content);
+    if (!d->content)
+        return tsr_errorf(TSR_ERR_NOMEM, "tokenizer: out of memory");
+    t->n_fadded++;
+    return 0;
+}
+
+/* The default mode (transformers 5's CLIPTokenizer.from_pretrained), as
+ * measured by running it on each layout of these files:
+ *  - the listed tokens come first, with their flags, in id order: the
+ *    added_tokens_decoder of tokenizer_config.json, else tokenizer.json's
+ *    added_tokens;
+ *  - each special comes from tokenizer_config.json when it has an
+ *    added_tokens_decoder (special_tokens_map.json is then ignored), else
+ *    from special_tokens_map.json, else tokenizer_config.json, else
+ *    CLIPTokenizer's default;
+ *  - a special whose text is listed is left as listed; the others are added
+ *    in the order bos, eos, unk, pad, a later one with the same text
+ *    replacing the flags of an earlier one.
+ * A string is an AddedToken that is not normalised. */
+static int apply_specials_fast(tsr_tokenizer *t, const tsr_tok_files *files)
+{
+    static const char *const dflt[4] = {"<|startoftext|>", "<|endoftext|>", "<|endoftext|>",
+                                        "<|endoftext|>"};
+    const char *content[4];
+    t->fast_too_many = files->too_many;
+    for (int i = 0; i < files->n_listed; i++)
+        TSR_TRY(fast_add(t, &files->listed[i], 0));
+    const int n_fixed = t->n_fadded;
+    for (int k = 0; k < 4; k++) {
+        const tsr_tok_spec *sv = &files->cfg[k];
+        if (!files->has_decoder && files->map[k].present)
+            sv = &files->map[k];
+        added_token a = {.id = -1};
+        if (!sv->present) {
+            a.content = (char *)dflt[k];
+        } else if (!sv->null) {
+            a = sv->tok;
+            a.id = -1;
+        }
+        content[k] = a.content;
+        if (a.content)
+            TSR_TRY(fast_add(t, &a, n_fixed));
+    }
+    int32_t *ids[4] = {&t->fbos, &t->feos, &t->funk, &t->fpad};
+    for (int k = 0; k < 4; k++)
+        *ids[k] = content[k] ? vocab_id(t, content[k]) : -1;
+    return 0;
 }
 
 static int finish(tsr_tokenizer *t, const char *what)
@@ -384,6 +414,20 @@ static int finish(tsr_tokenizer *t, const char *what)
     t->unk = t->added[ADD_UNK].id;
     t->pad = t->added[ADD_PAD].id;
     if (t->bos < 0 || t->eos < 0)
+        return tsr_errorf(TSR_ERR_FORMAT, "%s: the tokenizer needs BOS and EOS tokens", what);
+    for (int i = 0; i < t->n_fadded; i++) {
+        /* An added_tokens_decoder entry outside vocab.json keeps its own id,
+         * as transformers gives it (a text encoder without that row refuses
+         * it at encode time). */
+        added_token *a = &t->fadded[i];
+        int32_t v = vocab_id(t, a->content);
+        if (v >= 0)
+            a->id = v;
+        else if (a->id < 0)
+            return tsr_errorf(TSR_ERR_FORMAT, "%s: added token \"%s\" is not in the vocabulary",
+                              what, a->content);
+    }
+    if (t->fbos < 0 || t->feos < 0)
         return tsr_errorf(TSR_ERR_FORMAT, "%s: the tokenizer needs BOS and EOS tokens", what);
     t->comma = vocab_id(t, ",</w>");
     t->sot_id = vocab_id(t, "<|startoftext|>");
@@ -411,6 +455,8 @@ static int tokenizer_new(tsr_tokenizer **out)
     pthread_mutex_init(&t->lock, NULL);
     for (int k = 0; k < 4; k++)
         t->added[k].id = -1;
+    t->fbos = t->feos = t->funk = t->fpad = -1;
+    t->mode = TSR_TOKENIZER_DEFAULT;
     *out = t;
     int rc = index_grow(t);
     if (rc < 0)
@@ -441,40 +487,35 @@ static int intern_bytes(tsr_tokenizer *t)
     return 0;
 }
 
-static int read_file(const char *path, char **out, size_t *len)
+/* The vocabulary: a JSON object token -> id. */
+static int load_vocab(tsr_tokenizer *t, const cJSON *root, const char *what)
+{
+    const cJSON *item;
+    int32_t max_id = -1;
+    cJSON_ArrayForEach(item, root)
+    {
+        if (!cJSON_IsNumber(item) || item->valuedouble < 0 || item->valuedouble >= (1 << 24) ||
+            item->valuedouble != (double)(int32_t)item->valuedouble || !item->string)
+            return tsr_errorf(TSR_ERR_FORMAT, "%s: token id of \"%.40s\" is not in [0, 2^24)", what,
+                              item->string ? item->string : "?");
+        int32_t k = sym_intern(t, item->string, strlen(item->string));
+        TSR_TRY(k);
+        t->syms[k].id = (int32_t)item->valuedouble;
+        if (t->syms[k].id > max_id)
+            max_id = t->syms[k].id;
+    }
+    t->vocab_size = max_id + 1;
+    if (t->vocab_size == 0)
+        return tsr_errorf(TSR_ERR_FORMAT, "%s: empty vocabulary", what);
+    return 0;
+}
+
+static bool file_exists(const char *path)
 {
     FILE *f = fopen(path, "rb");
-    if (!f)
-        return tsr_errorf(TSR_ERR_NOT_FOUND, "%s: cannot open", path);
-    int rc = 0;
-    char *buf = NULL;
-    long size;
-    if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0) {
-        rc = tsr_errorf(TSR_ERR_IO, "%s: cannot seek", path);
-        goto cleanup;
-    }
-    if ((unsigned long)size > MAX_FILE) {
-        rc = tsr_errorf(TSR_ERR_RANGE, "%s: %ld bytes is too large", path, size);
-        goto cleanup;
-    }
-    rewind(f);
-    buf = malloc((size_t)size + 1);
-    if (!buf) {
-        rc = tsr_errorf(TSR_ERR_NOMEM, "%s: out of memory", path);
-        goto cleanup;
-    }
-    if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
-        rc = tsr_errorf(TSR_ERR_IO, "%s: read failed", path);
-        goto cleanup;
-    }
-    buf[size] = '\0';
-    *out = buf;
-    *len = (size_t)size;
-    buf = NULL;
-cleanup:
-    free(buf);
-    fclose(f);
-    return rc;
+    if (f)
+        fclose(f);
+    return f != NULL;
 }
 
 int tsr_tokenizer_load(const char *dir, tsr_tokenizer **out)
@@ -484,58 +525,53 @@ int tsr_tokenizer_load(const char *dir, tsr_tokenizer **out)
     char *text = NULL;
     size_t len = 0;
     cJSON *root = NULL;
+    tsr_tok_files files;
     int rc;
     *out = NULL;
+    TSR_CHECK_GOTO(rc, tsr_tok_files_read(dir, &files), fail);
     TSR_CHECK_GOTO(rc, tokenizer_new(&t), fail);
 
+    /* vocab.json + merges.txt, else tokenizer.json (as transformers 5 saves) */
     snprintf(path, sizeof path, "%s/vocab.json", dir);
-    TSR_CHECK_GOTO(rc, read_file(path, &text, &len), fail);
-    root = cJSON_ParseWithLength(text, len);
-    if (!cJSON_IsObject(root)) {
-        rc = tsr_errorf(TSR_ERR_FORMAT, "%s: not a JSON object", path);
-        goto fail;
-    }
-    const cJSON *item;
-    int32_t max_id = -1;
-    cJSON_ArrayForEach(item, root)
-    {
-        if (!cJSON_IsNumber(item) || item->valuedouble < 0 || item->valuedouble >= (1 << 24) ||
-            item->valuedouble != (double)(int32_t)item->valuedouble || !item->string) {
-            rc = tsr_errorf(TSR_ERR_FORMAT, "%s: token id of \"%.40s\" is not in [0, 2^24)", path,
-                            item->string ? item->string : "?");
+    const bool split_files = file_exists(path) || !files.tokenizer_json;
+    if (split_files) {
+        TSR_CHECK_GOTO(rc, tsr_tok_read_file(path, &text, &len), fail);
+        root = cJSON_ParseWithLength(text, len);
+        if (!cJSON_IsObject(root)) {
+            rc = tsr_errorf(TSR_ERR_FORMAT, "%s: not a JSON object", path);
             goto fail;
         }
-        int32_t k = sym_intern(t, item->string, strlen(item->string));
-        TSR_CHECK_GOTO(rc, k, fail);
-        t->syms[k].id = (int32_t)item->valuedouble;
-        if (t->syms[k].id > max_id)
-            max_id = t->syms[k].id;
-    }
-    t->vocab_size = max_id + 1;
-    cJSON_Delete(root);
-    root = NULL;
-    free(text);
-    text = NULL;
-    if (t->vocab_size == 0) {
-        rc = tsr_errorf(TSR_ERR_FORMAT, "%s: empty vocabulary", path);
-        goto fail;
+        TSR_CHECK_GOTO(rc, load_vocab(t, root, path), fail);
+        cJSON_Delete(root);
+        root = NULL;
+        free(text);
+        text = NULL;
+    } else {
+        const cJSON *vocab;
+        snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+        TSR_CHECK_GOTO(rc, tsr_tok_files_vocab(&files, dir, &vocab), fail);
+        TSR_CHECK_GOTO(rc, load_vocab(t, vocab, path), fail);
     }
     TSR_CHECK_GOTO(rc, intern_bytes(t), fail);
 
-    snprintf(path, sizeof path, "%s/merges.txt", dir);
-    TSR_CHECK_GOTO(rc, read_file(path, &text, &len), fail);
+    if (split_files) {
+        snprintf(path, sizeof path, "%s/merges.txt", dir);
+        TSR_CHECK_GOTO(rc, tsr_tok_read_file(path, &text, &len), fail);
+    } else {
+        TSR_CHECK_GOTO(rc, tsr_tok_files_merges(&files, dir, &text, &len), fail);
+    }
     TSR_CHECK_GOTO(rc, load_merges(t, text, len, path), fail);
     free(text);
     text = NULL;
 
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    TSR_CHECK_GOTO(rc, read_specials(t, path), fail);
-    snprintf(path, sizeof path, "%s/special_tokens_map.json", dir);
-    TSR_CHECK_GOTO(rc, read_specials(t, path), fail);
+    TSR_CHECK_GOTO(rc, apply_specials_slow(t, &files), fail);
+    TSR_CHECK_GOTO(rc, apply_specials_fast(t, &files), fail);
     TSR_CHECK_GOTO(rc, finish(t, dir), fail);
+    tsr_tok_files_free(&files);
     *out = t;
     return 0;
 fail:
+    tsr_tok_files_free(&files);
     cJSON_Delete(root);
     free(text);
     tsr_tokenizer_free(t);
@@ -595,6 +631,14 @@ int tsr_tokenizer_load_default_pad(const char *pad, tsr_tokenizer **out)
     }
     t->vocab_size = id;
     TSR_CHECK_GOTO(rc, set_added(t, ADD_PAD, pad, false, false), fail);
+    {
+        /* As CLIPTokenizer(vocab, merges, pad_token=pad) builds it. */
+        tsr_tok_files files = {0};
+        files.cfg[ADD_PAD] = (tsr_tok_spec){.present = true, .tok = {.content = (char *)pad}};
+        rc = apply_specials_fast(t, &files);
+        if (rc < 0)
+            goto fail;
+    }
     TSR_CHECK_GOTO(rc, finish(t, "embedded tokenizer"), fail);
     *out = t;
     return 0;
@@ -626,6 +670,8 @@ void tsr_tokenizer_free(tsr_tokenizer *t)
     free(t->cache);
     for (int k = 0; k < 4; k++)
         free(t->added[k].content);
+    for (int i = 0; i < t->n_fadded; i++)
+        free(t->fadded[i].content);
     free(t->strs);
     free(t->syms);
     free(t->sym_index);
@@ -635,9 +681,10 @@ void tsr_tokenizer_free(tsr_tokenizer *t)
     free(t);
 }
 
-int32_t tsr_tokenizer_bos(const tsr_tokenizer *t) { return t->bos; }
-int32_t tsr_tokenizer_eos(const tsr_tokenizer *t) { return t->eos; }
-int32_t tsr_tokenizer_pad(const tsr_tokenizer *t) { return t->pad; }
+static bool fast_mode(const tsr_tokenizer *t) { return t->mode == TSR_TOKENIZER_DEFAULT; }
+int32_t tsr_tokenizer_bos(const tsr_tokenizer *t) { return fast_mode(t) ? t->fbos : t->bos; }
+int32_t tsr_tokenizer_eos(const tsr_tokenizer *t) { return fast_mode(t) ? t->feos : t->eos; }
+int32_t tsr_tokenizer_pad(const tsr_tokenizer *t) { return fast_mode(t) ? t->fpad : t->pad; }
 int32_t tsr_tokenizer_comma(const tsr_tokenizer *t) { return t->comma; }
 int32_t tsr_tokenizer_vocab_size(const tsr_tokenizer *t) { return t->vocab_size; }
 
@@ -651,6 +698,35 @@ const char *tsr_tokenizer_token(const tsr_tokenizer *t, int32_t id)
     memcpy(buf, t->strs + y->off, n);
     buf[n] = '\0';
     return buf;
+}
+
+int tsr_tokenizer_mode_parse(const char *name, tsr_tokenizer_mode *out)
+{
+    if (!name || strcmp(name, "default") == 0) {
+        *out = TSR_TOKENIZER_DEFAULT;
+        return 0;
+    }
+    if (strcmp(name, "a1111") == 0) {
+        *out = TSR_TOKENIZER_A1111;
+        return 0;
+    }
+    return tsr_errorf(TSR_ERR_INVALID, "tokenizer must be \"default\" or \"a1111\", not \"%s\"",
+                      name);
+}
+
+const char *tsr_tokenizer_mode_name(tsr_tokenizer_mode mode)
+{
+    return mode == TSR_TOKENIZER_A1111 ? "a1111" : "default";
+}
+
+void tsr_tokenizer_set_mode(tsr_tokenizer *t, tsr_tokenizer_mode mode)
+{
+    t->mode = mode;
+}
+
+tsr_tokenizer_mode tsr_tokenizer_get_mode(const tsr_tokenizer *t)
+{
+    return t->mode;
 }
 
 void tsr_ids_free(tsr_ids *ids)
@@ -679,18 +755,25 @@ int tsr_ids_push(tsr_ids *ids, int32_t id)
 /* BPE of one pre-token (its UTF-8 bytes), as CLIPTokenizer.bpe: merge the
  * lowest-ranked adjacent pair, all its occurrences left to right, until no
  * pair has a rank.  Appends vocab ids (UNK for symbols outside the vocab). */
-static int bpe_word(tsr_tokenizer *t, const unsigned char *w, size_t n, tsr_ids *out)
+static int bpe_word(tsr_tokenizer *t, const unsigned char *w, size_t n, bool strict, tsr_ids *out)
 {
     int32_t stack[64];
     int32_t *s = n <= 64 ? stack : malloc(n * sizeof(int32_t));
     if (!s)
         return tsr_errorf(TSR_ERR_NOMEM, "tokenizer: out of memory");
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         s[i] = i + 1 < n ? t->byte_sym[w[i]] : t->byte_sym_w[w[i]];
+        /* tokenizers' BPE maps a character outside the vocabulary to UNK
+         * before merging; the slow tokenizer merges strings. */
+        if (strict && t->syms[s[i]].id < 0)
+            s[i] = -1;
+    }
     size_t len = n;
     while (len > 1) {
         int32_t best_rank = INT32_MAX, best_a = -1, best_b = -1, best_r = -1;
         for (size_t i = 0; i + 1 < len; i++) {
+            if (s[i] < 0 || s[i + 1] < 0)
+                continue;
             uint64_t key = (((uint64_t)s[i] << 32) | (uint32_t)s[i + 1]) + 1;
             const merge_slot *m = merge_slot_for(t, key);
             if (m->key && m->rank < best_rank) {
@@ -714,26 +797,28 @@ static int bpe_word(tsr_tokenizer *t, const unsigned char *w, size_t n, tsr_ids 
         len = o;
     }
     int rc = 0;
+    int32_t unk = strict ? t->funk : t->unk;
     for (size_t i = 0; i < len && rc == 0; i++) {
-        int32_t id = t->syms[s[i]].id;
-        rc = tsr_ids_push(out, id >= 0 ? id : t->unk);
+        int32_t id = s[i] >= 0 ? t->syms[s[i]].id : -1;
+        rc = tsr_ids_push(out, id >= 0 ? id : unk);
     }
     if (s != stack)
         free(s);
     return rc;
 }
 
-static int bpe_cached(tsr_tokenizer *t, const unsigned char *w, size_t n, tsr_ids *out)
+static int bpe_cached(tsr_tokenizer *t, const unsigned char *w, size_t n, bool strict,
+                      tsr_ids *out)
 {
     if (n > CACHE_MAX_WORD)
-        return bpe_word(t, w, n, out);
-    uint64_t h = hash_bytes((const char *)w, n);
+        return bpe_word(t, w, n, strict, out);
+    uint64_t h = hash_bytes((const char *)w, n) ^ (uint64_t)strict;
     int rc = 0;
     pthread_mutex_lock(&t->lock);
     size_t i = h & (CACHE_CAP - 1);
     for (; t->cache[i].word; i = (i + 1) & (CACHE_CAP - 1)) {
         cache_slot *c = &t->cache[i];
-        if (strlen(c->word) == n && memcmp(c->word, w, n) == 0) {
+        if (c->strict == strict && strlen(c->word) == n && memcmp(c->word, w, n) == 0) {
             for (uint32_t k = 0; k < c->n && rc == 0; k++)
                 rc = tsr_ids_push(out, c->ids[k]);
             pthread_mutex_unlock(&t->lock);
@@ -741,7 +826,7 @@ static int bpe_cached(tsr_tokenizer *t, const unsigned char *w, size_t n, tsr_id
         }
     }
     size_t before = out->n;
-    rc = bpe_word(t, w, n, out);
+    rc = bpe_word(t, w, n, strict, out);
     if (rc == 0 && memchr(w, 0, n) == NULL) {
         if (t->cache_used * 2 >= CACHE_CAP) {
             cache_clear(t);
@@ -757,6 +842,7 @@ static int bpe_cached(tsr_tokenizer *t, const unsigned char *w, size_t n, tsr_id
             c->word[n] = '\0';
             memcpy(c->ids, out->v + before, k * sizeof(int32_t));
             c->n = (uint32_t)k;
+            c->strict = strict;
             t->cache_used++;
         } else {
             free(c->word);
@@ -799,11 +885,43 @@ static int tokenize_piece(tsr_tokenizer *t, const uint32_t *s, size_t n, tsr_ids
             TSR_CHECK_GOTO(rc, tsr_ids_push(out, t->eot_id >= 0 ? t->eot_id : t->unk), cleanup);
             continue;
         }
-        TSR_CHECK_GOTO(rc, bpe_cached(t, bytes, nb, out), cleanup);
+        TSR_CHECK_GOTO(rc, bpe_cached(t, bytes, nb, false, out), cleanup);
     }
 cleanup:
     free(bytes);
     tsr_u32_free(&clean);
+    return rc;
+}
+
+/* Default mode: the pre-tokeniser and BPE on one normalised piece.  The
+ * ByteLevel step re-splits each Split match with GPT-2's pattern, which
+ * leaves every match whole except the literals <|startoftext|> and
+ * <|endoftext|>: those become "<|", the name, "|>". */
+static int tokenize_piece_fast(tsr_tokenizer *t, const uint32_t *s, size_t n, tsr_ids *out)
+{
+    unsigned char *bytes = NULL;
+    int rc = 0;
+    if (n > SIZE_MAX / 4)
+        return tsr_errorf(TSR_ERR_RANGE, "tokenizer: text too long");
+    bytes = malloc(n * 4 + 1);
+    if (!bytes)
+        return tsr_errorf(TSR_ERR_NOMEM, "tokenizer: out of memory");
+    size_t pos = 0, start, len;
+    bool special;
+    while ((len = tsr_clip_next_token_fast(s, n, &pos, &start, &special)) > 0) {
+        size_t nb = 0;
+        for (size_t i = start; i < start + len; i++)
+            nb += (size_t)tsr_utf8_put(s[i], (char *)bytes + nb);
+        if (special) {
+            TSR_CHECK_GOTO(rc, bpe_cached(t, bytes, 2, true, out), cleanup);
+            TSR_CHECK_GOTO(rc, bpe_cached(t, bytes + 2, nb - 4, true, out), cleanup);
+            TSR_CHECK_GOTO(rc, bpe_cached(t, bytes + nb - 2, 2, true, out), cleanup);
+        } else {
+            TSR_CHECK_GOTO(rc, bpe_cached(t, bytes, nb, true, out), cleanup);
+        }
+    }
+cleanup:
+    free(bytes);
     return rc;
 }
 
@@ -813,66 +931,116 @@ static bool is_py_space(uint32_t c)
                                  : tsr_u_in(tsr_u_py_space, tsr_u_py_space_n, c));
 }
 
-int tsr_tokenizer_encode(tsr_tokenizer *t, const char *text, size_t len, tsr_ids *out)
+typedef int (*piece_fn)(tsr_tokenizer *t, const uint32_t *s, size_t n, tsr_ids *out);
+
+/* Cut s at the added tokens in list[0..n_list) whose `normalized` flag is
+ * `norm` (-1: all), taking the longest match at the leftmost position;
+ * `fn` handles the text between, each match pushes its id.  lstrip/rstrip
+ * drop the whitespace (`space`) beside a match.  match_norm: the tokens'
+ * texts are normalised as the text was (the default mode's normalised
+ * tokens). */
+static int split_added(tsr_tokenizer *t, const added_token *list, int n_list, int norm,
+                       bool match_norm, bool (*space)(uint32_t), const uint32_t *s, size_t n,
+                       piece_fn fn, tsr_ids *out)
 {
-    if (len > TSR_TOKENIZER_MAX_INPUT)
-        return tsr_errorf(TSR_ERR_RANGE, "prompt: %zu bytes is over the %u byte limit", len,
-                          TSR_TOKENIZER_MAX_INPUT);
-    tsr_u32buf cps = {0}, added = {0};
+    tsr_u32buf added = {0}, raw = {0};
+    size_t aoff[MAX_FAST_ADDED + 1] = {0};
     int rc = 0;
-    TSR_CHECK_GOTO(rc, tsr_utf8_decode(text, len, &cps, "prompt"), cleanup);
-    /* Added tokens as code point strings, for the split that
-     * PreTrainedTokenizer.tokenize does before _tokenize. */
-    size_t aoff[5] = {0};
-    for (int k = 0; k < t->n_added; k++) {
+    for (int k = 0; k < n_list; k++) {
         aoff[k] = added.n;
-        if (t->added[k].content)
-            TSR_CHECK_GOTO(rc, tsr_u32_push_utf8(&added, t->added[k].content), cleanup);
+        if (list[k].content && (norm < 0 || list[k].normalized == (norm == 1))) {
+            if (match_norm) {
+                raw.n = 0;
+                TSR_CHECK_GOTO(rc, tsr_u32_push_utf8(&raw, list[k].content), cleanup);
+                TSR_CHECK_GOTO(rc, tsr_clip_normalize_fast(raw.v, raw.n, &added), cleanup);
+            } else {
+                TSR_CHECK_GOTO(rc, tsr_u32_push_utf8(&added, list[k].content), cleanup);
+            }
+        }
     }
-    aoff[t->n_added] = added.n;
-    /* Split: pieces between added-token matches (longest match first). */
+    aoff[n_list] = added.n;
     size_t piece = 0, i = 0;
     bool strip_left_next = false;
-    while (i <= cps.n) {
+    while (i <= n) {
         int hit = -1;
         size_t hit_len = 0;
-        for (int k = 0; i < cps.n && k < t->n_added; k++) {
+        for (int k = 0; i < n && k < n_list; k++) {
             size_t l = aoff[k + 1] - aoff[k];
-            if (l == 0 || l > cps.n - i || l <= hit_len)
+            if (l == 0 || l > n - i || l <= hit_len)
                 continue;
-            if (memcmp(cps.v + i, added.v + aoff[k], l * sizeof(uint32_t)) == 0)
+            if (memcmp(s + i, added.v + aoff[k], l * sizeof(uint32_t)) == 0)
                 hit = k, hit_len = l;
         }
-        if (hit < 0 && i < cps.n) {
+        if (hit < 0 && i < n) {
             i++;
             continue;
         }
         size_t a = piece, b = i;
         if (strip_left_next)
-            while (a < b && is_py_space(cps.v[a]))
+            while (a < b && space(s[a]))
                 a++;
-        if (hit >= 0 && t->added[hit].lstrip)
-            while (b > a && is_py_space(cps.v[b - 1]))
+        if (hit >= 0 && list[hit].lstrip)
+            while (b > a && space(s[b - 1]))
                 b--;
         if (b > a)
-            TSR_CHECK_GOTO(rc, tokenize_piece(t, cps.v + a, b - a, out), cleanup);
+            TSR_CHECK_GOTO(rc, fn(t, s + a, b - a, out), cleanup);
         if (hit < 0)
             break;
-        TSR_CHECK_GOTO(rc, tsr_ids_push(out, t->added[hit].id), cleanup);
-        strip_left_next = t->added[hit].rstrip;
+        TSR_CHECK_GOTO(rc, tsr_ids_push(out, list[hit].id), cleanup);
+        strip_left_next = list[hit].rstrip;
         i += hit_len;
         piece = i;
     }
 cleanup:
-    tsr_u32_free(&cps);
     tsr_u32_free(&added);
+    tsr_u32_free(&raw);
+    return rc;
+}
+
+/* Default mode, a piece of raw text between non-normalised added tokens:
+ * normalise it, then cut it at the normalised ones. */
+static int normalize_piece_fast(tsr_tokenizer *t, const uint32_t *s, size_t n, tsr_ids *out)
+{
+    tsr_u32buf norm = {0};
+    int rc = tsr_clip_normalize_fast(s, n, &norm);
+    if (rc == 0)
+        rc = split_added(t, t->fadded, t->n_fadded, 1, true, tsr_uf_space_cp, norm.v, norm.n,
+                         tokenize_piece_fast, out);
+    tsr_u32_free(&norm);
+    return rc;
+}
+
+int tsr_tokenizer_encode(tsr_tokenizer *t, const char *text, size_t len, tsr_ids *out)
+{
+    if (len > TSR_TOKENIZER_MAX_INPUT)
+        return tsr_errorf(TSR_ERR_RANGE, "prompt: %zu bytes is over the %u byte limit", len,
+                          TSR_TOKENIZER_MAX_INPUT);
+    if (fast_mode(t) && t->fast_too_many)
+        return tsr_errorf(TSR_ERR_UNSUPPORTED,
+                          "tokenizer: more than %d added tokens; use the a1111 tokenizer mode",
+                          MAX_FAST_ADDED);
+    tsr_u32buf cps = {0};
+    int rc = tsr_utf8_decode(text, len, &cps, "prompt");
+    if (rc == 0) {
+        if (fast_mode(t))
+            /* tokenizers' AddedVocabulary: non-normalised tokens on the raw
+             * text first, normalised ones on each normalised piece. */
+            rc = split_added(t, t->fadded, t->n_fadded, 0, false, tsr_uf_space_cp, cps.v, cps.n,
+                             normalize_piece_fast, out);
+        else
+            /* PreTrainedTokenizer.tokenize: split on the added tokens before
+             * _tokenize cleans each piece. */
+            rc = split_added(t, t->added, t->n_added, -1, false, is_py_space, cps.v, cps.n,
+                             tokenize_piece, out);
+    }
+    tsr_u32_free(&cps);
     return rc;
 }
 
 int tsr_tokenizer_encode_window(tsr_tokenizer *t, const char *text, size_t len,
                                 int32_t out[TSR_CLIP_MAX_LENGTH])
 {
-    if (t->pad < 0)
+    if (tsr_tokenizer_pad(t) < 0)
         return tsr_errorf(TSR_ERR_UNSUPPORTED, "tokenizer: no pad token (pad_token is null)");
     tsr_ids ids = {0};
     int rc = tsr_tokenizer_encode(t, text, len, &ids);
@@ -882,13 +1050,13 @@ int tsr_tokenizer_encode_window(tsr_tokenizer *t, const char *text, size_t len,
     }
     size_t n = ids.n < TSR_CLIP_CHUNK ? ids.n : TSR_CLIP_CHUNK;
     int k = 0;
-    out[k++] = t->bos;
+    out[k++] = tsr_tokenizer_bos(t);
     for (size_t i = 0; i < n; i++)
         out[k++] = ids.v[i];
-    out[k++] = t->eos;
+    out[k++] = tsr_tokenizer_eos(t);
     int used = k;
     while (k < TSR_CLIP_MAX_LENGTH)
-        out[k++] = t->pad;
+        out[k++] = tsr_tokenizer_pad(t);
     tsr_ids_free(&ids);
     return used;
 }

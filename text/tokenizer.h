@@ -1,6 +1,18 @@
 /*
  * text/tokenizer.h - the CLIP byte-level BPE tokenizer, identical to
- * transformers' CLIPTokenizer (the slow one, with ftfy installed).
+ * transformers' CLIPTokenizer in either of two modes:
+ *
+ *   TSR_TOKENIZER_DEFAULT  transformers >= 5's CLIPTokenizer (backed by the
+ *                          `tokenizers` library; transformers 4's
+ *                          CLIPTokenizerFast but for special-token text):
+ *                          what diffusers runs today.
+ *                          NFC, whitespace runs -> " ", per-character
+ *                          lowercase; no ftfy, no HTML unescaping.
+ *   TSR_TOKENIZER_A1111    transformers 4's slow CLIPTokenizer with ftfy
+ *                          installed, as AUTOMATIC1111's web UI runs it.
+ *
+ * docs/prompts.md lists where they differ (curly quotes, HTML entities,
+ * control characters, special-token text, ...).
  *
  * Why its own implementation and not a generic BPE: Stable Diffusion's
  * conditioning depends on every id, and CLIPTokenizer's behaviour is the
@@ -28,7 +40,17 @@
 
 typedef struct tsr_tokenizer tsr_tokenizer;
 
-/* Load from a folder holding vocab.json and merges.txt, plus optional
+typedef enum tsr_tokenizer_mode {
+    TSR_TOKENIZER_DEFAULT = 0, /* transformers >= 5 CLIPTokenizer (tokenizers) */
+    TSR_TOKENIZER_A1111 = 1,   /* transformers 4 slow CLIPTokenizer + ftfy (A1111) */
+} tsr_tokenizer_mode;
+
+/* NULL or "default" -> DEFAULT, "a1111" -> A1111, else TSR_ERR_INVALID. */
+int tsr_tokenizer_mode_parse(const char *name, tsr_tokenizer_mode *out);
+const char *tsr_tokenizer_mode_name(tsr_tokenizer_mode mode);
+
+/* Load from a folder holding vocab.json and merges.txt (or, as transformers
+ * 5 saves a tokenizer, tokenizer.json), plus optional
  * tokenizer_config.json / special_tokens_map.json for the special tokens
  * (bos/eos/unk/pad, each a string or an AddedToken object; the pad token is
  * taken from these files, never guessed; without them transformers'
@@ -46,6 +68,15 @@ int tsr_tokenizer_load_default(tsr_tokenizer **out);
 int tsr_tokenizer_load_default_pad(const char *pad, tsr_tokenizer **out);
 
 void tsr_tokenizer_free(tsr_tokenizer *t);
+
+/* A loaded tokenizer starts in TSR_TOKENIZER_DEFAULT.  Set the mode before
+ * sharing the tokenizer between threads.  The special-token ids below are
+ * the mode's: the two transformers versions read the same
+ * tokenizer_config.json / special_tokens_map.json differently (transformers
+ * 5 ignores special_tokens_map.json when tokenizer_config.json has an
+ * added_tokens_decoder). */
+void tsr_tokenizer_set_mode(tsr_tokenizer *t, tsr_tokenizer_mode mode);
+tsr_tokenizer_mode tsr_tokenizer_get_mode(const tsr_tokenizer *t);
 
 int32_t tsr_tokenizer_bos(const tsr_tokenizer *t);
 int32_t tsr_tokenizer_eos(const tsr_tokenizer *t);

@@ -156,6 +156,28 @@ int tsr_u_clip_cls(uint32_t cp)
     return (int)(tsr_u_vlookup(tsr_u_clip_class, tsr_u_clip_class_n, cp) ^ 4u);
 }
 
+int tsr_uf_clip_cls(uint32_t cp)
+{
+    if (cp < 0x80) {
+        if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z')
+            return 1;
+        if (cp >= '0' && cp <= '9')
+            return 2;
+        if (cp == ' ')
+            return 0;
+    }
+    return (int)(tsr_u_vlookup(tsr_uf_clip_class, tsr_uf_clip_class_n, cp) ^ 4u);
+}
+
+bool tsr_uf_space_cp(uint32_t cp)
+{
+    if (cp == ' ')
+        return true;
+    if (cp > ' ' && cp < 0x80)
+        return false;
+    return tsr_u_in(tsr_uf_space, tsr_uf_space_n, cp);
+}
+
 uint32_t tsr_u_fold_to_ascii(uint32_t cp)
 {
     if (cp < 0x80)
@@ -220,7 +242,41 @@ int tsr_u_str_lower(const uint32_t *in, size_t n, tsr_u32buf *out)
     return 0;
 }
 
+int tsr_uf_str_lower(const uint32_t *in, size_t n, tsr_u32buf *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t c = in[i];
+        if (c < 0x80) {
+            TSR_TRY(tsr_u32_push(out, (c >= 'A' && c <= 'Z') ? c + 32 : c));
+            continue;
+        }
+        const tsr_u_map *m = map_find(tsr_uf_lower, tsr_uf_lower_n, c);
+        if (m) {
+            TSR_TRY(tsr_u32_push(out, m->to));
+            continue;
+        }
+        const tsr_u_smap *sm = tsr_u_smap_find(tsr_uf_lower_multi, tsr_uf_lower_multi_n, c);
+        if (sm) {
+            TSR_TRY(tsr_u32_push_utf8(out, sm->to));
+            continue;
+        }
+        TSR_TRY(tsr_u32_push(out, c));
+    }
+    return 0;
+}
+
 /* ---- NFC ---- */
+
+/* One engine's normalisation data: Python's unicodedata or the tokenizers
+ * library's (the algorithm is the same). */
+typedef struct nfc_data {
+    const tsr_u_vrange *ccc;
+    size_t ccc_n;
+    const tsr_u_decomp *decomp;
+    size_t decomp_n;
+    const tsr_u_comp *comp;
+    size_t comp_n;
+} nfc_data;
 
 enum {
     HANGUL_S = 0xAC00, HANGUL_L = 0x1100, HANGUL_V = 0x1161, HANGUL_T = 0x11A7,
@@ -228,27 +284,27 @@ enum {
     HANGUL_NN = HANGUL_VN * HANGUL_TN, HANGUL_SN = HANGUL_LN * HANGUL_NN,
 };
 
-static uint32_t ccc_of(uint32_t cp)
+static uint32_t ccc_of(const nfc_data *u, uint32_t cp)
 {
-    return cp < 0x300 ? 0 : tsr_u_vlookup(tsr_u_ccc, tsr_u_ccc_n, cp);
+    return cp < 0x300 ? 0 : tsr_u_vlookup(u->ccc, u->ccc_n, cp);
 }
 
-static const tsr_u_decomp *decomp_find(uint32_t cp)
+static const tsr_u_decomp *decomp_find(const nfc_data *u, uint32_t cp)
 {
-    size_t lo = 0, hi = tsr_u_decomp_tab_n;
+    size_t lo = 0, hi = u->decomp_n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (cp < tsr_u_decomp_tab[mid].cp)
+        if (cp < u->decomp[mid].cp)
             hi = mid;
-        else if (cp > tsr_u_decomp_tab[mid].cp)
+        else if (cp > u->decomp[mid].cp)
             lo = mid + 1;
         else
-            return &tsr_u_decomp_tab[mid];
+            return &u->decomp[mid];
     }
     return NULL;
 }
 
-static int decompose(uint32_t cp, tsr_u32buf *out, int depth)
+static int decompose(const nfc_data *u, uint32_t cp, tsr_u32buf *out, int depth)
 {
     if (cp >= HANGUL_S && cp < HANGUL_S + HANGUL_SN) {
         uint32_t s = cp - HANGUL_S;
@@ -258,26 +314,26 @@ static int decompose(uint32_t cp, tsr_u32buf *out, int depth)
             TSR_TRY(tsr_u32_push(out, HANGUL_T + s % HANGUL_TN));
         return 0;
     }
-    const tsr_u_decomp *d = cp >= 0xC0 && depth < 8 ? decomp_find(cp) : NULL;
+    const tsr_u_decomp *d = cp >= 0xC0 && depth < 8 ? decomp_find(u, cp) : NULL;
     if (!d)
         return tsr_u32_push(out, cp);
-    TSR_TRY(decompose(d->a, out, depth + 1));
+    TSR_TRY(decompose(u, d->a, out, depth + 1));
     if (d->b)
-        TSR_TRY(decompose(d->b, out, depth + 1));
+        TSR_TRY(decompose(u, d->b, out, depth + 1));
     return 0;
 }
 
-static uint32_t compose_pair(uint32_t a, uint32_t b)
+static uint32_t compose_pair(const nfc_data *u, uint32_t a, uint32_t b)
 {
     if (a >= HANGUL_L && a < HANGUL_L + HANGUL_LN && b >= HANGUL_V && b < HANGUL_V + HANGUL_VN)
         return HANGUL_S + ((a - HANGUL_L) * HANGUL_VN + (b - HANGUL_V)) * HANGUL_TN;
     if (a >= HANGUL_S && a < HANGUL_S + HANGUL_SN && (a - HANGUL_S) % HANGUL_TN == 0 &&
         b > HANGUL_T && b < HANGUL_T + HANGUL_TN)
         return a + (b - HANGUL_T);
-    size_t lo = 0, hi = tsr_u_comp_tab_n;
+    size_t lo = 0, hi = u->comp_n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        const tsr_u_comp *c = &tsr_u_comp_tab[mid];
+        const tsr_u_comp *c = &u->comp[mid];
         if (a < c->a || (a == c->a && b < c->b))
             hi = mid;
         else if (a > c->a || b > c->b)
@@ -288,7 +344,7 @@ static uint32_t compose_pair(uint32_t a, uint32_t b)
     return 0;
 }
 
-int tsr_u_nfc(const uint32_t *in, size_t n, tsr_u32buf *out)
+static int nfc(const nfc_data *u, const uint32_t *in, size_t n, tsr_u32buf *out)
 {
     bool simple = true;
     for (size_t i = 0; i < n && simple; i++)
@@ -301,14 +357,14 @@ int tsr_u_nfc(const uint32_t *in, size_t n, tsr_u32buf *out)
     tsr_u32buf d = {0};
     int rc = 0;
     for (size_t i = 0; i < n; i++)
-        TSR_CHECK_GOTO(rc, decompose(in[i], &d, 0), cleanup);
+        TSR_CHECK_GOTO(rc, decompose(u, in[i], &d, 0), cleanup);
     /* Canonical ordering: stable insertion sort of each run of marks. */
     for (size_t i = 1; i < d.n; i++) {
-        uint32_t c = d.v[i], cc = ccc_of(c);
+        uint32_t c = d.v[i], cc = ccc_of(u, c);
         if (cc == 0)
             continue;
         size_t j = i;
-        while (j > 0 && ccc_of(d.v[j - 1]) > cc) {
+        while (j > 0 && ccc_of(u, d.v[j - 1]) > cc) {
             d.v[j] = d.v[j - 1];
             j--;
         }
@@ -319,11 +375,11 @@ int tsr_u_nfc(const uint32_t *in, size_t n, tsr_u32buf *out)
     long starter = -1;
     uint32_t last_cc = 0;
     for (size_t i = 0; i < d.n; i++) {
-        uint32_t c = d.v[i], cc = ccc_of(c);
+        uint32_t c = d.v[i], cc = ccc_of(u, c);
         if (starter >= 0) {
             bool adjacent = (size_t)starter == w - 1;
             if (adjacent || (last_cc != 0 && last_cc < cc)) {
-                uint32_t comp = compose_pair(d.v[starter], c);
+                uint32_t comp = compose_pair(u, d.v[starter], c);
                 if (comp) {
                     d.v[starter] = comp;
                     continue;
@@ -343,4 +399,18 @@ int tsr_u_nfc(const uint32_t *in, size_t n, tsr_u32buf *out)
 cleanup:
     tsr_u32_free(&d);
     return rc;
+}
+
+int tsr_u_nfc(const uint32_t *in, size_t n, tsr_u32buf *out)
+{
+    const nfc_data u = {tsr_u_ccc, tsr_u_ccc_n, tsr_u_decomp_tab, tsr_u_decomp_tab_n,
+                        tsr_u_comp_tab, tsr_u_comp_tab_n};
+    return nfc(&u, in, n, out);
+}
+
+int tsr_uf_nfc(const uint32_t *in, size_t n, tsr_u32buf *out)
+{
+    const nfc_data u = {tsr_uf_ccc, tsr_uf_ccc_n, tsr_uf_decomp_tab, tsr_uf_decomp_tab_n,
+                        tsr_uf_comp_tab, tsr_uf_comp_tab_n};
+    return nfc(&u, in, n, out);
 }

@@ -66,6 +66,15 @@ TSR_U_TABLE(tsr_u_range, tsr_u_ftfy_control)
 TSR_U_TABLE(tsr_u_entity, tsr_u_entities)
 TSR_U_TABLE(tsr_u_smap, tsr_u_html_invalid_charref)
 TSR_U_TABLE(tsr_u_range, tsr_u_html_invalid_cp)
+/* The default tokenizer mode's data (transformers 5, `tokenizers`):
+ * text/unicode_tables_fast.c. */
+TSR_U_TABLE(tsr_u_vrange, tsr_uf_clip_class)
+TSR_U_TABLE(tsr_u_range, tsr_uf_space)
+TSR_U_TABLE(tsr_u_map, tsr_uf_lower)
+TSR_U_TABLE(tsr_u_smap, tsr_uf_lower_multi)
+TSR_U_TABLE(tsr_u_vrange, tsr_uf_ccc)
+TSR_U_TABLE(tsr_u_decomp, tsr_uf_decomp_tab)
+TSR_U_TABLE(tsr_u_comp, tsr_uf_comp_tab)
 #undef TSR_U_TABLE
 
 /* A growable array of code points.  `v` is owned. */
@@ -99,5 +108,14 @@ uint32_t tsr_u_fold_to_ascii(uint32_t cp);
 int tsr_u_str_lower(const uint32_t *in, size_t n, tsr_u32buf *out);
 /* unicodedata.normalize("NFC") of `in` appended to `out`. */
 int tsr_u_nfc(const uint32_t *in, size_t n, tsr_u32buf *out);
+
+/* The same three services as the `tokenizers` library computes them
+ * (transformers 5's CLIPTokenizer): Oniguruma's classes, Rust's
+ * char::to_lowercase per code point (no final sigma), and the library's
+ * NFC data (older than Python's). */
+int tsr_uf_clip_cls(uint32_t cp);
+bool tsr_uf_space_cp(uint32_t cp);
+int tsr_uf_str_lower(const uint32_t *in, size_t n, tsr_u32buf *out);
+int tsr_uf_nfc(const uint32_t *in, size_t n, tsr_u32buf *out);
 
 #endif

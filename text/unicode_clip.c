@@ -114,3 +114,70 @@ size_t tsr_clip_next_token(const uint32_t *s, size_t n, size_t *pos, size_t *sta
     *pos = n;
     return 0;
 }
+
+/* ---- the default mode: transformers 5 (tokenizers) ---- */
+
+int tsr_clip_normalize_fast(const uint32_t *s, size_t n, tsr_u32buf *out)
+{
+    tsr_u32buf nfc = {0}, ws = {0};
+    int rc = 0;
+    TSR_CHECK_GOTO(rc, tsr_uf_nfc(s, n, &nfc), cleanup);
+    /* Replace(Regex(r"\s+"), " ") */
+    for (size_t i = 0; i < nfc.n;) {
+        if (tsr_uf_space_cp(nfc.v[i])) {
+            while (i < nfc.n && tsr_uf_space_cp(nfc.v[i]))
+                i++;
+            TSR_CHECK_GOTO(rc, tsr_u32_push(&ws, ' '), cleanup);
+        } else {
+            TSR_CHECK_GOTO(rc, tsr_u32_push(&ws, nfc.v[i++]), cleanup);
+        }
+    }
+    TSR_CHECK_GOTO(rc, tsr_uf_str_lower(ws.v, ws.n, out), cleanup);
+cleanup:
+    tsr_u32_free(&nfc);
+    tsr_u32_free(&ws);
+    return rc;
+}
+
+/* Case-sensitive match of an ASCII literal at s[i]. */
+static bool lit_exact(const uint32_t *s, size_t n, size_t i, const char *l)
+{
+    for (; *l; l++, i++)
+        if (i >= n || s[i] != (uint32_t)(unsigned char)*l)
+            return false;
+    return true;
+}
+
+size_t tsr_clip_next_token_fast(const uint32_t *s, size_t n, size_t *pos, size_t *start,
+                                bool *special)
+{
+    static const char *const lits[] = {"<|startoftext|>", "<|endoftext|>", "'s", "'t", "'re",
+                                       "'ve", "'m", "'ll", "'d"};
+    for (size_t i = *pos; i < n; i++) {
+        uint32_t c = s[i];
+        if (c == '<' || c == '\'') {
+            for (size_t k = 0; k < sizeof lits / sizeof lits[0]; k++) {
+                size_t len = strlen(lits[k]);
+                if (lit_exact(s, n, i, lits[k])) {
+                    *start = i;
+                    *pos = i + len;
+                    *special = k < 2;
+                    return len;
+                }
+            }
+        }
+        int cls = tsr_uf_clip_cls(c);
+        if (!cls)
+            continue;
+        size_t j = i + 1;
+        if (cls != 2)
+            while (j < n && tsr_uf_clip_cls(s[j]) == cls)
+                j++;
+        *start = i;
+        *pos = j;
+        *special = false;
+        return j - i;
+    }
+    *pos = n;
+    return 0;
+}

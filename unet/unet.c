@@ -263,11 +263,11 @@ static int embed(tsr_unet *u, unet_run *r, const tsr_unet_inputs *in, int64_t B)
     OP(tsr_timestep_embedding(be, &t, &tparams, &tp));
     OP(tsr_linear_fused(be, &tp, u->t1_w, u->t1_b, &silu, &th));
     OP(tsr_linear(be, &th, u->t2_w, u->t2_b, &emb));
-    tsr_tensor *e = &emb;
+    tsr_tensor aug, *e = &emb; /* the embedding SiLU reads (aug: + add_embedding) */
     if (d->text_time) {
         const int64_t nt = n_time_ids(in), ad = d->addition_time_embed_dim;
         const int64_t pooled = d->projection_class_embeddings_input_dim - nt * ad;
-        tsr_tensor ids, ide, te, cat, aug;
+        tsr_tensor ids, ide, te, cat;
         TSR_TRY(tsr_arena_tensor(ws, &ids, TSR_F32, 1, (int64_t[]){B * nt}));
         TSR_TRY(tsr_arena_act(ws, &ide, 2, (int64_t[]){B * nt, ad}));
         TSR_TRY(tsr_arena_act(ws, &te, 2, (int64_t[]){B, pooled}));

@@ -18,6 +18,7 @@
 #include "model/ldm_names.h"
 #include "model/model.h"
 #include "model/model_config.h"
+#include "core/safetensors.h"
 #include "test.h"
 
 static const char *data(const char *rel)
@@ -252,6 +253,23 @@ static int test_missing_component(void)
     char *e = tmpdir();
     ASSERT_TRUE(e);
     return expect_fail(e, TSR_ERR_NOT_FOUND, "model_index.json");
+}
+
+/* Both spellings of one text-encoder tensor (transformers 4's
+ * "text_model.x" and transformers 5's "x") in one folder: refused, naming
+ * both. */
+static int test_text_encoder_mixed_layout(void)
+{
+    char d[256], p[512];
+    ASSERT_EQ(make_te_folder(d, sizeof d, true, true, NULL, NULL), 0);
+    const float v[2] = {1, 2};
+    const tsr_st_write_entry w[] = {
+        {"final_layer_norm.weight", TSR_ST_F32, 1, {2}, v},
+        {"text_model.final_layer_norm.weight", TSR_ST_F32, 1, {2}, v},
+    };
+    snprintf(p, sizeof p, "%s/text_encoder/model.safetensors", d);
+    ASSERT_OK(tsr_st_write(p, w, 2, NULL));
+    return expect_fail(d, TSR_ERR_FORMAT, "'final_layer_norm.weight'");
 }
 
 static int test_missing_config(void)
@@ -559,6 +577,7 @@ static const tsr_test_entry tests[] = {
     {"weights_load_f16", test_weights_load_f16},
     {"convert_round_trip", test_convert_round_trip},
     {"ldm_names_reverse", test_ldm_names_reverse},
+    {"text_encoder_mixed_layout", test_text_encoder_mixed_layout},
 };
 
 TSR_TEST_TABLE_MAIN(tests)

@@ -298,12 +298,53 @@ static int test_row_limit(void)
     return 0;
 }
 
+/* tsr_engine_options.tokenizer: "a1111" turns the curly quote and the HTML
+ * entity into ASCII (ftfy), the default keeps them (transformers 5). */
+static int test_tokenizer_option(void)
+{
+    char path[512];
+    tsr_engine_options o;
+    tsr_engine_options_init(&o);
+    ASSERT_TRUE(o.tokenizer == NULL);
+    o.model = tsr_test_path("models/sd1", path, sizeof path);
+    o.device = "cpu";
+    o.tokenizer = "slow";
+    tsr_engine *e = NULL;
+    ASSERT_EQ(tsr_engine_open(&o, &e), TSR_ERR_INVALID);
+    ASSERT_TRUE(e == NULL && strstr(tsr_last_error(), "a1111") != NULL);
+    tsr_engine *dflt, *a1111;
+    o.tokenizer = "default";
+    ASSERT_OK(tsr_engine_open(&o, &dflt));
+    o.tokenizer = "a1111";
+    ASSERT_OK(tsr_engine_open(&o, &a1111));
+    tsr_image_params fancy = params_a(), ascii = params_a();
+    /* many tokens apart, so that even the tiny model shows it */
+    fancy.prompt = "\xe2\x80\x9c&lt;&amp;&gt;\xe2\x80\x9d \xe2\x80\x98&quot;\xe2\x80\x99 "
+                   "\xe2\x80\x9c&lt;&amp;&gt;\xe2\x80\x9d \xe2\x80\x98&quot;\xe2\x80\x99";
+    ascii.prompt = "\"<&>\" '\"' \"<&>\" '\"'";
+    fancy.cfg_scale = ascii.cfg_scale = 30; /* let the prompt show in a 64x64 image */
+    image f_dflt, f_a1111, a_dflt;
+    if (alone(dflt, &fancy, &f_dflt) || alone(a1111, &fancy, &f_a1111) ||
+        alone(dflt, &ascii, &a_dflt))
+        return 1;
+    ASSERT_EQ(max_diff(&f_a1111, &a_dflt), 0);
+    printf("  default vs a1111: max pixel difference %d\n", max_diff(&f_dflt, &a_dflt));
+    ASSERT_TRUE(max_diff(&f_dflt, &a_dflt) > 0);
+    free(f_dflt.rgb);
+    free(f_a1111.rgb);
+    free(a_dflt.rgb);
+    tsr_engine_close(dflt);
+    tsr_engine_close(a1111);
+    return 0;
+}
+
 static const tsr_test_entry tests[] = {
     {"join_mid_batch", test_join_mid_batch},
     {"cancel", test_cancel},
     {"bad_params_add_nothing", test_bad_params_add_nothing},
     {"callback_and_previews", test_callback_and_previews},
     {"row_limit", test_row_limit},
+    {"tokenizer_option", test_tokenizer_option},
 };
 
 TSR_TEST_TABLE_MAIN(tests)

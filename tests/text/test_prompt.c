@@ -80,17 +80,18 @@ static int check_record(tsr_tokenizer *tok, cJSON *rec, int idx)
     return ok ? 0 : 1;
 }
 
-static int test_golden(void)
+static int check_golden(const char *rel, tsr_tokenizer_mode mode)
 {
     char path[1024];
     size_t size = 0;
-    char *buf = tsr_test_read_file(tsr_test_path("text/prompt_golden.json", path, sizeof path), &size);
+    char *buf = tsr_test_read_file(tsr_test_path(rel, path, sizeof path), &size);
     ASSERT_TRUE(buf != NULL);
     cJSON *j = cJSON_ParseWithLength(buf, size);
     free(buf);
     ASSERT_TRUE(j != NULL);
     tsr_tokenizer *tok = NULL;
     ASSERT_OK(tsr_tokenizer_load_default(&tok));
+    tsr_tokenizer_set_mode(tok, mode);
     cJSON *recs = cJSON_GetObjectItem(j, "records");
     int n = cJSON_GetArraySize(recs), bad = 0;
     for (int i = 0; i < n; i++)
@@ -101,6 +102,18 @@ static int test_golden(void)
         TSR_FAIL("%d of %d prompts differ from the A1111 reference", bad, n);
     printf("  %d prompts identical to the A1111 reference\n", n);
     return 0;
+}
+
+/* a1111 mode: ids from transformers 4.57.1 slow + ftfy. */
+static int test_golden(void)
+{
+    return check_golden("text/prompt_golden.json", TSR_TOKENIZER_A1111);
+}
+
+/* default mode: the same syntax prompts chunked with transformers 5's ids. */
+static int test_golden_tf5(void)
+{
+    return check_golden("text/prompt_golden_tf5.json", TSR_TOKENIZER_DEFAULT);
 }
 
 static int tokenize(tsr_tokenizer *tok, const char *s, tsr_prompt_tokens *t)
@@ -190,6 +203,7 @@ static int test_edges(void)
 
 static const tsr_test_entry tests[] = {
     {"golden", test_golden},
+    {"golden_tf5", test_golden_tf5},
     {"edges", test_edges},
 };
 TSR_TEST_TABLE_MAIN(tests)

@@ -173,12 +173,49 @@ static int test_edge_prompts(void)
     return 0;
 }
 
+/* The tokenizer mode reaches every encoder: in a1111 mode ftfy turns
+ * curly quotes and HTML entities into ASCII, so the fancy prompt encodes
+ * exactly as its ASCII spelling does in the default mode, where it does
+ * not (transformers 5 keeps them). */
+static int test_tokenizer_modes(void)
+{
+    fixture f;
+    if (fixture_open(&f, "sdxl"))
+        return 1;
+    const char *fancy = "it\xe2\x80\x99s &amp; \xe2\x80\x9cq\xe2\x80\x9d";
+    const char *ascii = "it's & \"q\"";
+    tsr_text_embedding dflt, a1111, plain;
+    ASSERT_OK(tsr_text_cond_encode(f.cond, &fancy, 1, 1, &dflt));
+    ASSERT_OK(tsr_text_cond_encode(f.cond, &ascii, 1, 1, &plain));
+    tsr_text_cond_set_tokenizer(f.cond, TSR_TOKENIZER_A1111);
+    ASSERT_OK(tsr_text_cond_encode(f.cond, &fancy, 1, 1, &a1111));
+    const size_t n = (size_t)plain.n_tokens * plain.dim;
+    ASSERT_EQ(a1111.n_tokens, plain.n_tokens);
+    int failed = tsr_test_check_close("a1111 fancy vs ascii", a1111.context, plain.context, n, 0);
+    failed |= tsr_test_check_close("a1111 pooled", a1111.pooled, plain.pooled,
+                                   (size_t)plain.pooled_dim, 0);
+    bool differs = dflt.n_tokens != plain.n_tokens;
+    for (size_t i = 0; !differs && i < n; i++)
+        differs = dflt.context[i] != plain.context[i];
+    ASSERT_TRUE(differs);
+    /* the empty prompt is the same in both modes, and still cached */
+    const tsr_text_embedding *empty;
+    ASSERT_OK(tsr_text_cond_empty(f.cond, 1, &empty));
+    ASSERT_EQ(empty->n_tokens, 77);
+    tsr_text_embedding_free(&dflt);
+    tsr_text_embedding_free(&a1111);
+    tsr_text_embedding_free(&plain);
+    fixture_free(&f);
+    return failed;
+}
+
 static const tsr_test_entry tests[] = {
     {"sd1", test_sd1},
     {"sd2v", test_sd2v},
     {"sdxl", test_sdxl},
     {"empty_cache_and_pad", test_empty_cache_and_pad},
     {"edge_prompts", test_edge_prompts},
+    {"tokenizer_modes", test_tokenizer_modes},
 };
 
 TSR_TEST_TABLE_MAIN(tests)

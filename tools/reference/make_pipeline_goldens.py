@@ -297,6 +297,7 @@ def build_error_cases():
         dict(name="bad_cfg", args=with_(base, cfg_scale="nan"), message=["cfg"]),
         dict(name="bad_batch", args=with_(base, batch_size="0"), message=["batch"]),
         dict(name="bad_rng", args=with_(base, rng="gpu3"), message=["rng"]),
+        dict(name="bad_tokenizer", args=with_(base, tokenizer="slow"), message=["tokenizer", "slow"]),
         dict(name="missing_model_dir", args=with_(base, model="{tmp}/no_such_model"),
              message=["no_such_model"]),
         dict(name="missing_vae", model_without=["sd1", "vae"], args=with_(base, model="{tmp}/model"),
