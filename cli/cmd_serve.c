@@ -48,6 +48,9 @@ int tsr_cmd_serve(int argc, char **argv)
     const char *listen = NULL, *host = NULL, *level = NULL;
     int64_t port = -1, threads = 0, max_batch = c.max_batch, max_queue = c.max_queue;
     int64_t max_wait = 0, drain = c.drain_timeout_s, max_body = c.max_body;
+    int64_t tile_size = c.tile_size, preview_every = c.preview_every, tile_threads = c.tile_threads;
+    int64_t keep_jobs = 0;
+    double tile_threshold = c.tile_threshold, keep_hours = 0;
     const tsr_arg_spec specs[] = {
         {"model", TSR_ARG_STRING, &c.model, "DIR_OR_FILE",
          "diffusers folder or single .safetensors (default: models/demo)", 0, 0, 0, 0},
@@ -77,6 +80,21 @@ int tsr_cmd_serve(int argc, char **argv)
          0},
         {"max-body", TSR_ARG_INT, &max_body, "BYTES",
          "largest request body (default 33554432 = 32 MiB)", 1024, (int64_t)1 << 32, 0, 0},
+        {"tile-size", TSR_ARG_INT, &tile_size, "PX",
+         "preview tiles are PX x PX image pixels (default 64)", 8, 4096, 0, 0},
+        {"preview-every", TSR_ARG_INT, &preview_every, "K",
+         "publish preview tiles every K UNet calls (default 1)", 1, 1000, 0, 0},
+        {"tile-threshold", TSR_ARG_FLOAT, &tile_threshold, "MAD",
+         "re-publish a tile when its mean absolute difference passes MAD (0..255, default 2)",
+         0, 0, 0, 255},
+        {"tile-threads", TSR_ARG_INT, &tile_threads, "N", "JPEG encoder threads (default 1)", 1,
+         8, 0, 0},
+        {"keep-jobs", TSR_ARG_INT, &keep_jobs, "N",
+         "keep the N newest finished jobs, delete older ones with their files (0 = all)", 0,
+         100000000, 0, 0},
+        {"keep-hours", TSR_ARG_FLOAT, &keep_hours, "H",
+         "delete finished jobs (and files) H hours after they finished (0 = never)", 0, 0, 0,
+         1e6},
         {"log-level", TSR_ARG_STRING, &level, "LEVEL", "debug, info, warn, error or none", 0, 0,
          0, 0},
     };
@@ -126,6 +144,12 @@ int tsr_cmd_serve(int argc, char **argv)
     c.max_wait_ms = (int)max_wait;
     c.drain_timeout_s = (int)drain;
     c.max_body = max_body;
+    c.tile_size = (int)tile_size;
+    c.preview_every = (int)preview_every;
+    c.tile_threshold = tile_threshold;
+    c.tile_threads = (int)tile_threads;
+    c.keep_jobs = (int)keep_jobs;
+    c.keep_hours = keep_hours;
     c.ready_out = stdout;
     rc = tsr_service_run(&c);
     return rc == 0 ? TSR_EXIT_OK : TSR_EXIT_FAILURE;

@@ -14,7 +14,10 @@ PACKAGES=(
   libcjson-dev      # JSON (configs, HTTP API)
   libevent-dev      # HTTP server
   libpng-dev        # PNG output
-  libjpeg62-turbo-dev # JPEG preview tiles
+  libjpeg62-turbo-dev # JPEG decoding of init images
+  libturbojpeg0-dev # TurboJPEG: preview tiles (service/tiles.c)
+  nginx             # tests/cdn: caching reverse proxy in front of tessera serve
+  chromium chromium-driver python3-selenium # tests/browser: the page, headless
   clang libclang-rt-14-dev # libFuzzer and sanitizer runtimes (scripts/fuzz.sh)
   python3 python3-yaml # tests/service (standard library + PyYAML for docs/openapi.yaml)
 )

@@ -27,6 +27,9 @@
 #include "server.h"
 #include "sse.h"
 #include "util.h"
+#include "web_assets.h"
+
+static bool serve_web(svc_req *r);
 
 #define URI_MAX 8192
 
@@ -253,9 +256,43 @@ static void on_request(struct evhttp_request *req, void *arg)
     } else if (strncmp(r->path, "/v1/batches", 11) == 0 &&
                (r->path[11] == '\0' || r->path[11] == '/')) {
         svc_route_batches(r, r->path + 11);
-    } else {
+    } else if (!serve_web(r)) {
         svc_reply_error(r, 404, "not_found", NULL, "no such path: %s", r->path);
     }
+}
+
+/* The page: / (index.html), /app.js, /style.css, compiled in. */
+static bool serve_web(svc_req *r)
+{
+    const char *name = strcmp(r->path, "/") == 0 ? "index.html" : r->path + 1;
+    const svc_web_asset *a = NULL;
+    for (const svc_web_asset *x = svc_web_assets; x->name; x++)
+        if (strcmp(x->name, name) == 0)
+            a = x;
+    if (!a)
+        return false;
+    if (strcmp(r->method, "GET") != 0 && strcmp(r->method, "HEAD") != 0) {
+        svc_reply_method_not_allowed(r, "GET, HEAD");
+        return true;
+    }
+    char hex[65], etag[40];
+    svc_sha256_hex(a->data, a->len, hex);
+    snprintf(etag, sizeof etag, "\"%.32s\"", hex);
+    svc_req_add_header(r, "ETag", etag);
+    svc_req_add_header(r, "Cache-Control", "no-cache");
+    svc_req_add_header(r, "X-Content-Type-Options", "nosniff");
+    const char *inm = svc_req_header(r, "If-None-Match");
+    if (inm && strstr(inm, etag)) {
+        svc_reply_buffer(r, 304, NULL, NULL);
+        return true;
+    }
+    struct evbuffer *buf = evbuffer_new();
+    if (buf)
+        evbuffer_add(buf, a->data, a->len);
+    svc_reply_buffer(r, 200, a->content_type, buf);
+    if (buf)
+        evbuffer_free(buf);
+    return true;
 }
 
 static struct bufferevent *make_bev(struct event_base *base, void *arg)

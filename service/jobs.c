@@ -10,6 +10,7 @@
  */
 #include "jobs.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "log.h"
 #include "server.h"
 #include "sse.h"
+#include "tiles.h"
 #include "util.h"
 
 struct svc_jobs {
@@ -85,8 +87,10 @@ void svc_job_free(svc_job *j)
     svc_params_unref(j->params);
     cJSON_Delete(j->view);
     if (j->images)
-        for (int i = 0; i < j->n; i++)
+        for (int i = 0; i < j->n; i++) {
             free(j->images[i].infotext);
+            svc_tilemap_free(j->images[i].tiles);
+        }
     free(j->images);
     free(j->error_code);
     free(j->error_message);
@@ -700,4 +704,99 @@ svc_job *svc_job_from_file(const char *json, size_t len)
 done:
     cJSON_Delete(o);
     return j;
+}
+
+/* ---------------------------------------------------------------- tiles */
+
+void svc_jobs_on_tiles(svc_server *s, uint64_t job, int index, svc_tileset **tsp)
+{
+    svc_job *j;
+    svc_image *img = image_of(s, job, index, &j);
+    svc_tileset *ts = *tsp;
+    /* a preview that lost the race with a cancel, or a job already over */
+    if (!img || img->state != SVC_RUNNING || svc_state_final(j->state))
+        return;
+    s->metrics.tile_encode_seconds += ts->encode_seconds;
+    s->metrics.tiles_published += (uint64_t)ts->n;
+    for (int i = 0; i < ts->n; i++)
+        s->metrics.tile_bytes += ts->tiles[i].len;
+    int pub = svc_tilemap_apply(&img->tiles, ts);
+    if (pub < 0) {
+        SVC_WARN("job %s image %d: tiles dropped (out of memory or a new grid)", j->ids, index);
+        return;
+    }
+    img->tiles_loaded = true;
+    if (img->tiles->pubs[pub].n > 0)
+        emit(s, j, SVC_EV_TILES, index, pub, ts->step, 0);
+}
+
+svc_tilemap *svc_image_tiles(svc_server *s, svc_job *j, int index)
+{
+    svc_image *img = &j->images[index];
+    if (img->tiles || img->tiles_loaded || img->state != SVC_DONE)
+        return img->tiles;
+    img->tiles_loaded = true;
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/jobs/%s/%d.tiles", s->cfg.data_dir, j->ids, index);
+    char *data = NULL;
+    size_t len = 0;
+    if (svc_read_file(path, &data, &len, 256u << 20) == 0) {
+        img->tiles = svc_tilemap_from_file((const uint8_t *)data, len);
+        if (!img->tiles)
+            SVC_WARN("%s: not a tile file; ignored", path);
+    }
+    free(data);
+    return img->tiles;
+}
+
+/* ------------------------------------------------------------------- gc */
+
+static void unlink_job(svc_jobs *t, svc_job *j, svc_job *prev)
+{
+    svc_job **h = &t->buckets[hash_id(j->id, t->n_buckets)];
+    while (*h && *h != j)
+        h = &(*h)->hnext;
+    if (*h)
+        *h = j->hnext;
+    if (prev)
+        prev->next = j->next;
+    else
+        t->first = j->next;
+    if (t->last == j)
+        t->last = prev;
+    t->count--;
+}
+
+void svc_jobs_gc(svc_server *s)
+{
+    const int keep = s->cfg.keep_jobs;
+    const double hours = s->cfg.keep_hours;
+    if (keep <= 0 && hours <= 0)
+        return;
+    svc_jobs *t = s->jobs;
+    /* batch jobs stay with their batch (docs/service-design.md) */
+    int finished = 0;
+    for (svc_job *j = t->first; j; j = j->next)
+        finished += svc_state_final(j->state) && !j->batch && !j->batch_id;
+    const double cutoff = hours > 0 ? svc_now_unix() - hours * 3600.0 : -1.0;
+    int removed = 0;
+    for (svc_job *j = t->first, *prev = NULL, *next; j; j = next) {
+        next = j->next;
+        bool evictable = svc_state_final(j->state) && !j->batch && !j->batch_id &&
+                         !j->clients && j->persisted;
+        bool old = evictable && cutoff > 0 && j->finished > 0 && j->finished < cutoff;
+        bool over = evictable && keep > 0 && finished > keep;
+        if (old || over) {
+            unlink_job(t, j, prev);
+            svc_store_remove_job(s->store, j->id);
+            SVC_INFO("job %s: garbage-collected (%s)", j->ids,
+                     old ? "--keep-hours" : "--keep-jobs");
+            svc_job_free(j);
+            finished--;
+            removed++;
+            continue;
+        }
+        prev = j;
+    }
+    (void)removed;
 }

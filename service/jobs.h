@@ -27,6 +27,8 @@
 
 struct svc_server;
 struct svc_sse_client;
+struct svc_tileset;
+struct svc_tilemap;
 struct evbuffer;
 
 typedef enum svc_state {
@@ -51,6 +53,7 @@ typedef enum svc_event_kind {
     SVC_EV_DONE,
     SVC_EV_FAILED,
     SVC_EV_CANCELLED,
+    SVC_EV_TILES,     /* a = image, b = publish index in its tilemap, c = step */
     /* batch streams */
     SVC_EV_B_IMAGE,   /* job = job index in the batch, a = image index */
     SVC_EV_B_JOB,     /* job = job index in the batch */
@@ -76,6 +79,8 @@ typedef struct svc_image {
     size_t bytes;
     char *infotext;   /* owned */
     double started_mono;
+    struct svc_tilemap *tiles; /* owned: preview/final tiles; loaded lazily after a restart */
+    bool tiles_loaded;         /* the .tiles file was tried */
 } svc_image;
 
 typedef struct svc_batch svc_batch;
@@ -149,6 +154,12 @@ void svc_jobs_on_started(struct svc_server *s, uint64_t job, int index);
 void svc_jobs_on_step(struct svc_server *s, uint64_t job, int index, int step, int steps);
 void svc_jobs_on_stored(struct svc_server *s, uint64_t job, int index, const char *etag,
                         size_t bytes, char **infotext);
+/* Tiles published by the encoder (*ts taken over). */
+void svc_jobs_on_tiles(struct svc_server *s, uint64_t job, int index, struct svc_tileset **ts);
+/* Drop finished jobs past --keep-jobs / --keep-hours (memory and disk). */
+void svc_jobs_gc(struct svc_server *s);
+/* An image's tile map, loading <i>.tiles for a finished job (NULL if none). */
+struct svc_tilemap *svc_image_tiles(struct svc_server *s, svc_job *j, int index);
 void svc_jobs_on_failed(struct svc_server *s, uint64_t job, int index, int status,
                         const char *message);
 void svc_jobs_on_cancelled(struct svc_server *s, uint64_t job, int index);
@@ -172,6 +183,9 @@ cJSON *svc_job_file_json(struct svc_server *s, const svc_job *j);
 cJSON *svc_batch_json(struct svc_server *s, const svc_batch *b);
 /* "/v1/jobs/<id>/images/<i>.png" */
 void svc_image_url(const svc_job *j, int index, char *buf, size_t size);
+/* "/v1/jobs/<id>/images/<i>/tiles/<version>/<row>_<col>.jpg" */
+void svc_tile_url(const svc_job *j, int index, int version, int row, int col, char *buf,
+                  size_t size);
 /* Append event `ev` (id = index + 1) of a job / batch stream as SSE text. */
 void svc_job_event_sse(const svc_job *j, uint32_t index, struct evbuffer *out);
 void svc_batch_event_sse(const svc_batch *b, uint32_t index, struct evbuffer *out);

@@ -12,10 +12,18 @@
 #include "jobs.h"
 #include "json.h"
 #include "server.h"
+#include "tiles.h"
 
 void svc_image_url(const svc_job *j, int index, char *buf, size_t size)
 {
     snprintf(buf, size, "/v1/jobs/%s/images/%d.png", j->ids, index);
+}
+
+void svc_tile_url(const svc_job *j, int index, int version, int row, int col, char *buf,
+                  size_t size)
+{
+    snprintf(buf, size, "/v1/jobs/%s/images/%d/tiles/%d/%d_%d.jpg", j->ids, index, version, row,
+             col);
 }
 
 static cJSON *error_json(const svc_job *j)
@@ -179,6 +187,28 @@ void svc_job_event_sse(const svc_job *j, uint32_t index, struct evbuffer *out)
         cJSON_AddItemToObject(d, "error", error_json(j));
         break;
     case SVC_EV_CANCELLED: name = "cancelled"; break;
+    case SVC_EV_TILES: {
+        name = "tiles";
+        cJSON_AddNumberToObject(d, "image", ev->a);
+        cJSON_AddNumberToObject(d, "step", ev->c);
+        cJSON *arr = cJSON_AddArrayToObject(d, "tiles");
+        const svc_tilemap *m = j->images[ev->a].tiles;
+        if (m && ev->b >= 0 && ev->b < m->n_pubs) {
+            const svc_tile_publish *p = &m->pubs[ev->b];
+            for (int k = 0; k < p->n; k++) {
+                cJSON *t = cJSON_CreateObject();
+                cJSON_AddNumberToObject(t, "row", p->refs[k].row);
+                cJSON_AddNumberToObject(t, "col", p->refs[k].col);
+                cJSON_AddNumberToObject(t, "version", p->refs[k].version);
+                char turl[160];
+                svc_tile_url(j, ev->a, p->refs[k].version, p->refs[k].row, p->refs[k].col, turl,
+                             sizeof turl);
+                cJSON_AddStringToObject(t, "url", turl);
+                cJSON_AddItemToArray(arr, t);
+            }
+        }
+        break;
+    }
     default: break;
     }
     sse_event(out, index + 1, name, d);

@@ -2,6 +2,7 @@
  * service/mailbox.c - see mailbox.h.
  */
 #include "mailbox.h"
+#include "tiles.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@ void svc_msg_free(svc_msg *m)
     if (!m)
         return;
     free(m->text);
+    svc_tileset_free(m->tiles);
     free(m);
 }
 

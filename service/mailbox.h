@@ -31,7 +31,10 @@ typedef enum svc_msg_type {
     SVC_MSG_WORKER_IDLE,    /* worker: batch empty (worker) */
     SVC_MSG_WORKER_EXIT,    /* worker: thread ending (worker) */
     SVC_MSG_TASK_DONE,      /* storage: a task with a cookie finished (cookie, status) */
+    SVC_MSG_TILES,          /* tile encoder: tiles published (job, index, step, tiles) */
 } svc_msg_type;
+
+struct svc_tileset;
 
 typedef struct svc_msg {
     svc_msg_type type;
@@ -46,6 +49,7 @@ typedef struct svc_msg {
     char etag[33];
     char *text;          /* owned by the message */
     void *cookie;        /* TASK_DONE: the poster's */
+    struct svc_tileset *tiles; /* TILES: owned by the message until the loop takes it */
     struct svc_msg *next;
 } svc_msg;
 

@@ -110,6 +110,18 @@ void svc_metrics_render(const svc_metrics *m, const svc_gauges *g, struct evbuff
                         "# HELP tessera_unet_calls_total UNet calls (each one batch step).\n"
                         "# TYPE tessera_unet_calls_total counter\ntessera_unet_calls_total %llu\n",
                         (unsigned long long)m->unet_calls);
+    evbuffer_add_printf(out,
+                        "# HELP tessera_tiles_published_total Preview/final tiles published.\n"
+                        "# TYPE tessera_tiles_published_total counter\n"
+                        "tessera_tiles_published_total %llu\n"
+                        "# HELP tessera_tile_bytes_total JPEG bytes of the tiles published.\n"
+                        "# TYPE tessera_tile_bytes_total counter\ntessera_tile_bytes_total %llu\n"
+                        "# HELP tessera_tile_encode_seconds_total Encoder CPU seconds (diff + "
+                        "JPEG).\n"
+                        "# TYPE tessera_tile_encode_seconds_total counter\n"
+                        "tessera_tile_encode_seconds_total %.6f\n",
+                        (unsigned long long)m->tiles_published, (unsigned long long)m->tile_bytes,
+                        m->tile_encode_seconds);
     render_hist(out, "tessera_unet_call_images", "Images per UNet call.", &m->unet_images);
     render_hist(out, "tessera_unet_call_seconds", "Seconds per UNet call.", &m->unet_seconds);
     render_hist(out, "tessera_job_first_step_seconds",

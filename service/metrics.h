@@ -36,6 +36,8 @@ typedef struct svc_metrics {
     uint64_t http[600];             /* responses by status code */
     uint64_t unet_calls;
     uint64_t images;                /* images stored */
+    uint64_t tiles_published, tile_bytes;
+    double tile_encode_seconds;     /* encoder CPU time (diff + JPEG) */
     svc_hist unet_images, unet_seconds, first_step, done;
 } svc_metrics;
 

@@ -18,6 +18,7 @@
 #include "log.h"
 #include "server.h"
 #include "sse.h"
+#include "tiles.h"
 #include "util.h"
 
 #define IMAGE_FILE_MAX (256u << 20)
@@ -201,10 +202,137 @@ static void send_image(svc_req *r, svc_job *j, int index)
     free(data);
 }
 
+/* ----------------------------------------------------------------- tiles */
+
 static bool is_get(const svc_req *r)
 {
     return strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
 }
+
+static void send_tile(svc_req *r, svc_job *j, int index, int version, int row, int col)
+{
+    const svc_tilemap *m = svc_image_tiles(r->srv, j, index);
+    const svc_tile_blob *b = svc_tilemap_find(m, version, row, col);
+    if (!b) {
+        svc_reply_error(r, 404, "not_found", NULL, "no tile %d_%d version %d of image %d of %s",
+                        row, col, version, index, j->ids);
+        return;
+    }
+    char etag[40];
+    snprintf(etag, sizeof etag, "\"%s\"", b->etag);
+    svc_req_add_header(r, "ETag", etag);
+    svc_req_add_header(r, "Cache-Control", "public, max-age=31536000, immutable");
+    if (etag_matches(svc_req_header(r, "If-None-Match"), etag)) {
+        svc_reply_buffer(r, 304, NULL, NULL);
+        return;
+    }
+    struct evbuffer *buf = evbuffer_new();
+    if (!buf || evbuffer_add(buf, b->jpeg, b->len) < 0) {
+        if (buf)
+            evbuffer_free(buf);
+        svc_reply_error(r, 500, "internal", NULL, "out of memory");
+        return;
+    }
+    svc_reply_buffer(r, 200, "image/jpeg", buf);
+    evbuffer_free(buf);
+}
+
+static void send_manifest(svc_req *r, svc_job *j, int index)
+{
+    const svc_tilemap *m = svc_image_tiles(r->srv, j, index);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "image", index);
+    cJSON_AddStringToObject(o, "state", svc_state_name(j->images[index].state));
+    cJSON_AddBoolToObject(o, "final", m && m->final);
+    cJSON_AddNumberToObject(o, "step", m ? m->step : 0);
+    cJSON_AddNumberToObject(o, "tile_size", m ? m->tile_size : r->srv->cfg.tile_size);
+    const cJSON *pw = cJSON_GetObjectItemCaseSensitive(j->view, "width");
+    const cJSON *ph = cJSON_GetObjectItemCaseSensitive(j->view, "height");
+    int w = m ? m->width : cJSON_IsNumber(pw) ? (int)pw->valuedouble : 0;
+    int h = m ? m->height : cJSON_IsNumber(ph) ? (int)ph->valuedouble : 0;
+    int ts = m ? m->tile_size : r->srv->cfg.tile_size;
+    cJSON_AddNumberToObject(o, "width", w);
+    cJSON_AddNumberToObject(o, "height", h);
+    cJSON_AddNumberToObject(o, "rows", m ? m->rows : (h + ts - 1) / ts);
+    cJSON_AddNumberToObject(o, "cols", m ? m->cols : (w + ts - 1) / ts);
+    cJSON *arr = cJSON_AddArrayToObject(o, "tiles");
+    for (int rr = 0; m && rr < m->rows; rr++) {
+        for (int cc = 0; cc < m->cols; cc++) {
+            const svc_tile_blob *b = svc_tilemap_current(m, rr, cc);
+            if (!b)
+                continue;
+            cJSON *t = cJSON_CreateObject();
+            cJSON_AddNumberToObject(t, "row", rr);
+            cJSON_AddNumberToObject(t, "col", cc);
+            cJSON_AddNumberToObject(t, "version", b->version);
+            char url[160];
+            svc_tile_url(j, index, b->version, rr, cc, url, sizeof url);
+            cJSON_AddStringToObject(t, "url", url);
+            cJSON_AddItemToArray(arr, t);
+        }
+    }
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!text) {
+        svc_reply_error(r, 500, "internal", NULL, "out of memory");
+        return;
+    }
+    char hex[65], etag[40];
+    svc_sha256_hex(text, strlen(text), hex);
+    snprintf(etag, sizeof etag, "\"%.32s\"", hex);
+    svc_req_add_header(r, "ETag", etag);
+    svc_req_add_header(r, "Cache-Control", "no-cache");
+    if (etag_matches(svc_req_header(r, "If-None-Match"), etag)) {
+        cJSON_free(text);
+        svc_reply_buffer(r, 304, NULL, NULL);
+        return;
+    }
+    struct evbuffer *buf = evbuffer_new();
+    if (buf)
+        evbuffer_add(buf, text, strlen(text));
+    cJSON_free(text);
+    svc_reply_buffer(r, 200, "application/json", buf);
+    if (buf)
+        evbuffer_free(buf);
+}
+
+/* "<i>/tiles" or "<i>/tiles/<version>/<row>_<col>.jpg" after /images/ */
+static bool route_tiles(svc_req *r, svc_job *j, const char *name, const char *rest_id)
+{
+    const char *p = name;
+    long index = 0, version = 0, row = 0, col = 0;
+    int n = 0;
+    if (sscanf(p, "%ld/tiles%n", &index, &n) != 1 || n == 0 || name[0] < '0' || name[0] > '9')
+        return false;
+    const char *tail = p + n;
+    bool manifest = tail[0] == '\0';
+    if (!manifest) {
+        int m2 = 0;
+        if (sscanf(tail, "/%ld/%ld_%ld.jpg%n", &version, &row, &col, &m2) != 3 || m2 == 0 ||
+            tail[m2] != '\0' || version < 0 || row < 0 || col < 0 || version > 1000000000 ||
+            row > 100000 || col > 100000)
+            return false;
+    }
+    if (!is_get(r)) {
+        svc_reply_method_not_allowed(r, "GET, HEAD");
+        return true;
+    }
+    if (!j) {
+        svc_reply_error(r, 404, "not_found", NULL, "no job %.40s", rest_id);
+        return true;
+    }
+    if (index < 0 || index >= j->n) {
+        svc_reply_error(r, 404, "not_found", NULL, "job %s has %d image%s; no image %ld", j->ids,
+                        j->n, j->n == 1 ? "" : "s", index);
+        return true;
+    }
+    if (manifest)
+        send_manifest(r, j, (int)index);
+    else
+        send_tile(r, j, (int)index, (int)version, (int)row, (int)col);
+    return true;
+}
+
 
 void svc_route_jobs(svc_req *r, const char *rest)
 {
@@ -267,6 +395,8 @@ void svc_route_jobs(svc_req *r, const char *rest)
     }
     if (strncmp(sub, "/images/", 8) == 0) {
         const char *name = sub + 8;
+        if (strstr(name, "/tiles") && route_tiles(r, j, name, rest + 1))
+            return;
         char *end = NULL;
         errno = 0;
         long index = strtol(name, &end, 10);

@@ -48,6 +48,10 @@ void tsr_service_config_init(tsr_service_config *c)
     c->drain_timeout_s = 30;
     c->max_body = 32ll << 20;
     c->log_level = TSR_LOG_INFO;
+    c->tile_size = 64;
+    c->preview_every = 1;
+    c->tile_threshold = 2.0;
+    c->tile_threads = 1;
 }
 
 /* ------------------------------------------------------------ helpers */
@@ -194,7 +198,9 @@ static void maybe_finish_drain(svc_server *s)
 {
     if (s->phase != SVC_PHASE_DRAINING || s->n_exited < s->n_workers || s->store_flushed)
         return;
-    /* every worker has ended: wait for the storage thread's queue */
+    /* every worker has ended: the tile encoder hands its last images to the
+     * store (milliseconds), then wait for the storage thread's queue */
+    svc_tiles_flush(s->tiles);
     s->store_flushed = true;
     svc_store_barrier(s->store, &s->store_flushed);
 }
@@ -391,6 +397,9 @@ static void on_msg(void *user, svc_msg *m)
         s->n_exited++;
         maybe_finish_drain(s);
         break;
+    case SVC_MSG_TILES:
+        svc_jobs_on_tiles(s, m->job, m->index, &m->tiles);
+        break;
     case SVC_MSG_TASK_DONE:
         if (m->cookie == &s->store_flushed)
             stop_loop(s);
@@ -399,6 +408,16 @@ static void on_msg(void *user, svc_msg *m)
         break;
     }
     svc_jobs_update_positions(s);
+    if (m->type == SVC_MSG_IMAGE_STORED || m->type == SVC_MSG_IMAGE_CANCELLED ||
+        m->type == SVC_MSG_IMAGE_FAILED)
+        svc_jobs_gc(s); /* never inside a route: the job may be in use there */
+}
+
+static void on_gc_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    svc_jobs_gc(arg);
 }
 
 static void stop_loop(svc_server *s)
@@ -607,6 +626,8 @@ static int start_workers(svc_server *s)
         wc.queue = s->queue;
         wc.mailbox = s->mailbox;
         wc.store = s->store;
+        wc.tiles = s->tiles;
+        wc.preview_every = s->cfg.preview_every;
         s->workers[i] = svc_worker_start(&wc);
         if (!s->workers[i]) {
             SVC_ERROR("cannot start worker %d", i);
@@ -677,6 +698,19 @@ int tsr_service_run(const tsr_service_config *cfg)
     if (open_journal(s) < 0)
         goto out;
     s->store = svc_store_start(s->cfg.data_dir, s->journal, s->mailbox);
+    if (s->store) {
+        svc_tiles_config tc;
+        memset(&tc, 0, sizeof tc);
+        tc.threads = s->cfg.tile_threads;
+        tc.tile_size = s->cfg.tile_size;
+        tc.threshold = s->cfg.tile_threshold;
+        tc.mailbox = s->mailbox;
+        tc.store = s->store;
+        s->tiles = svc_tiles_start(&tc);
+        if (!s->tiles)
+            goto out;
+    }
+    svc_jobs_gc(s);
     s->sse = svc_sse_new(s);
     s->ev_sigterm = evsignal_new(s->base, SIGTERM, on_signal, s);
     s->ev_sigint = evsignal_new(s->base, SIGINT, on_signal, s);
@@ -684,6 +718,12 @@ int tsr_service_run(const tsr_service_config *cfg)
     if (!s->store || !s->sse || !s->ev_sigterm || !s->ev_sigint || !s->ev_drain) {
         rc = TSR_ERR_NOMEM;
         goto out;
+    }
+    if (s->cfg.keep_hours > 0) {
+        s->ev_gc = event_new(s->base, -1, EV_PERSIST, on_gc_timer, s);
+        struct timeval gtv = {60, 0};
+        if (s->ev_gc)
+            evtimer_add(s->ev_gc, &gtv);
     }
     evsignal_add(s->ev_sigterm, NULL);
     evsignal_add(s->ev_sigint, NULL);
@@ -706,6 +746,7 @@ out:
         svc_worker_abort(s->workers[i]);
         svc_worker_join(s->workers[i]);
     }
+    svc_tiles_stop(s->tiles); /* finals go on to the store first */
     svc_store_stop(s->store);
     svc_http_stop(s);
     svc_sse_free(s->sse);
@@ -725,6 +766,8 @@ out:
         event_free(s->ev_sigint);
     if (s->ev_drain)
         event_free(s->ev_drain);
+    if (s->ev_gc)
+        event_free(s->ev_gc);
     if (s->base)
         event_base_free(s->base);
     tsr_log_set_callback(NULL, NULL);

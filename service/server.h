@@ -22,6 +22,7 @@
 #include "queue.h"
 #include "service.h"
 #include "store.h"
+#include "tiles.h"
 #include "tessera.h"
 #include "worker.h"
 
@@ -55,6 +56,8 @@ typedef struct svc_server {
     svc_queue *queue;
     svc_journal *journal;
     svc_store *store;
+    struct svc_tiles *tiles;   /* preview tile encoder pool (own threads) */
+    struct event *ev_gc;       /* --keep-hours sweep */
     svc_mailbox *mailbox;
     svc_jobs *jobs;
     svc_metrics metrics;

@@ -29,6 +29,12 @@ typedef struct tsr_service_config {
     int drain_timeout_s;     /* default 30 */
     long long max_body;      /* request body limit in bytes (default 32 MiB) */
     int log_level;           /* tsr_log_level (default info) */
+    int tile_size;           /* preview tile size in image pixels (default 64) */
+    int preview_every;       /* previews every N UNet calls (default 1) */
+    double tile_threshold;   /* mean abs difference (0..255) to re-publish a tile (default 2) */
+    int tile_threads;        /* JPEG encoder threads (default 1) */
+    int keep_jobs;           /* finished jobs kept (0 = all) */
+    double keep_hours;       /* finished jobs kept this long (0 = forever) */
     FILE *ready_out;         /* the "listening on" line goes here (default stdout) */
 } tsr_service_config;
 

@@ -11,12 +11,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "svc_png.h"
 #include "util.h"
 
-typedef enum task_type { TASK_JOURNAL, TASK_IMAGE, TASK_FILE, TASK_BARRIER, TASK_STOP } task_type;
+typedef enum task_type {
+    TASK_JOURNAL,
+    TASK_IMAGE,
+    TASK_FILE,
+    TASK_TILES,
+    TASK_REMOVE,
+    TASK_BARRIER,
+    TASK_STOP
+} task_type;
 
 typedef struct task {
     task_type type;
@@ -31,6 +40,8 @@ typedef struct task {
     uint8_t *rgb;
     int width, height;
     char *text; /* infotext (IMAGE) or the JSON (FILE) */
+    uint8_t *blob; /* TILES: the .tiles file */
+    size_t blob_len;
     struct task *next;
 } task;
 
@@ -98,6 +109,7 @@ static void task_free(task *t)
     free(t->lens);
     free(t->rgb);
     free(t->text);
+    free(t->blob);
     free(t);
 }
 
@@ -181,6 +193,41 @@ static void run_file(svc_store *s, task *t)
         SVC_ERROR("store: cannot write %s/job.json: %s", dir, strerror(-rc));
 }
 
+static void run_tiles(svc_store *s, task *t)
+{
+    char dir[PATH_MAX], path[PATH_MAX];
+    int rc = job_dir(s, t->job, dir, sizeof dir);
+    if (rc == 0) {
+        snprintf(path, sizeof path, "%s/%d.tiles", dir, t->index);
+        rc = svc_write_file_atomic(path, t->blob, t->blob_len);
+    }
+    if (rc < 0)
+        SVC_ERROR("store: cannot write %s/%d.tiles: %s", dir, t->index, strerror(-rc));
+}
+
+/* rm -r jobs/<id> (its files are flat) */
+static void run_remove(svc_store *s, task *t)
+{
+    char id[20], dir[PATH_MAX], path[PATH_MAX];
+    svc_id_format('j', t->job, id);
+    snprintf(dir, sizeof dir, "%s/jobs/%s", s->dir, id);
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    if (rmdir(dir) < 0)
+        SVC_WARN("store: cannot remove %s: %s", dir, strerror(errno));
+    snprintf(path, sizeof path, "%s/jobs", s->dir);
+    svc_fsync_dir(path);
+}
+
 static void run_journal(svc_store *s, task *t)
 {
     int rc = s->journal->ops->append(s->journal, (const char *const *)t->payloads, t->lens, t->n);
@@ -207,6 +254,8 @@ static void *store_main(void *arg)
         case TASK_JOURNAL: run_journal(s, t); break;
         case TASK_IMAGE: run_image(s, t); break;
         case TASK_FILE: run_file(s, t); break;
+        case TASK_TILES: run_tiles(s, t); break;
+        case TASK_REMOVE: run_remove(s, t); break;
         case TASK_BARRIER: post_done(s, t->cookie, 0); break;
         case TASK_STOP: break;
         }
@@ -335,6 +384,32 @@ void svc_store_job_file(svc_store *s, uint64_t job, char *json)
     t->type = TASK_FILE;
     t->job = job;
     t->text = json;
+    enqueue(s, t);
+}
+
+void svc_store_tiles(svc_store *s, uint64_t job, int index, uint8_t *data, size_t len)
+{
+    task *t = calloc(1, sizeof *t);
+    if (!t) {
+        free(data);
+        SVC_ERROR("store: out of memory queueing tiles");
+        return;
+    }
+    t->type = TASK_TILES;
+    t->job = job;
+    t->index = index;
+    t->blob = data;
+    t->blob_len = len;
+    enqueue(s, t);
+}
+
+void svc_store_remove_job(svc_store *s, uint64_t job)
+{
+    task *t = calloc(1, sizeof *t);
+    if (!t)
+        return;
+    t->type = TASK_REMOVE;
+    t->job = job;
     enqueue(s, t);
 }
 

@@ -6,6 +6,7 @@
  *     <data-dir>/jobs/<id>/job.json     a finished job: parameters, seeds,
  *                                       state, timings, image hashes
  *     <data-dir>/jobs/<id>/<i>.png      image i, with the A1111 parameters
+ *     <data-dir>/jobs/<id>/<i>.tiles    image i's final JPEG tiles (tiles.h)
  * Every file is written atomically (tmp, fsync, rename, fsync of the
  * directory).
  *
@@ -51,6 +52,10 @@ void svc_store_image(svc_store *s, uint64_t job, int index, uint8_t *rgb, int wi
                      char *infotext);
 /* Write jobs/<id>/job.json (json taken over). */
 void svc_store_job_file(svc_store *s, uint64_t job, char *json);
+/* Write jobs/<id>/<index>.tiles (data taken over; tiles.h has the format). */
+void svc_store_tiles(svc_store *s, uint64_t job, int index, uint8_t *data, size_t len);
+/* Remove jobs/<id> and everything in it (garbage collection). */
+void svc_store_remove_job(svc_store *s, uint64_t job);
 /* Post TASK_DONE(cookie) once every task queued before it is done. */
 void svc_store_barrier(svc_store *s, void *cookie);
 /* Tasks waiting (for /metrics and drain). */

@@ -21,6 +21,7 @@ typedef struct slot {
     int index;
     int width, height;
     int last_step;
+    int evals;         /* UNet evaluations so far: the version of its next preview */
 } slot;
 
 struct svc_worker {
@@ -31,6 +32,8 @@ struct svc_worker {
     tsr_batch *batch;             /* worker thread only */
     slot slots[MAX_SLOTS];        /* worker thread only, oldest first */
     int n_slots;
+    uint64_t calls;               /* UNet calls made (preview cadence) */
+    int preview_mode;             /* the mode set on the batch now */
     atomic_bool abort;
     pthread_mutex_t mu;           /* guards the cancel list */
     uint64_t *cancels;
@@ -80,14 +83,21 @@ static void finish(svc_worker *w, int i, tsr_job_state state, int status)
     memset(&res, 0, sizeof res);
     int rc = tsr_batch_take(w->batch, s.jid, &res);
     if (rc == TSR_OK && res.status == TSR_OK && res.rgb) {
-        /* the storage thread encodes and writes it, then tells the loop */
-        svc_store_image(w->cfg.store, s.job, s.index, res.rgb, res.width, res.height,
-                        res.parameters);
+        /* the tile encoder publishes its final tiles, then the storage
+         * thread encodes and writes the PNG and tells the loop */
+        if (w->cfg.tiles)
+            svc_tiles_final(w->cfg.tiles, s.job, s.index, s.evals + 1, s.last_step, res.rgb,
+                            res.width, res.height, res.parameters);
+        else
+            svc_store_image(w->cfg.store, s.job, s.index, res.rgb, res.width, res.height,
+                            res.parameters);
         res.rgb = NULL;
         res.parameters = NULL;
         tsr_result_free(&res);
         return;
     }
+    if (w->cfg.tiles)
+        svc_tiles_forget(w->cfg.tiles, s.job, s.index);
     if ((rc == TSR_OK && res.status == TSR_ERR_CANCELLED) ||
         (rc < 0 && state == TSR_JOB_CANCELLED)) {
         post(w, image_msg(SVC_MSG_IMAGE_CANCELLED, &s));
@@ -115,6 +125,19 @@ static void on_step(void *user, const tsr_step_info *info)
         return;
     switch (info->state) {
     case TSR_JOB_DENOISING:
+        w->slots[i].evals++;
+        if (w->cfg.tiles && info->preview_rgb && info->preview_width > 0 &&
+            info->preview_height > 0) {
+            /* a copy for the encoder pool: the only cost on this thread */
+            const size_t n = (size_t)info->preview_width * info->preview_height * 3;
+            uint8_t *copy = malloc(n);
+            if (copy) {
+                memcpy(copy, info->preview_rgb, n);
+                svc_tiles_preview(w->cfg.tiles, w->slots[i].job, w->slots[i].index,
+                                  w->slots[i].evals, info->step, copy, info->preview_width,
+                                  info->preview_height);
+            }
+        }
         if (info->step != w->slots[i].last_step) {
             w->slots[i].last_step = info->step;
             svc_msg *m = image_msg(SVC_MSG_IMAGE_STEP, &w->slots[i]);
@@ -168,7 +191,7 @@ static void admit(svc_worker *w, svc_entry *e)
 {
     tsr_image_params p;
     svc_params_to_engine(e->params, e->index, &p);
-    slot s = {0, e->job, e->index, e->width, e->height, -1};
+    slot s = {0, e->job, e->index, e->width, e->height, -1, 0};
     svc_msg *m = image_msg(SVC_MSG_IMAGE_STARTED, &s);
     post(w, m);
     int rc = tsr_batch_submit(w->batch, &p, &s.jid);
@@ -251,6 +274,7 @@ static void *worker_main(void *arg)
         post(w, svc_msg_new(SVC_MSG_WORKER_EXIT));
         return NULL;
     }
+    w->preview_mode = TSR_PREVIEW_NONE;
     tsr_batch_set_callback(w->batch, on_step, w, TSR_PREVIEW_NONE);
     atomic_store(&w->engine, engine);
     post(w, svc_msg_new(SVC_MSG_ENGINE_READY));
@@ -270,6 +294,17 @@ static void *worker_main(void *arg)
         apply_cancels(w);
         if (w->n_slots == 0)
             continue;
+        /* previews (image size) every --preview-every UNet calls only:
+         * the engine computes them for the calls that ask */
+        const int every = w->cfg.preview_every > 0 ? w->cfg.preview_every : 1;
+        const int mode = w->cfg.tiles && (w->calls + 1) % (uint64_t)every == 0
+                             ? TSR_PREVIEW_IMAGE
+                             : TSR_PREVIEW_NONE;
+        if (mode != w->preview_mode) {
+            tsr_batch_set_callback(w->batch, on_step, w, mode);
+            w->preview_mode = mode;
+        }
+        w->calls++;
         int finished = 0;
         rc = tsr_batch_step(w->batch, &finished);
         if (rc < 0)

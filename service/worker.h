@@ -22,6 +22,7 @@
 #include "mailbox.h"
 #include "queue.h"
 #include "store.h"
+#include "tiles.h"
 #include "tessera.h"
 
 typedef struct svc_worker_config {
@@ -34,6 +35,8 @@ typedef struct svc_worker_config {
     svc_queue *queue;
     svc_mailbox *mailbox;
     svc_store *store;
+    struct svc_tiles *tiles; /* preview tiles; NULL = none */
+    int preview_every;       /* previews every N UNet calls (default 1) */
 } svc_worker_config;
 
 typedef struct svc_worker svc_worker;

@@ -307,7 +307,7 @@ def test_not_found(c):
     s = c.s
     done = s.submit(**OK)
     s.wait_job(done["id"])
-    paths = ["/", "/nope", "/v1", "/v1/", "/v1/jobs/j_0000000000000000", "/v1/jobs/nope",
+    paths = ["/index.htm", "/nope", "/v1", "/v1/", "/v1/jobs/j_0000000000000000", "/v1/jobs/nope",
              "/v1/jobs/J_0000000000000000", "/v1/jobs/j_000000000000000", "/v1/jobs/j_0000000000000000/events",
              "/v1/jobs/j_0000000000000000/images/0.png", "/v1/jobs/%s/images/1.png" % done["id"],
              "/v1/jobs/%s/images/-1.png" % done["id"], "/v1/jobs/%s/images/abc.png" % done["id"],
@@ -316,7 +316,10 @@ def test_not_found(c):
              "/v1/jobs/%s/nope" % done["id"], "/v1/batches/b_0000000000000000",
              "/v1/batches/b_0000000000000000/events", "/v1/batches/%s" % done["id"],
              "/v1/jobs/%2e%2e/%2e%2e/etc/passwd", "/v1/jobs/../../../etc/passwd",
-             "/v1/jobs/%s%%00" % done["id"], "/V1/MODELS", "/healthz/extra"]
+             "/v1/jobs/%s%%00" % done["id"], "/V1/MODELS", "/healthz/extra",
+             "/v1/jobs/%s/images/0/tiles/1/0_0.jpg" % "j_0000000000000000",
+             "/v1/jobs/%s/images/0/tiles/999/0_0.jpg" % done["id"],
+             "/v1/jobs/%s/images/5/tiles" % done["id"], "/app.js/x"]
     soft = []
     for p in paths:
         try:

@@ -41,6 +41,8 @@ def check_job_stream(events, job, n, steps):
             image_at[i] = k
             assert e.data["url"] == "/v1/jobs/%s/images/%d.png" % (job["id"], i), e
             assert e.data["seed"] == job["seed"] + i, (e, job["seed"])
+        elif e.name == "tiles":
+            assert 0 <= e.data["image"] < n and e.data["image"] not in image_at, e
         else:
             raise AssertionError("unexpected %s between started and done: %s" % (e.name, names))
     assert sorted(image_at) == list(range(n)), names
