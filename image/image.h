@@ -247,20 +247,7 @@ int tsr_a1111_model_hash(const char *path, char out[11]);
 
 /* ---- SHA-256 (FIPS 180-4) ---- */
 
-typedef struct tsr_sha256_ctx {
-    uint32_t state[8];
-    uint64_t bytes;     /* total bytes hashed so far */
-    uint8_t block[64];  /* pending partial block */
-    size_t fill;        /* bytes in `block` */
-} tsr_sha256_ctx;
-
-void tsr_sha256_init(tsr_sha256_ctx *ctx);
-void tsr_sha256_update(tsr_sha256_ctx *ctx, const void *data, size_t len);
-void tsr_sha256_final(tsr_sha256_ctx *ctx, uint8_t digest[32]);
-
-/* One-shot helpers.  hex: 65 bytes (64 lowercase digits + NUL). */
-void tsr_sha256(const void *data, size_t len, uint8_t digest[32]);
-void tsr_sha256_hex(const uint8_t digest[32], char hex[65]);
+/* tsr_sha256_ctx and the one-shot helpers are public (tessera.h). */
 
 /* Hash a whole file in 1 MiB reads. */
 int tsr_sha256_file(const char *path, uint8_t digest[32]);

@@ -346,6 +346,39 @@ void tsr_result_free(tsr_result *r);
 int tsr_engine_memory_estimate(tsr_engine *e, const tsr_batch_options *o, int images, int width,
                                int height, int cfg, size_t *bytes);
 
+/* ------------------------------------------------------------------------
+ * Utilities an embedder needs beside generation.
+ * ------------------------------------------------------------------------ */
+
+/* Images in memory: a PNG or JPEG (init images and masks as a client sends
+ * them) decoded to 8-bit pixels, channels 3 (RGB) or 1 (gray), sides up to
+ * max_side (0 = TSR_MAX_SIZE); sizes are checked before anything is
+ * allocated.  *pixels owned: free().  The message (tsr_last_error) says
+ * what is wrong ("not a PNG or JPEG image", "PNG: ...", "... 5000x10:
+ * larger than 4096"). */
+int tsr_image_decode(const void *data, size_t len, int channels, int max_side, uint8_t **pixels,
+                     int *width, int *height);
+/* An RGB image as PNG bytes with an optional A1111 `parameters` text chunk,
+ * byte for byte what `tessera generate` writes.  *png owned: free(). */
+int tsr_image_encode_png(const uint8_t *rgb, int width, int height, const char *parameters,
+                         uint8_t **png, size_t *len);
+
+/* SHA-256 (FIPS 180-4): content hashes for ETags and content-addressed
+ * storage.  The same code hashes checkpoints for the A1111 infotext. */
+typedef struct tsr_sha256_ctx {
+    uint32_t state[8];
+    uint64_t bytes;     /* total bytes hashed so far */
+    uint8_t block[64];  /* pending partial block */
+    size_t fill;        /* bytes in `block` */
+} tsr_sha256_ctx;
+
+void tsr_sha256_init(tsr_sha256_ctx *ctx);
+void tsr_sha256_update(tsr_sha256_ctx *ctx, const void *data, size_t len);
+void tsr_sha256_final(tsr_sha256_ctx *ctx, uint8_t digest[32]);
+/* One-shot helpers.  hex: 65 bytes (64 lowercase digits + NUL). */
+void tsr_sha256(const void *data, size_t len, uint8_t digest[32]);
+void tsr_sha256_hex(const uint8_t digest[32], char hex[65]);
+
 #ifdef __cplusplus
 }
 #endif

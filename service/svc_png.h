@@ -1,15 +1,12 @@
 /*
- * service/svc_png.h - images in and out of the service (service/png.c), without the engine's
- * internal image/ module (the service sees only tessera.h):
+ * service/svc_png.h - images in and out of the service (service/png.c),
+ * through the engine's public codecs (tessera.h):
  *
  * - svc_image_decode: a PNG or JPEG from memory (init images and masks sent
- *   as base64) to 8-bit RGB or gray, through libpng's simplified API and
- *   libjpeg-turbo.  Sizes are checked before anything is allocated, so a
- *   hostile header cannot ask for gigabytes.
- * - svc_png_encode: RGB to PNG with the A1111 `parameters` text, written
- *   with the same libpng calls, settings and text rules (PIL's add_text:
- *   Latin-1 -> tEXt, else uncompressed iTXt) as `tessera generate`, so the
- *   served file is byte-for-byte the one the CLI writes.
+ *   as base64) to 8-bit RGB or gray; sizes are checked before anything is
+ *   allocated, so a hostile header cannot ask for gigabytes.
+ * - svc_png_encode: RGB to PNG with the A1111 `parameters` text, byte for
+ *   byte the file `tessera generate` writes.
  */
 #ifndef SVC_SVC_PNG_H
 #define SVC_SVC_PNG_H

@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tessera.h"
+
 /* Seconds on the monotonic clock / since the Unix epoch. */
 double svc_now_mono(void);
 double svc_now_unix(void);
@@ -34,16 +36,7 @@ bool svc_base64_decode(const char *in, size_t len, uint8_t **out, size_t *out_le
 /* NULL on out of memory; free(). */
 char *svc_base64_encode(const uint8_t *in, size_t len);
 
-/* SHA-256 (FIPS 180-4). */
-typedef struct svc_sha256 {
-    uint32_t s[8];
-    uint64_t bytes;
-    uint8_t buf[64];
-    size_t fill;
-} svc_sha256;
-void svc_sha256_init(svc_sha256 *c);
-void svc_sha256_update(svc_sha256 *c, const void *data, size_t len);
-void svc_sha256_final(svc_sha256 *c, uint8_t digest[32]);
+/* SHA-256 (tsr_sha256, tessera.h). */
 /* hex (65 bytes) of the SHA-256 of data. */
 void svc_sha256_hex(const void *data, size_t len, char hex[65]);
 

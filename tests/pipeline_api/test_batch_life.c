@@ -90,7 +90,7 @@ static int test_check_names_field(void)
             p.init_image = rgb;
             p.strength = 0;
         } else if (!strcmp(f, "mask"))
-            p.mask = gray;
+            p.mask = gray; /* without an init image */
         else if (!strcmp(f, "guidance_rescale"))
             p.guidance_rescale = 2;
         else if (!strcmp(f, "prompt"))

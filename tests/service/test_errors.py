@@ -174,8 +174,8 @@ BAD_PARAMS = [
     ("strength string", json.dumps({"init_image": svc.b64(INIT_PNG), "strength": "0.5"}),
      "strength"),
     ("mask without init_image", json.dumps({"mask": svc.b64(INIT_PNG)}), "mask"),
-    ("mask on a non-inpainting model",
-     json.dumps({"init_image": svc.b64(INIT_PNG), "mask": svc.b64(INIT_PNG)}), "mask"),
+    ("strength too low for the steps",
+     json.dumps({"init_image": svc.b64(INIT_PNG), "strength": 0.5, "steps": 1}), "strength"),
 ]
 
 
