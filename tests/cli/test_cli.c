@@ -752,11 +752,12 @@ static int test_inpaint_full_res(void)
     ASSERT_OK(tsr_image_resize(&mask, 128, 96, &small));
     ASSERT_OK(tsr_png_write(tmp_path("small.png", maskp), &small, NULL, 0));
     tsr_image_free(&small);
-    RUN(&r, "generate", "--model", demo, "--prompt", "a cat", "--steps", "1", "--seed", "5",
+    RUN(&r, "generate", "--model", demo, "--prompt", "a cat", "--steps", "2", "--seed", "5",
         "--init-image", initp, "--mask", maskp, "--inpaint-full-res",
         "--inpaint-full-res-padding", "0", "--width", "64", "--height", "128", "--output",
         tmp_path("out2.png", out));
-    EXPECT(&r, 0, "--mask: 128x96 -> 256x192", "padding 0");
+    /* box 150,70 40x30, aspect 1:2 -> 150,45 40x80 */
+    EXPECT(&r, 0, "--mask: 128x96 -> 256x192", "region 150,45 40x80 of 256x192 (padding 0)");
     run_free(&r);
     ASSERT_OK(tsr_png_read(out, 3, &got, NULL));
     ASSERT_EQ(got.width, 256);
@@ -784,7 +785,7 @@ static int test_inpaint_full_res(void)
     ASSERT_NOT_LOADED(&r);
     run_free(&r);
     /* a mask with nothing to repaint */
-    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--steps", "1", "--init-image", initp,
+    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--steps", "2", "--init-image", initp,
         "--mask", blank, "--inpaint-full-res", "--output", tmp_path("none.png", out));
     EXPECT(&r, 2, "--mask", "no white pixel");
     ASSERT_TRUE(!exists(out));
