@@ -115,23 +115,148 @@ static int mask_overlay(const gen_opts *o, const tsr_image *gen, const tsr_image
     return rc;
 }
 
+/* A1111's "inpaint only masked" (--inpaint-full-res): the full-size init
+ * image, the binarized full-size mask, the region inpainted and the
+ * overlay mask (the binarized mask blurred with --mask-blur, doubled and
+ * clipped, zero outside the region). */
+typedef struct full_res {
+    tsr_image init, mask, overlay;
+    tsr_rect region;
+} full_res;
+
+static void full_res_free(full_res *fr)
+{
+    tsr_image_free(&fr->init);
+    tsr_image_free(&fr->mask);
+    tsr_image_free(&fr->overlay);
+}
+
+/* Fit the mask to the init image's size (--resize-mode), binarize it as
+ * A1111 does (> 128), find the region, and replace *init and *mask by
+ * their crops resized to the target size (Lanczos, A1111's "just resize"
+ * of an already matching aspect).  Prints the message; returns the exit
+ * code (0 to go on). */
+static int full_res_prepare(const gen_opts *o, tsr_image *init, tsr_image *mask, full_res *fr)
+{
+    int rc;
+    if (mask->width != init->width || mask->height != init->height) {
+        tsr_image fitted;
+        rc = tsr_image_resize_a1111(mask, o->resize, init->width, init->height, &fitted);
+        if (rc < 0) {
+            fprintf(stderr, "tessera generate: --mask: %s\n", tsr_last_error());
+            return TSR_EXIT_FAILURE;
+        }
+        TSR_INFO("--mask: %ux%u -> %ux%u (the init image's size, %s)", mask->width, mask->height,
+                 init->width, init->height, tsr_resize_mode_name(o->resize));
+        tsr_image_free(mask);
+        *mask = fitted;
+    }
+    const size_t n = (size_t)mask->width * mask->height;
+    for (size_t i = 0; i < n; i++)
+        mask->data[i] = mask->data[i] > 128 ? 255 : 0;
+    rc = tsr_crop_region(mask, (int)o->full_res_padding, (int)o->width, (int)o->height,
+                         &fr->region);
+    if (rc == 0) {
+        fprintf(stderr,
+                "tessera generate: --mask %s has no white pixel (none above 128): "
+                "--inpaint-full-res has no region to inpaint\n",
+                o->mask);
+        return TSR_EXIT_USAGE;
+    }
+    tsr_image crop = {0}, sized = {0}, blurred = {0};
+    const tsr_rect r = fr->region;
+    if (rc < 0 || tsr_image_gaussian_blur_pil(mask, o->mask_blur, &blurred) < 0)
+        goto fail;
+    for (int y = 0; y < (int)blurred.height; y++)
+        for (int x = 0; x < (int)blurred.width; x++) {
+            uint8_t *m = &blurred.data[(size_t)y * blurred.width + x];
+            if (x < r.x1 || x >= r.x2 || y < r.y1 || y >= r.y2)
+                *m = 0;
+            else
+                *m = *m >= 128 ? 255 : (uint8_t)(*m * 2);
+        }
+    fr->overlay = blurred;
+    if (tsr_image_crop(init, r, &crop) < 0 ||
+        tsr_image_resize(&crop, (uint32_t)o->width, (uint32_t)o->height, &sized) < 0)
+        goto fail;
+    tsr_image_free(&crop);
+    fr->init = *init;
+    *init = sized;
+    if (tsr_image_crop(mask, r, &crop) < 0 ||
+        tsr_image_resize(&crop, (uint32_t)o->width, (uint32_t)o->height, &sized) < 0)
+        goto fail;
+    tsr_image_free(&crop);
+    fr->mask = *mask;
+    *mask = sized;
+    TSR_INFO("--inpaint-full-res: region %d,%d %dx%d of %ux%u (padding %lld) -> %lldx%lld",
+             r.x1, r.y1, r.x2 - r.x1, r.y2 - r.y1, fr->init.width, fr->init.height,
+             (long long)o->full_res_padding, (long long)o->width, (long long)o->height);
+    return 0;
+fail:
+    fprintf(stderr, "tessera generate: --inpaint-full-res: %s\n", tsr_last_error());
+    tsr_image_free(&crop);
+    return TSR_EXIT_FAILURE;
+}
+
+/* The generated region resized back to the region's size (Lanczos),
+ * placed into the full-size init image and mixed through the overlay mask:
+ * outside the blurred mask and the region, the init image exactly. */
+static int full_res_paste(const full_res *fr, const tsr_image *gen, tsr_image *out)
+{
+    const tsr_rect r = fr->region;
+    tsr_image back = {0}, placed = {0};
+    int rc = tsr_image_resize(gen, (uint32_t)(r.x2 - r.x1), (uint32_t)(r.y2 - r.y1), &back);
+    if (rc == TSR_OK)
+        rc = tsr_image_alloc(&placed, fr->init.width, fr->init.height, 3);
+    if (rc == TSR_OK) {
+        memcpy(placed.data, fr->init.data, tsr_image_bytes(&fr->init));
+        const size_t row = (size_t)back.width * 3;
+        for (uint32_t y = 0; y < back.height; y++)
+            memcpy(placed.data + ((size_t)(r.y1 + (int)y) * placed.width + (size_t)r.x1) * 3,
+                   back.data + y * row, row);
+        rc = tsr_image_mask_overlay(&placed, &fr->init, &fr->overlay, out);
+    }
+    tsr_image_free(&back);
+    tsr_image_free(&placed);
+    return rc;
+}
+
+/* A1111's infotext for "only masked": appended to the parameters' last line. */
+static char *full_res_parameters(const gen_opts *o, const char *params)
+{
+    const size_t size = strlen(params) + 96;
+    char *s = malloc(size);
+    if (s)
+        snprintf(s, size, "%s, Inpaint area: Only masked, Masked area padding: %lld", params,
+                 (long long)o->full_res_padding);
+    return s;
+}
+
 static int write_image(const gen_opts *o, const char *path, const tsr_result *res,
-                       const tsr_image *init, const tsr_image *mask)
+                       const tsr_image *init, const tsr_image *mask, const full_res *fr)
 {
     tsr_image img = {(uint32_t)res->width, (uint32_t)res->height, 3, res->rgb};
     tsr_image pasted = {0};
-    if (o->mask && o->mask_blur > 0) {
+    char *params = NULL;
+    const char *text = res->parameters;
+    if (o->inpaint_full_res) {
+        TSR_TRY(full_res_paste(fr, &img, &pasted));
+        img = pasted;
+        if (text && (params = full_res_parameters(o, text)))
+            text = params;
+    } else if (o->mask && o->mask_blur > 0) {
         TSR_TRY(mask_overlay(o, &img, init, mask, &pasted));
         img = pasted;
     }
     int rc;
     if (o->format == GEN_JPEG) {
-        rc = tsr_jpeg_write(path, &img, GEN_JPEG_QUALITY, res->parameters);
+        rc = tsr_jpeg_write(path, &img, GEN_JPEG_QUALITY, text);
     } else {
-        tsr_png_text text = {"parameters", res->parameters};
-        rc = tsr_png_write(path, &img, &text, 1);
+        tsr_png_text chunk = {"parameters", text};
+        rc = tsr_png_write(path, &img, &chunk, 1);
     }
     tsr_image_free(&pasted);
+    free(params);
     return rc;
 }
 
@@ -146,6 +271,7 @@ int tsr_cmd_generate(int argc, char **argv)
     o.clip_skip = 1;
     o.strength = 0.75;
     o.mask_blur = 4;
+    o.full_res_padding = GEN_FULL_RES_PADDING;
     o.device = "auto";
     const tsr_arg_spec specs[] = {
         {"model", TSR_ARG_STRING, &o.model, "DIR_OR_FILE",
@@ -190,6 +316,13 @@ int tsr_cmd_generate(int argc, char **argv)
          "Pillow's GaussianBlur(R) and doubled, as A1111 does; 0..64 (default 4); 0 = no "
          "paste (diffusers' image)",
          0, 0, 0, 64},
+        {"inpaint-full-res", TSR_ARG_FLAG, &o.inpaint_full_res, NULL,
+         "inpainting: A1111's \"only masked\": inpaint the mask's bounding box (grown by the "
+         "padding, then to the --width:--height aspect) at --width x --height and paste it back "
+         "into the init image at its own size through the blurred mask", 0, 0, 0, 0},
+        {"inpaint-full-res-padding", TSR_ARG_INT, &o.full_res_padding, "N",
+         "with --inpaint-full-res: pixels added around the mask's box, 0..256 (default 32)", 0,
+         GEN_FULL_RES_PADDING_MAX, 0, 0, .seen = &o.full_res_padding_given},
         {"resize-mode", TSR_ARG_STRING, &o.resize_mode, "MODE",
          "fit the init image and mask to the size as A1111 does: just-resize (default), "
          "crop-and-resize, resize-and-fill", 0, 0, 0, 0},
@@ -222,6 +355,9 @@ int tsr_cmd_generate(int argc, char **argv)
             "Size: --width/--height default to the model's own size, its UNet sample_size x 8\n"
             "(the VAE factor): 512 for SD 1.x, 768 for SD 2.x v-models, 1024 for SDXL, 128 for\n"
             "models/demo.  Init images and masks are fitted to that size with --resize-mode.\n"
+            "With --inpaint-full-res (A1111's \"only masked\") the output keeps the init\n"
+            "image's size: the mask's box plus --inpaint-full-res-padding, grown to the\n"
+            "--width:--height aspect, is inpainted at --width x --height and pasted back.\n"
             "Other defaults: the model's own scheduler; cfg 7.5; 30 steps.  With --rng cpu the\n"
             "result equals diffusers' with generator=torch.Generator(\"cpu\").manual_seed(seed);\n"
             "seeds are unsigned 64-bit as manual_seed takes them.  --batch-size N makes N\n"
@@ -251,6 +387,7 @@ int tsr_cmd_generate(int argc, char **argv)
     }
 
     tsr_image init = {0}, mask = {0};
+    full_res fr = {0};
     tsr_engine *engine = NULL;
     tsr_batch *batch = NULL;
     int exit_code = TSR_EXIT_FAILURE, jobs[GEN_MAX_BATCH] = {0}, n_jobs = 0;
@@ -281,9 +418,15 @@ int tsr_cmd_generate(int argc, char **argv)
         o.width = tsr_engine_default_size(engine);
     if (!o.height)
         o.height = tsr_engine_default_size(engine);
-    if ((o.init && fit_image("init-image", &init, &o) < 0) ||
-        (o.mask && fit_image("mask", &mask, &o) < 0))
+    if (o.inpaint_full_res) {
+        /* the output keeps the init image's size; only the region is fitted */
+        if ((exit_code = full_res_prepare(&o, &init, &mask, &fr)) != 0)
+            goto done;
+        exit_code = TSR_EXIT_FAILURE;
+    } else if ((o.init && fit_image("init-image", &init, &o) < 0) ||
+               (o.mask && fit_image("mask", &mask, &o) < 0)) {
         goto done;
+    }
     /* one call holds at most GEN_MAX_ROWS rows; the batch runs the rest
      * in later calls of the same step */
     const int rows_per_image = o.cfg > 1 ? 2 : 1;
@@ -373,7 +516,7 @@ int tsr_cmd_generate(int argc, char **argv)
         }
         char path[4096];
         gen_output_name(o.output, i, n_jobs, path, sizeof path);
-        rc = write_image(&o, path, &res, &init, &mask);
+        rc = write_image(&o, path, &res, &init, &mask, &fr);
         if (rc < 0) {
             fprintf(stderr, "tessera generate: --output %s: %s\n", path, tsr_last_error());
             failures++;
@@ -397,5 +540,6 @@ done:
     tsr_engine_close(engine);
     tsr_image_free(&init);
     tsr_image_free(&mask);
+    full_res_free(&fr);
     return exit_code;
 }

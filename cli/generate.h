@@ -20,6 +20,9 @@
  * runs as several calls per step. */
 #define GEN_MAX_BATCH 64
 #define GEN_MAX_ROWS 32
+/* A1111's "Only masked padding, pixels": 0..256, default 32. */
+#define GEN_FULL_RES_PADDING 32
+#define GEN_FULL_RES_PADDING_MAX 256
 /* A1111's default JPEG quality (opts.jpeg_quality). */
 #define GEN_JPEG_QUALITY 80
 
@@ -32,6 +35,11 @@ typedef struct gen_opts {
     uint64_t seed;
     double cfg, strength, rescale, eta;
     double mask_blur; /* A1111's mask blur: Pillow GaussianBlur radius of the overlay mask */
+    /* A1111's "inpaint only masked": crop the mask's region (grown by the
+     * padding and to the target aspect), inpaint it at --width x --height,
+     * paste it back into the full-size init image */
+    bool inpaint_full_res, full_res_padding_given;
+    int64_t full_res_padding;
     bool quiet, seed_given, strength_given;
     /* derived by gen_precheck */
     gen_format format;

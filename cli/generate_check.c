@@ -175,6 +175,11 @@ int gen_precheck(gen_opts *o)
         USAGE("--height must be a multiple of 8, got %lld", (long long)o->height);
     if (o->mask && !o->init)
         USAGE("--mask needs --init-image (inpainting repaints part of an init image)");
+    if (o->inpaint_full_res && !o->mask)
+        USAGE("--inpaint-full-res needs --mask (it inpaints the region around the mask's white "
+              "pixels)");
+    if (o->full_res_padding_given && !o->inpaint_full_res)
+        USAGE("--inpaint-full-res-padding needs --inpaint-full-res");
     if (o->strength_given && !o->init)
         USAGE("--strength needs --init-image (it sets how much img2img changes the init image)");
     o->resize = TSR_RESIZE_JUST;

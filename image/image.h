@@ -124,6 +124,36 @@ int tsr_image_gaussian_blur_pil(const tsr_image *src, double radius, tsr_image *
 int tsr_image_mask_overlay(const tsr_image *generated, const tsr_image *original,
                            const tsr_image *mask, tsr_image *out);
 
+/* ---- A1111's "inpaint only masked" region (image/crop_region.c) ---- */
+
+/* A half-open rectangle: [x1, x2) x [y1, y2). */
+typedef struct tsr_rect {
+    int x1, y1, x2, y2;
+} tsr_rect;
+
+/* The bounding box of the gray mask's pixels above `threshold`: 1 and *box,
+ * 0 when none is (box all zero), < 0 on bad input. */
+int tsr_mask_bbox(const tsr_image *mask, uint8_t threshold, tsr_rect *box);
+
+/* `box` grown by `padding` on every side, clipped to the image
+ * (A1111's masking.get_crop_region). */
+tsr_rect tsr_crop_region_pad(tsr_rect box, int padding, int image_width, int image_height);
+
+/* The region grown to the aspect width:height: the shorter dimension grows
+ * by the truncated difference, half on each side; past an edge the region
+ * shifts back inside, and it is clipped to the image where it is larger
+ * (A1111's masking.expand_crop_region).  The aspect is then only
+ * approximate; the crop is resized to width x height anyway. */
+tsr_rect tsr_crop_region_expand(tsr_rect r, int width, int height, int image_width,
+                                int image_height);
+
+/* Both, on the mask binarized as A1111 does (> 128 is set): 1 and *out,
+ * 0 when the mask has no set pixel, < 0 on bad input. */
+int tsr_crop_region(const tsr_image *mask, int padding, int width, int height, tsr_rect *out);
+
+/* The region of `src` (inside it, not empty) as a new image.  *dst owned. */
+int tsr_image_crop(const tsr_image *src, tsr_rect r, tsr_image *dst);
+
 /* ---- PNG ---- */
 
 /* One text chunk.  For writing both strings are borrowed UTF-8: the key must

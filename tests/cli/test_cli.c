@@ -684,6 +684,117 @@ static int test_mask_blur(void)
     return 0;
 }
 
+/* A1111's "inpaint only masked" on the demo model (128x128): a 256x192
+ * init image with a small mask comes back at 256x192; outside the blurred
+ * mask (restricted to the region) the init image exactly, inside the mask
+ * the inpainted pixels.  Flag checks before the model loads; a blank mask
+ * refused naming --mask. */
+static int test_inpaint_full_res(void)
+{
+    run_out r;
+    char demo[PATH_MAX], initp[PATH_MAX], maskp[PATH_MAX], blank[PATH_MAX], out[PATH_MAX];
+    model_path("demo", demo);
+    tsr_image init = {0}, mask = {0}, got = {0}, blurred = {0};
+    ASSERT_OK(tsr_image_alloc(&init, 256, 192, 3));
+    for (uint32_t y = 0; y < 192; y++)
+        for (uint32_t x = 0; x < 256; x++) {
+            uint8_t *p = &init.data[(y * 256 + x) * 3];
+            p[0] = (uint8_t)x;
+            p[1] = (uint8_t)(y + 40);
+            p[2] = (uint8_t)((x * 7 + y * 3) & 255);
+        }
+    ASSERT_OK(tsr_png_write(tmp_path("init.png", initp), &init, NULL, 0));
+    ASSERT_OK(tsr_image_alloc(&mask, 256, 192, 1));
+    memset(mask.data, 0, 256 * 192);
+    ASSERT_OK(tsr_png_write(tmp_path("blank.png", blank), &mask, NULL, 0));
+    for (int y = 70; y < 100; y++)
+        for (int x = 150; x < 190; x++)
+            mask.data[y * 256 + x] = 255;
+    ASSERT_OK(tsr_png_write(tmp_path("mask.png", maskp), &mask, NULL, 0));
+
+    RUN(&r, "generate", "--model", demo, "--prompt", "a cat", "--steps", "2", "--seed", "5",
+        "--init-image", initp, "--mask", maskp, "--inpaint-full-res", "--output",
+        tmp_path("out.png", out));
+    /* box 150,70 40x30, padding 32 -> 118,38 104x94, square -> 118,33 104x104 */
+    EXPECT(&r, 0, "--inpaint-full-res: region 118,33 104x104 of 256x192");
+    run_free(&r);
+    ASSERT_OK(tsr_png_read(out, 3, &got, NULL));
+    ASSERT_EQ(got.width, 256);
+    ASSERT_EQ(got.height, 192);
+    char *params = png_parameters(out);
+    ASSERT_TRUE(params && strstr(params, "Inpaint area: Only masked, Masked area padding: 32"));
+    free(params);
+    ASSERT_OK(tsr_image_gaussian_blur_pil(&mask, 4, &blurred));
+    size_t same_outside = 0, outside = 0, inside = 0, differ_inside = 0;
+    for (int y = 0; y < 192; y++)
+        for (int x = 0; x < 256; x++) {
+            const size_t i = (size_t)y * 256 + x;
+            const bool in_region = x >= 118 && x < 222 && y >= 33 && y < 137;
+            const bool differs = memcmp(&got.data[3 * i], &init.data[3 * i], 3) != 0;
+            if (!in_region || blurred.data[i] == 0) {
+                outside++;
+                same_outside += !differs;
+            } else if (mask.data[i]) {
+                inside++;
+                differ_inside += differs;
+            }
+        }
+    if (same_outside != outside)
+        TSR_FAIL("%zu of %zu pixels outside the blurred mask differ from the init image",
+                 outside - same_outside, outside);
+    if (differ_inside * 10 < inside * 9)
+        TSR_FAIL("only %zu of %zu pixels inside the mask were repainted", differ_inside, inside);
+    tsr_image_free(&got);
+    tsr_image_free(&blurred);
+
+    /* a mask of another size is fitted to the init image first */
+    tsr_image small = {0};
+    ASSERT_OK(tsr_image_resize(&mask, 128, 96, &small));
+    ASSERT_OK(tsr_png_write(tmp_path("small.png", maskp), &small, NULL, 0));
+    tsr_image_free(&small);
+    RUN(&r, "generate", "--model", demo, "--prompt", "a cat", "--steps", "2", "--seed", "5",
+        "--init-image", initp, "--mask", maskp, "--inpaint-full-res",
+        "--inpaint-full-res-padding", "0", "--width", "64", "--height", "128", "--output",
+        tmp_path("out2.png", out));
+    /* box 150,70 40x30, aspect 1:2 -> 150,45 40x80 */
+    EXPECT(&r, 0, "--mask: 128x96 -> 256x192", "region 150,45 40x80 of 256x192 (padding 0)");
+    run_free(&r);
+    ASSERT_OK(tsr_png_read(out, 3, &got, NULL));
+    ASSERT_EQ(got.width, 256);
+    ASSERT_EQ(got.height, 192);
+    tsr_image_free(&got);
+
+    /* checks before the model loads */
+    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--init-image", initp,
+        "--inpaint-full-res");
+    EXPECT(&r, 2, "--inpaint-full-res", "--mask");
+    ASSERT_NOT_LOADED(&r);
+    run_free(&r);
+    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--init-image", initp, "--mask",
+        maskp, "--inpaint-full-res", "--inpaint-full-res-padding", "257");
+    EXPECT(&r, 2, "--inpaint-full-res-padding");
+    ASSERT_NOT_LOADED(&r);
+    run_free(&r);
+    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--init-image", initp, "--mask",
+        maskp, "--inpaint-full-res", "--inpaint-full-res-padding", "-1");
+    EXPECT(&r, 2, "--inpaint-full-res-padding");
+    run_free(&r);
+    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--init-image", initp, "--mask",
+        maskp, "--inpaint-full-res-padding", "8");
+    EXPECT(&r, 2, "--inpaint-full-res-padding needs --inpaint-full-res");
+    ASSERT_NOT_LOADED(&r);
+    run_free(&r);
+    /* a mask with nothing to repaint */
+    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--steps", "2", "--init-image", initp,
+        "--mask", blank, "--inpaint-full-res", "--output", tmp_path("none.png", out));
+    EXPECT(&r, 2, "--mask", "no white pixel");
+    ASSERT_TRUE(!exists(out));
+    run_free(&r);
+    tsr_image_free(&init);
+    tsr_image_free(&mask);
+    return 0;
+}
+
 /* ---- convert ---- */
 
 static int test_convert_in_place(void)
@@ -937,6 +1048,7 @@ static const tsr_test_entry tests[] = {
     {"jpeg_output", test_jpeg_output},
     {"init_jpeg_resize", test_init_jpeg_resize},
     {"mask_blur", test_mask_blur},
+    {"inpaint_full_res", test_inpaint_full_res},
     {"convert_in_place", test_convert_in_place},
     {"convert_ldm_folder", test_convert_ldm_folder},
     {"convert_images_demo", test_convert_images_demo},
