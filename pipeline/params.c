@@ -106,17 +106,17 @@ int tsr_params_resolve(const tsr_engine *e, const tsr_image_params *p, tsr_param
     if (p->init_image && !(p->strength > 0 && p->strength <= 1))
         FIELD_ERR("strength", TSR_ERR_INVALID, "strength must be within (0, 1], got %g",
                   p->strength);
-    if (p->init_image && (int)((double)p->steps * p->strength) < 1)
-        FIELD_ERR("strength", TSR_ERR_INVALID,
-                  "strength %g leaves no denoising step out of %d (steps x strength must be at "
-                  "least 1)",
-                  p->strength, p->steps);
     const bool inpaint_model = e->in_channels != e->latent_channels;
     if (p->mask && !p->init_image)
         FIELD_ERR("mask", TSR_ERR_INVALID, "a mask needs an init image");
     if (inpaint_model && !p->mask)
         FIELD_ERR(p->init_image ? "mask" : "init_image", TSR_ERR_INVALID,
                   "this is an inpainting model: give an init image and a mask");
+    if (p->init_image && (int)((double)p->steps * p->strength) < 1)
+        FIELD_ERR("strength", TSR_ERR_INVALID,
+                  "strength %g leaves no denoising step out of %d (steps x strength must be at "
+                  "least 1)",
+                  p->strength, p->steps);
     return TSR_OK;
 }
 

@@ -116,8 +116,9 @@ int unet_resnet_forward(unet_run *r, const unet_resnet *rn, const tsr_tensor *x,
      * (1x1, a GEMM over pixels) computed first into c1 (dead by now). */
     const tsr_tensor *shortcut = x;
     if (rn->short_w) {
-        tsr_tensor x2 = tsr_tensor_view2(x, B * H * W, rn->cin);
-        tsr_tensor s2 = tsr_tensor_view2(&c1, B * H * W, rn->cout);
+        /* [B, HW, C]: one GEMM per image (batch independence) */
+        tsr_tensor x2 = tsr_tensor_view3(x, B, H * W, rn->cin);
+        tsr_tensor s2 = tsr_tensor_view3(&c1, B, H * W, rn->cout);
         OP(tsr_linear(be, &x2, &rn->short_w2d, rn->short_b, &s2));
         shortcut = &c1;
     }

@@ -157,9 +157,12 @@ static int attention(unet_run *r, const unet_attn *a, int heads, const tsr_tenso
     return TSR_OK;
 }
 
-/* out [R, C] = ff2(GEGLU(ff1(x [R, C]))) + res over chunks of rows. */
+/* out [R, C] = ff2(GEGLU(ff1(x [R, C]))) + res over chunks of rows.  The
+ * chunks restart at every image (T rows each), so no GEMM spans two images
+ * and an image's arithmetic is the same alone or batched (see "Batch
+ * independence" in backend/cpu/ops_conv.c). */
 static int feed_forward(unet_run *r, const unet_tlayer *l, const tsr_tensor *x,
-                        const tsr_tensor *res, tsr_tensor *out)
+                        const tsr_tensor *res, int64_t T, tsr_tensor *out)
 {
     tsr_arena *ws = r->ws;
     tsr_backend *be = r->be;
@@ -167,15 +170,17 @@ static int feed_forward(unet_run *r, const unet_tlayer *l, const tsr_tensor *x,
     const size_t es = tsr_dtype_size(x->dtype);
     int64_t chunk = (int64_t)(FF_CHUNK_BYTES / ((size_t)3 * (size_t)inner * es));
     chunk = chunk < 64 ? 64 : chunk & ~(int64_t)63;
-    if (chunk > R)
-        chunk = R;
+    if (chunk > T)
+        chunk = T;
     const size_t mark = tsr_arena_mark(ws);
     tsr_tensor f, g;
     int64_t nf[2] = {chunk, 2 * inner}, ng[2] = {chunk, inner};
     TSR_TRY(tsr_arena_act(ws, &f, 2, nf));
     TSR_TRY(tsr_arena_act(ws, &g, 2, ng));
-    for (int64_t r0 = 0; r0 < R && !ws->measuring; r0 += chunk) {
-        int64_t n = R - r0 < chunk ? R - r0 : chunk;
+    int64_t n = 0;
+    for (int64_t r0 = 0; r0 < R && !ws->measuring; r0 += n) {
+        const int64_t image_end = (r0 / T + 1) * T;
+        n = image_end - r0 < chunk ? image_end - r0 : chunk;
         tsr_tensor xc = tsr_tensor_rows(x, r0, n), oc = tsr_tensor_rows(out, r0, n);
         tsr_tensor rc = tsr_tensor_rows(res, r0, n);
         tsr_tensor fc = tsr_tensor_rows(&f, 0, n), gc = tsr_tensor_rows(&g, 0, n);
@@ -223,7 +228,7 @@ int unet_transformer_forward(unet_run *r, const unet_transformer *t, tsr_tensor 
         OP(tsr_layer_norm(be, &h, l->ln3_w, l->ln3_b, LAYER_NORM_EPS, &a));
         const tsr_tensor h2 = tsr_tensor_view2(&h, B * T, C);
         tsr_tensor n2 = tsr_tensor_view2(&n, B * T, C);
-        TSR_TRY(feed_forward(r, l, &a2, &h2, &n2));
+        TSR_TRY(feed_forward(r, l, &a2, &h2, T, &n2));
         SWAP_HN();
     }
 #undef SWAP_HN

@@ -17,6 +17,8 @@
 #include "backend/cpu/cpu_internal.h"
 #include "core/error.h"
 
+#define LINEAR_BLOCK 64
+
 /* y[r, :] = bias for every row. */
 static void fill_rows(float *y, const float *bias, int64_t rows, int64_t n)
 {
@@ -35,15 +37,28 @@ int tsr_cpu_linear(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, con
         fill_rows(y->data, bias->data, m, out);
         beta = 1.0f;
     }
-    /* one GEMM per batch row (the outermost dimension): see "Batch
-     * independence" in ops_conv.c */
-    const int64_t nb = x->ndim >= 2 ? x->ne[0] : 1, mb = m / nb;
+    /* Row blocks fixed by position, never by the batch: one GEMM per image
+     * when the input says where images begin ([N, L, C] or NHWC), and within
+     * that (or for a 2-D [rows, C] input) blocks of LINEAR_BLOCK rows from
+     * the start.  A token's result then depends only on its block, which is
+     * the same alone or batched whenever an image's rows are a multiple of
+     * the block (SD latents: 64x64 -> 4096, 1024, 256, 64 tokens); see
+     * "Batch independence" in ops_conv.c.  A block is big enough for
+     * OpenBLAS's kernels to run at full speed. */
+    int64_t nb = x->ndim >= 3 ? x->ne[0] : 1;
+    if (nb == 1 && m <= LINEAR_BLOCK)
+        nb = m; /* a short 2-D input is rows of images (embeddings): one GEMM per row */
+    const int64_t mb = m / nb;
     const float *xp = x->data;
     float *yp = y->data;
     for (int64_t i = 0; i < nb; i++)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)mb, (int)out, (int)in, 1.0f,
-                    xp + i * mb * in, (int)in, w->data, (int)in, beta, yp + i * mb * out,
-                    (int)out);
+        for (int64_t r0 = 0; r0 < mb; r0 += LINEAR_BLOCK) {
+            const int64_t rows = mb - r0 < LINEAR_BLOCK ? mb - r0 : LINEAR_BLOCK;
+            const int64_t off = i * mb + r0;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)out, (int)in,
+                        1.0f, xp + off * in, (int)in, w->data, (int)in, beta, yp + off * out,
+                        (int)out);
+        }
     if (tsr_cpu_epilogue_any(e))
         tsr_cpu_epilogue(c, y, 0, m, e);
     return TSR_OK;

@@ -4,8 +4,9 @@
  *
  * Why this way: in NHWC a group's values are strided (C/G channels out of
  * every pixel), so group norm first reduces per *channel* over the pixels
- * (contiguous rows, vectorisable, split over the pool with one double
- * accumulator row per worker, summed afterwards) and only then folds the
+ * (contiguous rows, vectorisable, split over the pool in fixed blocks of
+ * positions whose double partial sums are added in block order, so the
+ * result never depends on thread scheduling) and only then folds the
  * channels into groups.  Sums are kept in double so E[x^2] - E[x]^2 does not
  * cancel.  The normalisation pass is then one fused multiply-add per element
  * with per-channel scale and shift (gamma*rstd, beta - mean*gamma*rstd),
@@ -23,21 +24,31 @@
 
 typedef struct gn_stats_job {
     const float *x; /* image n */
-    int64_t c;
-    cpu_ctx *ctx;
+    int64_t c, positions;
+    double *partial; /* [nblocks][2][C]: one row pair per block of positions */
 } gn_stats_job;
+
+/* Positions per statistics block.  The blocks are fixed by the shape alone,
+ * and their partial sums are added in block order, so the statistics (and
+ * the image) do not depend on which thread took which block, nor on how
+ * many images share the call. */
+#define GN_BLOCK 256
 
 static void gn_stats_task(void *ctx_, int64_t begin, int64_t end, int worker)
 {
+    (void)worker;
     const gn_stats_job *j = ctx_;
-    double *acc = j->ctx->worker[worker].ptr; /* [2][C], reserved and zeroed */
-    double *sum = acc, *sq = acc + j->c;
-    for (int64_t p = begin; p < end; p++) {
-        const float *row = j->x + p * j->c;
-        for (int64_t i = 0; i < j->c; i++) {
-            double v = row[i];
-            sum[i] += v;
-            sq[i] += v * v;
+    for (int64_t b = begin; b < end; b++) {
+        double *sum = j->partial + b * 2 * j->c, *sq = sum + j->c;
+        memset(sum, 0, (size_t)(2 * j->c) * sizeof(double));
+        const int64_t p1 = (b + 1) * GN_BLOCK < j->positions ? (b + 1) * GN_BLOCK : j->positions;
+        for (int64_t p = b * GN_BLOCK; p < p1; p++) {
+            const float *row = j->x + p * j->c;
+            for (int64_t i = 0; i < j->c; i++) {
+                double v = row[i];
+                sum[i] += v;
+                sq[i] += v * v;
+            }
         }
     }
 }
@@ -73,24 +84,25 @@ int tsr_cpu_group_norm(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *ga
     int64_t n = x->ne[0], ch = x->ne[x->ndim - 1];
     int64_t positions = tsr_tensor_numel(x) / (n * ch);
     int64_t cpg = ch / groups;
-    int rc = tsr_cpu_scratch_workers_reserve(c, (size_t)(2 * ch) * sizeof(double));
-    if (rc < 0)
-        return rc;
-    float *ab = tsr_cpu_scratch_shared(c, (size_t)(2 * n * ch) * sizeof(float));
-    if (!ab)
+    const int64_t nblocks = (positions + GN_BLOCK - 1) / GN_BLOCK;
+    /* one shared scratch: [nblocks][2][C] doubles of partial sums, then the
+     * per-image scale and shift [2][N][C] floats */
+    const size_t partial_bytes = (size_t)(nblocks * 2 * ch) * sizeof(double);
+    double *partial = tsr_cpu_scratch_shared(c, partial_bytes + (size_t)(2 * n * ch) * sizeof(float));
+    if (!partial)
         return TSR_ERR_NOMEM;
-    float *scale = ab, *shift = ab + n * ch;
+    float *scale = (float *)((char *)partial + partial_bytes), *shift = scale + n * ch;
     const float *gp = gamma->data, *bp = beta ? beta->data : NULL;
     for (int64_t in = 0; in < n; in++) {
-        for (int t = 0; t < c->n_threads; t++)
-            memset(c->worker[t].ptr, 0, (size_t)(2 * ch) * sizeof(double));
-        gn_stats_job sj = {.x = (const float *)x->data + in * positions * ch, .c = ch, .ctx = c};
-        tsr_pool_parallel_for(c->pool, positions, tsr_cpu_grain(ch, 1 << 15), gn_stats_task, &sj);
+        gn_stats_job sj = {.x = (const float *)x->data + in * positions * ch, .c = ch,
+                           .positions = positions, .partial = partial};
+        tsr_pool_parallel_for(c->pool, nblocks, tsr_cpu_grain(ch * GN_BLOCK, 1 << 15),
+                              gn_stats_task, &sj);
         double cnt = (double)positions * (double)cpg;
         for (int g = 0; g < groups; g++) {
             double s = 0, q = 0;
-            for (int t = 0; t < c->n_threads; t++) {
-                const double *acc = c->worker[t].ptr;
+            for (int64_t blk = 0; blk < nblocks; blk++) {
+                const double *acc = partial + blk * 2 * ch;
                 for (int64_t i = g * cpg; i < (g + 1) * cpg; i++) {
                     s += acc[i];
                     q += acc[ch + i];
