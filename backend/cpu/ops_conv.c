@@ -15,15 +15,18 @@
  * A fused residual / activation (tsr_cpu_epilogue) runs on each tile right
  * after its GEMM, while the tile is still warm in cache.
  *
- * Batch independence: every GEMM covers rows of one image only (tiles
- * restart at each image; 1x1 convs and linear layers run one GEMM per
- * image).  OpenBLAS may pick another kernel, and so another summation
- * order, for another matrix height, so a GEMM spanning several images gave
- * an image a result that depended on which images shared its UNet call (1
- * value in 12,288 off by 1/255).  Per image, each image's arithmetic is the
- * same alone or in any batch, which is what the server promises: an image
- * is byte-identical to `tessera generate` of it alone.  The cost is nil at
- * SD latent sizes (one image is thousands of GEMM rows).
+ * Batch independence: a row's result from OpenBLAS depends on the height
+ * of the matrix it is computed in (kernel and thread split change with
+ * it), so a GEMM spanning several images gave an image a result that
+ * depended on which images shared its UNet call (a few values in 12,288
+ * off by 1/255).  So no GEMM spans two images: conv tiles restart at each
+ * image and 1x1 convs run per image; linear (ops_gemm.c) runs per image for
+ * [N, L, C] inputs, in 64-row blocks within, and per row for short 2-D
+ * inputs (embeddings); the UNet keeps its feed-forward chunks and resnet
+ * shortcuts inside one image; group norm sums fixed blocks in order.  An
+ * image's arithmetic is then the same alone or in any batch, which is what
+ * the server promises: byte-identical to `tessera generate` of it alone
+ * (tests: batch_join_mid_batch, service_batching, service_soak).
  */
 #include <cblas.h>
 #include <string.h>

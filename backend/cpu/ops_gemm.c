@@ -46,7 +46,7 @@ int tsr_cpu_linear(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, con
      * "Batch independence" in ops_conv.c.  A block is big enough for
      * OpenBLAS's kernels to run at full speed. */
     int64_t nb = x->ndim >= 3 ? x->ne[0] : 1;
-    if (nb == 1 && m <= LINEAR_BLOCK)
+    if (x->ndim < 3 && m <= LINEAR_BLOCK)
         nb = m; /* a short 2-D input is rows of images (embeddings): one GEMM per row */
     const int64_t mb = m / nb;
     const float *xp = x->data;

@@ -23,7 +23,8 @@ def setup():
 
 def test_keepalive(s):
     # 128x128 with guidance: long enough to outlast 15 s (cancelled once the comment came)
-    job = s.submit(prompt="a cyan ring", width=128, height=128, steps=svc.LONG, seed=1)
+    # long enough to outlast the first keepalive (15 s) on a fast machine
+    job = s.submit(prompt="a cyan ring", width=192, height=192, steps=1000, seed=1)
     sse = svc.SSE(s.port, "/v1/jobs/%s/events" % job["id"], s.auth(None), timeout=40)
     t0 = time.time()
     got = None
