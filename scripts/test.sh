@@ -7,7 +7,9 @@
 #   ./scripts/test.sh --sanitize thread -L tsan      # TSan build, the threaded tests
 #   ./scripts/test.sh -L unit                 # only tests with a label (ctest -L)
 #
-# The suite runs from committed reference data; it needs no Python or GPU.
+# The suite runs from committed reference data and needs no GPU or PyTorch;
+# the service, CDN and browser tests use Debian's python3 (stdlib, python3-yaml,
+# python3-selenium), nginx and chromium, all installed by scripts/setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
