@@ -20,6 +20,7 @@ PACKAGES=(
   chromium chromium-driver python3-selenium # tests/browser: the page, headless
   clang libclang-rt-14-dev # libFuzzer and sanitizer runtimes (scripts/fuzz.sh)
   python3 python3-yaml # tests/service (standard library + PyYAML for docs/openapi.yaml)
+  curl              # scripts/demo.sh talks to tessera serve as a client would
 )
 
 missing=()
