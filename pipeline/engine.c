@@ -264,7 +264,6 @@ int tsr_engine_memory_estimate(tsr_engine *e, const tsr_batch_options *o, int im
     int rows = images * per;
     if (rows > o->max_rows)
         rows = o->max_rows - o->max_rows % per;
-    const int used = rows / per; /* images in one UNet call */
     const size_t lh = (size_t)height / e->vae_factor, lw = (size_t)width / e->vae_factor;
     const size_t C = (size_t)e->latent_channels, Cin = (size_t)e->in_channels;
     const size_t L = 77 * 4; /* prompts up to 4 windows of 77 tokens */
@@ -302,7 +301,6 @@ int tsr_engine_memory_estimate(tsr_engine *e, const tsr_batch_options *o, int im
      *    preview at image size */
     size_t per_image = sizeof(float) * (3 * lh * lw * C + lh * lw + 2 * L * D + 2 * P) + npix * 3;
     size_t preview = npix * 3 + lh * lw * 3;
-    (void)used;
     /* 5. what no planner sees: the backend's scratch (the CPU's im2col tiles
      *    and attention score blocks per thread) and allocator slack */
     const size_t planned =

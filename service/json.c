@@ -262,6 +262,21 @@ static bool literal(reader *r, const char *word)
     return false;
 }
 
+/* Append v to parent's children in O(1): `last` is the current last child
+ * (cJSON_AddItemTo* walk the whole list, quadratic for big documents). */
+static void append_child(cJSON *parent, cJSON **last, cJSON *v)
+{
+    if (!*last) {
+        parent->child = v;
+        v->prev = v;
+    } else {
+        (*last)->next = v;
+        v->prev = *last;
+        parent->child->prev = v;
+    }
+    *last = v;
+}
+
 static cJSON *read_object(reader *r)
 {
     r->p++;
@@ -307,16 +322,7 @@ static cJSON *read_object(reader *r)
             goto bad;
         }
         v->string = key;
-        /* append in O(1) (cJSON_AddItemToObject walks the list) */
-        if (!last) {
-            obj->child = v;
-            v->prev = v;
-        } else {
-            last->next = v;
-            v->prev = last;
-            obj->child->prev = v;
-        }
-        last = v;
+        append_child(obj, &last, v);
         skip_ws(r);
         if (r->p < r->end && *r->p == ',') {
             r->p++;
@@ -352,15 +358,7 @@ static cJSON *read_array(reader *r)
         cJSON *v = read_value(r);
         if (!v)
             goto bad;
-        if (!last) {
-            arr->child = v;
-            v->prev = v;
-        } else {
-            last->next = v;
-            v->prev = last;
-            arr->child->prev = v;
-        }
-        last = v;
+        append_child(arr, &last, v);
         skip_ws(r);
         if (r->p < r->end && *r->p == ',') {
             r->p++;

@@ -183,16 +183,9 @@ void svc_route_batches(svc_req *r, const char *rest)
             svc_reply_method_not_allowed(r, "POST");
         return;
     }
-    char id[20] = {0};
-    const char *slash = strchr(rest + 1, '/');
-    size_t idlen = slash ? (size_t)(slash - rest - 1) : strlen(rest + 1);
-    uint64_t bid = 0;
-    if (idlen < sizeof id)
-        memcpy(id, rest + 1, idlen);
-    svc_batch *b = idlen < sizeof id && svc_id_parse(id, 'b', &bid)
-                       ? svc_jobs_find_batch(s->jobs, bid)
-                       : NULL;
-    const char *sub = slash ? slash : "";
+    uint64_t bid;
+    const char *sub = svc_route_id(rest, 'b', &bid);
+    svc_batch *b = bid ? svc_jobs_find_batch(s->jobs, bid) : NULL;
     const bool get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
     if (sub[0] == '\0') {
         if (!get && strcmp(r->method, "DELETE") != 0) {

@@ -345,15 +345,9 @@ void svc_route_jobs(svc_req *r, const char *rest)
         return;
     }
     /* rest = "/<id>[/...]" */
-    char id[20] = {0};
-    const char *slash = strchr(rest + 1, '/');
-    size_t idlen = slash ? (size_t)(slash - rest - 1) : strlen(rest + 1);
-    uint64_t jid = 0;
-    if (idlen < sizeof id)
-        memcpy(id, rest + 1, idlen);
-    svc_job *j = idlen < sizeof id && svc_id_parse(id, 'j', &jid) ? svc_jobs_find(s->jobs, jid)
-                                                                   : NULL;
-    const char *sub = slash ? slash : "";
+    uint64_t jid;
+    const char *sub = svc_route_id(rest, 'j', &jid);
+    svc_job *j = jid ? svc_jobs_find(s->jobs, jid) : NULL;
     /* 405 needs the path to exist; 404 first for unknown shapes */
     if (sub[0] == '\0') {
         if (!is_get(r) && strcmp(r->method, "DELETE") != 0) {

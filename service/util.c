@@ -47,6 +47,20 @@ void svc_id_format(char prefix, uint64_t id, char *buf)
     snprintf(buf, 19, "%c_%016llx", prefix, (unsigned long long)id);
 }
 
+const char *svc_route_id(const char *rest, char prefix, uint64_t *id)
+{
+    char seg[20] = {0};
+    const char *slash = strchr(rest + 1, '/');
+    size_t len = slash ? (size_t)(slash - rest - 1) : strlen(rest + 1);
+    *id = 0;
+    if (len < sizeof seg) {
+        memcpy(seg, rest + 1, len);
+        if (!svc_id_parse(seg, prefix, id))
+            *id = 0;
+    }
+    return slash ? slash : "";
+}
+
 bool svc_id_parse(const char *s, char prefix, uint64_t *id)
 {
     if (!s || s[0] != prefix || s[1] != '_')

@@ -25,6 +25,9 @@ uint64_t svc_random_u64(void);
 void svc_id_format(char prefix, uint64_t id, char *buf);
 /* Parses exactly that form; false on anything else. */
 bool svc_id_parse(const char *s, char prefix, uint64_t *id);
+/* A route's "/<id>[/...]": *id gets the id with `prefix` (0 when the
+ * segment is not one); returns what follows the id ("" or "/..."). */
+const char *svc_route_id(const char *rest, char prefix, uint64_t *id);
 
 /* Base64 (RFC 4648, standard alphabet; the URL-safe '-' '_' are accepted
  * too).  Decoding skips ASCII whitespace, accepts missing padding and
