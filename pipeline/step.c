@@ -15,6 +15,9 @@
  * workspaces are released.
  */
 #include <math.h>
+#if defined(__GLIBC__) || defined(__linux__)
+#include <malloc.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -289,6 +292,12 @@ static void release_if_idle(tsr_batch *b)
     tsr_batch_release_buffers(b);
     tsr_unet_trim(b->e->unet);
     tsr_vae_trim(b->e->vae);
+#ifdef __GLIBC__
+    /* glibc keeps freed heap pages (and raises its mmap threshold after
+     * large frees), so without this the workspaces just released would stay
+     * in the process's RSS until the next allocation reuses them. */
+    malloc_trim(0);
+#endif
 }
 
 static int step_group(tsr_batch *b, int *finished)

@@ -767,6 +767,45 @@ static void unlink_job(svc_jobs *t, svc_job *j, svc_job *prev)
     t->count--;
 }
 
+/* A batch goes as a whole, once every job in it is final, persisted and
+ * unwatched and no client follows the batch stream.  Its finishing time is
+ * its last job's. */
+static bool batch_evictable(const svc_batch *b, double *finished)
+{
+    if (b->clients || b->final_jobs < b->n)
+        return false;
+    double last = 0;
+    for (int i = 0; i < b->n; i++) {
+        const svc_job *j = b->jobs[i];
+        if (!svc_state_final(j->state) || j->clients || !j->persisted)
+            return false;
+        if (j->finished > last)
+            last = j->finished;
+    }
+    *finished = last;
+    return true;
+}
+
+static void unlink_batch(svc_jobs *t, svc_batch *b)
+{
+    svc_batch **h = &t->bbuckets[hash_id(b->id, t->n_bbuckets)];
+    while (*h && *h != b)
+        h = &(*h)->hnext;
+    if (*h)
+        *h = b->hnext;
+    for (svc_batch **p = &t->bfirst; *p; p = &(*p)->next) {
+        if (*p == b) {
+            *p = b->next;
+            break;
+        }
+    }
+    t->bcount--;
+}
+
+/* Oldest first: a job (or a whole batch, counted as its jobs) goes when it
+ * finished before the --keep-hours cutoff, or while more than --keep-jobs
+ * finished jobs remain.  Mark, then sweep, since a batch's jobs are spread
+ * through the job list. */
 void svc_jobs_gc(svc_server *s)
 {
     const int keep = s->cfg.keep_jobs;
@@ -774,29 +813,61 @@ void svc_jobs_gc(svc_server *s)
     if (keep <= 0 && hours <= 0)
         return;
     svc_jobs *t = s->jobs;
-    /* batch jobs stay with their batch (docs/service-design.md) */
     int finished = 0;
     for (svc_job *j = t->first; j; j = j->next)
-        finished += svc_state_final(j->state) && !j->batch && !j->batch_id;
+        finished += svc_state_final(j->state) && !j->batch_id;
     const double cutoff = hours > 0 ? svc_now_unix() - hours * 3600.0 : -1.0;
-    int removed = 0;
-    for (svc_job *j = t->first, *prev = NULL, *next; j; j = next) {
-        next = j->next;
-        bool evictable = svc_state_final(j->state) && !j->batch && !j->batch_id &&
-                         !j->clients && j->persisted;
+    /* mark: jobs (and batches, through their first job) in age order */
+    for (svc_job *j = t->first; j; j = j->next) {
+        j->doomed = false;
+        if (j->batch) {
+            svc_batch *b = j->batch;
+            if (j != b->jobs[0])
+                continue; /* decided with the batch's first job */
+            b->doomed = false;
+            double last;
+            if (!batch_evictable(b, &last))
+                continue;
+            bool old = cutoff > 0 && last > 0 && last < cutoff;
+            bool over = keep > 0 && finished > keep;
+            if (old || over) {
+                b->doomed = true;
+                finished -= b->n;
+            }
+            continue;
+        }
+        if (j->batch_id)
+            continue; /* names a batch not rebuilt: keep */
+        bool evictable = svc_state_final(j->state) && !j->clients && j->persisted;
         bool old = evictable && cutoff > 0 && j->finished > 0 && j->finished < cutoff;
         bool over = evictable && keep > 0 && finished > keep;
         if (old || over) {
-            unlink_job(t, j, prev);
-            svc_store_remove_job(s->store, j->id);
-            SVC_INFO("job %s: garbage-collected (%s)", j->ids,
-                     old ? "--keep-hours" : "--keep-jobs");
-            svc_job_free(j);
+            j->doomed = true;
             finished--;
-            removed++;
+        }
+    }
+    /* sweep */
+    for (svc_job *j = t->first, *prev = NULL, *next; j; j = next) {
+        next = j->next;
+        if (!j->doomed && !(j->batch && j->batch->doomed)) {
+            prev = j;
             continue;
         }
-        prev = j;
+        unlink_job(t, j, prev);
+        svc_store_remove_job(s->store, j->id);
+        if (!j->batch)
+            SVC_INFO("job %s: garbage-collected (%s)", j->ids,
+                     cutoff > 0 && j->finished < cutoff ? "--keep-hours" : "--keep-jobs");
+        svc_job_free(j);
     }
-    (void)removed;
+    for (svc_batch *b = t->bfirst, *next; b; b = next) {
+        next = b->next;
+        if (!b->doomed)
+            continue;
+        SVC_INFO("batch %s: garbage-collected with its %d jobs", b->ids, b->n);
+        unlink_batch(t, b);
+        free(b->jobs);
+        free(b->hist.ev);
+        free(b);
+    }
 }

@@ -11,9 +11,10 @@
  * ids are 1, 2, ... per job (per batch for batch streams) and equal the
  * history index + 1, so Last-Event-ID resumes are a lookup.
  *
- * Jobs are never evicted while the server runs (docs/service-design.md
- * lists that as missing); finished jobs come back from the data directory
- * at start.
+ * Finished jobs, and whole batches once all their jobs are final, are
+ * dropped by svc_jobs_gc (--keep-jobs / --keep-hours); without those
+ * options they are kept for the life of the process.  Finished jobs come
+ * back from the data directory at start.
  */
 #ifndef SVC_JOBS_H
 #define SVC_JOBS_H
@@ -108,6 +109,7 @@ typedef struct svc_job {
     struct svc_job *qprev, *qnext;
     bool first_step_seen;
     bool persisted;           /* final state journaled */
+    bool doomed;              /* gc: marked for removal */
     struct svc_job *hnext;    /* hash chain */
     struct svc_job *next;     /* every job, oldest first */
 } svc_job;
@@ -119,6 +121,7 @@ struct svc_batch {
     svc_job **jobs;           /* borrowed; in batch order */
     int n, cap;
     int final_jobs;
+    bool doomed;              /* gc: marked for removal with its jobs */
     svc_history hist;
     struct svc_sse_client *clients;
     struct svc_batch *hnext, *next;
