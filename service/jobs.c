@@ -303,11 +303,36 @@ svc_job *svc_job_new(uint64_t id, svc_params *params, double created)
 
 /* ---------------------------------------------------------------- events */
 
+void svc_job_watch(svc_job *j, svc_watch *w)
+{
+    w->prev = NULL;
+    w->next = j->watches;
+    if (j->watches)
+        j->watches->prev = w;
+    j->watches = w;
+}
+
+void svc_job_unwatch(svc_job *j, svc_watch *w)
+{
+    if (w->prev)
+        w->prev->next = w->next;
+    else if (j->watches == w)
+        j->watches = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    w->prev = w->next = NULL;
+}
+
 static void emit(svc_server *s, svc_job *j, svc_event_kind kind, int a, int b, int c, double eta)
 {
     svc_event ev = {(uint8_t)kind, 0, a, b, c, (float)eta};
-    if (svc_history_add(&j->hist, ev))
-        svc_sse_job_notify(s, j);
+    if (!svc_history_add(&j->hist, ev))
+        return;
+    svc_sse_job_notify(s, j);
+    for (svc_watch *w = j->watches, *next; w; w = next) {
+        next = w->next; /* on_event may unwatch itself */
+        w->on_event(s, j, &ev, w->arg);
+    }
 }
 
 static void emit_batch(svc_server *s, svc_batch *b, svc_event_kind kind, int job, int a)
@@ -777,7 +802,7 @@ static bool batch_evictable(const svc_batch *b, double *finished)
     double last = 0;
     for (int i = 0; i < b->n; i++) {
         const svc_job *j = b->jobs[i];
-        if (!svc_state_final(j->state) || j->clients || !j->persisted)
+        if (!svc_state_final(j->state) || j->clients || j->watches || !j->persisted)
             return false;
         if (j->finished > last)
             last = j->finished;
@@ -838,7 +863,8 @@ void svc_jobs_gc(svc_server *s)
         }
         if (j->batch_id)
             continue; /* names a batch not rebuilt: keep */
-        bool evictable = svc_state_final(j->state) && !j->clients && j->persisted;
+        bool evictable = svc_state_final(j->state) && !j->clients && !j->watches &&
+                         j->persisted;
         bool old = evictable && cutoff > 0 && j->finished > 0 && j->finished < cutoff;
         bool over = evictable && keep > 0 && finished > keep;
         if (old || over) {

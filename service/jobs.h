@@ -85,6 +85,19 @@ typedef struct svc_image {
 } svc_image;
 
 typedef struct svc_batch svc_batch;
+struct svc_job;
+
+/* An in-process observer of one job's events, for routes that answer when
+ * the job ends or relay its progress in another shape (the A1111 and
+ * OpenAI compatibility routes).  The caller owns the struct; on_event runs
+ * on the loop right after each event is appended (after the SSE clients
+ * are written), and may call svc_job_unwatch on itself.  A watched job is
+ * never garbage-collected. */
+typedef struct svc_watch {
+    void (*on_event)(struct svc_server *s, struct svc_job *j, const svc_event *ev, void *arg);
+    void *arg;
+    struct svc_watch *prev, *next; /* the job's watchers (jobs.c) */
+} svc_watch;
 
 typedef struct svc_job {
     uint64_t id;
@@ -102,6 +115,7 @@ typedef struct svc_job {
     int batch_index;
     svc_history hist;
     struct svc_sse_client *clients; /* subscribed streams (sse.c) */
+    svc_watch *watches;       /* in-process observers (svc_job_watch) */
     /* queue bookkeeping */
     int queued_images;        /* entries still in the queue */
     int position;             /* last position reported */
@@ -146,6 +160,10 @@ void svc_job_free(svc_job *j);
 void svc_jobs_insert(svc_jobs *t, svc_job *j);
 svc_batch *svc_batch_new(svc_jobs *t, uint64_t id, double created);
 void svc_batch_add(svc_batch *b, svc_job *j, int index);
+
+/* Start / stop observing j (see svc_watch). */
+void svc_job_watch(svc_job *j, svc_watch *w);
+void svc_job_unwatch(svc_job *j, svc_watch *w);
 
 /* ---- life of a job (server.c calls these on the loop) ---- */
 
