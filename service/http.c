@@ -256,6 +256,12 @@ static void on_request(struct evhttp_request *req, void *arg)
     } else if (strncmp(r->path, "/v1/batches", 11) == 0 &&
                (r->path[11] == '\0' || r->path[11] == '/')) {
         svc_route_batches(r, r->path + 11);
+    } else if (strncmp(r->path, "/v1/images", 10) == 0 &&
+               (r->path[10] == '\0' || r->path[10] == '/')) {
+        svc_route_openai_images(r, r->path + 10);
+    } else if (strncmp(r->path, "/sdapi/v1", 9) == 0 &&
+               (r->path[9] == '\0' || r->path[9] == '/')) {
+        svc_route_a1111(r, r->path + 9);
     } else if (!serve_web(r)) {
         svc_reply_error(r, 404, "not_found", NULL, "no such path: %s", r->path);
     }

@@ -62,6 +62,11 @@ void svc_route_jobs(svc_req *r, const char *rest);
 void svc_route_batches(svc_req *r, const char *rest);
 void svc_route_ops(svc_req *r);
 bool svc_route_is_ops(const char *path);
+/* Compatibility APIs: /sdapi/v1/... (AUTOMATIC1111, compat_a1111.c; rest =
+ * the path after "/sdapi/v1") and /v1/images/... (OpenAI images,
+ * compat_openai.c; rest = the path after "/v1/images"). */
+void svc_route_a1111(svc_req *r, const char *rest);
+void svc_route_openai_images(svc_req *r, const char *rest);
 
 /* The head guard (http_guard.c): a bufferevent that checks request heads. */
 #define SVC_METHOD_HEADER "X-Tessera-Guard-Method"
