@@ -47,8 +47,10 @@ static const char *reason(int status)
     case 409: return "Conflict";
     case 413: return "Payload Too Large";
     case 414: return "URI Too Long";
+    case 422: return "Unprocessable Entity";
     case 429: return "Too Many Requests";
     case 431: return "Request Header Fields Too Large";
+    case 499: return "Client Closed Request";
     case 500: return "Internal Server Error";
     case 503: return "Service Unavailable";
     default: return "Unknown";
@@ -241,9 +243,13 @@ static void on_request(struct evhttp_request *req, void *arg)
         return;
     }
     const bool v1 = strncmp(r->path, "/v1/", 4) == 0;
-    if (v1 && s->token &&
-        !svc_auth_check(s->token, s->token_len, svc_req_header(r, "Authorization"))) {
+    const bool sdapi = strncmp(r->path, "/sdapi/", 7) == 0; /* A1111 clients: Basic too */
+    const char *authz = svc_req_header(r, "Authorization");
+    if ((v1 || sdapi) && s->token && !svc_auth_check(s->token, s->token_len, authz) &&
+        !(sdapi && svc_auth_check_basic(s->token, s->token_len, authz))) {
         svc_req_add_header(r, "WWW-Authenticate", "Bearer");
+        if (sdapi)
+            svc_req_add_header(r, "WWW-Authenticate", "Basic realm=\"tessera\"");
         svc_reply_error(r, 401, "unauthorized", NULL,
                         "a valid bearer token is required (Authorization: Bearer <token>)");
         return;

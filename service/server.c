@@ -31,6 +31,7 @@
 #include "json.h"
 #include "log.h"
 #include "server.h"
+#include "compat_a1111.h"
 #include "sse.h"
 #include "util.h"
 
@@ -749,6 +750,7 @@ out:
     svc_tiles_stop(s->tiles); /* finals go on to the store first */
     svc_store_stop(s->store);
     svc_http_stop(s);
+    svc_a1111_free(s); /* after the HTTP server: its calls ended with their connections */
     svc_sse_free(s->sse);
     for (int i = 0; i < s->n_workers; i++)
         svc_worker_free(s->workers[i]);

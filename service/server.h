@@ -62,6 +62,7 @@ typedef struct svc_server {
     svc_jobs *jobs;
     svc_metrics metrics;
     struct svc_sse *sse;
+    struct svc_a1111 *a1111;   /* /sdapi/v1 state (compat_a1111.c); NULL until used */
 
     char *token;               /* bearer token, NULL = open */
     size_t token_len;
