@@ -562,6 +562,8 @@ static void generate(svc_req *r, bool img2img)
         if (rc < 0) {
             /* native names in the message; A1111's in front when they differ */
             const char *f = svc_a1111_field(pe.field);
+            if (strcmp(f, "scheduler") == 0 && c->q.schedule_in_name)
+                f = "sampler_name"; /* "DDIM Karras": the schedule came with the name */
             if (f[0] && strcmp(f, pe.field) != 0)
                 svc_a1111_reply_error(r, 422, "invalid_parameter", f, "%s: %s", f, pe.message);
             else

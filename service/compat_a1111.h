@@ -48,6 +48,7 @@ typedef struct svc_a1111_req {
     double subseed_strength;
     char sampler_name[64];  /* A1111's name of the sampler ("Euler a") */
     char scheduler[32];     /* A1111's scheduler name ("Automatic", "Karras") */
+    bool schedule_in_name;  /* it came from sampler_name ("DPM++ 2M Karras") */
     char *prompt, *negative_prompt; /* borrowed from native */
     int width, height, steps, clip_skip;
     double cfg_scale, denoising_strength;

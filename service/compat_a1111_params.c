@@ -668,6 +668,7 @@ int svc_a1111_translate(const cJSON *body, bool img2img, const svc_a1111_default
     }
     if (sched) {
         const char *dummy;
+        q->schedule_in_name = true;
         svc_a1111_schedule(sched, &dummy, &label);
     } else if (scheduler) {
         if (!svc_a1111_schedule(scheduler, &sched, &label)) {
