@@ -240,8 +240,12 @@ static void on_conn_close(struct evhttp_connection *evcon, void *arg)
 {
     (void)evcon;
     a1111_call *c = arg;
-    c->evcon = NULL; /* evhttp frees it, with the request */
+    c->evcon = NULL; /* evhttp frees it, with the request... */
     if (c->r) {
+        /* ...unless a failure detached the request first: then it is ours,
+         * and a reply without a connection frees it */
+        if (c->r->req && !evhttp_request_get_connection(c->r->req))
+            evhttp_send_reply(c->r->req, 499, "Client Closed Request", NULL);
         c->r->req = NULL;
         svc_req_finish(c->r, 499);
         c->r = NULL;

@@ -72,6 +72,13 @@ void svc_a1111_req_free(svc_a1111_req *q);
 cJSON *svc_a1111_chunk(const svc_a1111_req *q, int k, int *n_out);
 int svc_a1111_chunks(const svc_a1111_req *q);
 
+/* A base64 image (or data: URL) for the native object, at w x h
+ * (compat_a1111_image.c): resized, inverted (masks) and re-encoded as PNG
+ * when needed, else the file as sent.  *out: malloc'd base64.  0, -1 (bad
+ * image: err says why, naming `field`) or -2 (out of memory). */
+int svc_a1111_image(const char *field, const char *b64, int channels, int w, int h, bool invert,
+                    char **out, char *err, size_t err_size);
+
 /* A1111's name for a native parameter error's field ("sampler" ->
  * "sampler_name", "strength" -> "denoising_strength", ...). */
 const char *svc_a1111_field(const char *native_field);
