@@ -459,8 +459,21 @@ def test_auth():
         s.stop()
 
 
+def test_queue_full():
+    s = svc.Server(["--threads", "1", "--max-queue", "4"], name="a1111-queue").start()
+    try:
+        r = post(s, "/txt2img", dict(prompt=PROMPT, width=64, height=64, steps=1, batch_size=5))
+        err = expect_error(r, 429, None, "5 images past --max-queue 4")
+        assert r.headers.get("retry-after") == "5" and "max-queue" in err["message"], r
+        r = post(s, "/txt2img", dict(prompt=PROMPT, width=64, height=64, steps=1, batch_size=2,
+                                     n_iter=2))
+        assert r.status == 200 and len(r.json["images"]) == 4, r
+    finally:
+        s.stop()
+
+
 if __name__ == "__main__":
     sys.exit(svc.run_tests([test_webuiapi_txt2img, test_samplers_and_schedules, test_img2img,
                             test_progress_interrupt, test_skip, test_lists_and_options,
                             test_shapes_raw, test_bad_input, test_shares_unet_calls,
-                            test_client_disconnect, test_auth], setup=setup))
+                            test_client_disconnect, test_auth, test_queue_full], setup=setup))
