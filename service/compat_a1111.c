@@ -251,8 +251,9 @@ static void on_conn_close(struct evhttp_connection *evcon, void *arg)
         c->r = NULL;
     }
     c->gone = true;
-    SVC_INFO("a1111: the client of a %s call closed its connection; its jobs are cancelled",
-             c->q.img2img ? "img2img" : "txt2img");
+    SVC_INFO("a1111: the connection of a %s call closed; %s", c->q.img2img ? "img2img" : "txt2img",
+             c->s->phase == SVC_PHASE_READY ? "its jobs are cancelled"
+                                            : "its jobs stay queued (shutdown)");
     abandon(c);
 }
 
