@@ -299,6 +299,8 @@ static void watch_conn(a1111_call *c)
 
 /* ------------------------------------------------------------------ answer */
 
+static char *preview_b64(svc_server *s, svc_job *j, int index);
+
 static char *image_b64(svc_server *s, const svc_job *j, int index)
 {
     char path[PATH_MAX];
@@ -407,9 +409,23 @@ static void finish(a1111_call *c)
     cJSON *infotexts = cJSON_CreateArray();
     bool ok = o && images && infotexts;
     for (int i = 0; ok && i < c->n_jobs; i++) {
-        const svc_job *j = c->jobs[i];
+        svc_job *j = c->jobs[i];
         for (int k = 0; ok && k < j->n; k++) {
             const svc_image *img = &j->images[k];
+            if (img->state == SVC_CANCELLED && img->step > 0 && c->q.send_images) {
+                /* interrupted mid-way: A1111 answers with the image as far
+                 * as it got; this is its latest preview */
+                char *b = preview_b64(s, j, k);
+                if (!b)
+                    continue;
+                char text[200];
+                snprintf(text, sizeof text, "interrupted at step %d of %d; seed %llu; the "
+                         "latest preview", img->step, img->steps, (unsigned long long)img->seed);
+                cJSON_AddItemToArray(infotexts, cJSON_CreateString(text));
+                cJSON_AddItemToArray(images, cJSON_CreateString(b));
+                free(b);
+                continue;
+            }
             if (img->state != SVC_DONE)
                 continue;
             cJSON_AddItemToArray(infotexts, cJSON_CreateString(img->infotext ? img->infotext
