@@ -412,16 +412,17 @@ static cJSON *defaults_json(bool img2img)
 }
 
 /* The request over the defaults: known fields only (pydantic drops the
- * rest), images left out as A1111 does. */
-static cJSON *parameters_json(const cJSON *body, bool img2img)
+ * rest); init_images and mask left out unless include_init_images, as
+ * A1111 does. */
+static cJSON *parameters_json(const cJSON *body, bool img2img, bool with_images)
 {
     cJSON *o = defaults_json(img2img);
     if (!o)
         return NULL;
     for (cJSON *it = o->child; it; it = it->next) {
         const cJSON *given = cJSON_GetObjectItemCaseSensitive(body, it->string);
-        if (!given || (img2img && (strcmp(it->string, "init_images") == 0 ||
-                                   strcmp(it->string, "mask") == 0)))
+        if (!given || (img2img && !with_images && (strcmp(it->string, "init_images") == 0 ||
+                                                   strcmp(it->string, "mask") == 0)))
             continue;
         cJSON *copy = cJSON_Duplicate(given, true);
         if (!copy) {
@@ -697,7 +698,10 @@ int svc_a1111_translate(const cJSON *body, bool img2img, const svc_a1111_default
         if (add_or_fail(&x, n, "strength", cJSON_CreateNumber(strength)) < 0)
             goto bad;
     }
-    q->parameters = parameters_json(body, img2img);
+    bool with_images = false;
+    if (img2img && get_bool(&x, body, "include_init_images", false, &with_images) < 0)
+        goto bad;
+    q->parameters = parameters_json(body, img2img, with_images);
     if (!q->parameters) {
         fail(&x, 400, NULL, "out of memory");
         goto bad;

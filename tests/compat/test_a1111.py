@@ -141,6 +141,10 @@ def test_img2img(c):
     assert len(r.images) == 1 and r.images[0].size == (64, 64), r
     assert r.info["denoising_strength"] == 0.6, r.info
     assert r.parameters["init_images"] is None, "init_images echoed back"
+    r2 = c.api.img2img(images=[src], prompt=PROMPT, width=64, height=64, seed=21, steps=2,
+                       include_init_images=True)
+    assert r2.parameters["init_images"] and r2.parameters["init_images"][0].startswith("data:"), \
+        "include_init_images=True: init_images not echoed"
     path = os.path.join(svc.tmpdir("tsr-a1111-"), "init.png")
     with open(path, "wb") as f:
         f.write(pil_png(src))
