@@ -67,9 +67,13 @@ start_server() {
     --steps 2 --no-metrics --quiet --timeout 600 >/dev/null
 }
 
+# the server's user + system CPU time in clock ticks (/proc/PID/stat fields 14, 15)
+cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
+
 ROWS="$OUT/rows.tsv"
 : >"$ROWS"
-# run LABEL NAME SERVE_FLAGS -- LOADTEST_FLAGS: one measured run on a fresh server
+# run LABEL NAME SERVE_FLAGS -- LOADTEST_FLAGS: one measured run on a fresh server;
+# the server's CPU time over the run goes beside the JSON (NAME.cpu)
 run() {
   local label=$1 name=$2; shift 2
   local serve=()
@@ -79,7 +83,11 @@ run() {
   local cmd=("$BIN/tessera-loadtest" --url "http://127.0.0.1:$PORT" "$@" --timeout 1800 --quiet
              --json "$OUT/$name.json" --csv "$OUT/$name.csv")
   echo "== $label: tessera serve ${serve[*]}; ${cmd[*]}" >&2
+  local cpu0 cpu1
+  cpu0=$(cpu_ticks "$SERVER_PID")
   "${cmd[@]}" >"$OUT/$name.txt" || { cat "$OUT/$name.txt" >&2; echo "bench.sh: $name had errors" >&2; }
+  cpu1=$(cpu_ticks "$SERVER_PID")
+  echo "$(( cpu1 - cpu0 )) $(getconf CLK_TCK)" >"$OUT/$name.cpu"
   stop_server
   local shown="$BIN/tessera serve --model $MODEL --device cpu --threads $THREADS ${serve[*]}; $BIN/tessera-loadtest $* --timeout 1800"
   printf '%s\t%s\t%s\n' "$label" "$OUT/$name.json" "$shown" >>"$ROWS"
@@ -117,8 +125,8 @@ print("demo model, %sx%s, %s steps unless the profile says otherwise; wall = fir
       % (sys.argv[2], sys.argv[2], sys.argv[3]))
 print()
 print("| run | jobs | images/s | done p50 / p95 (s) | first preview p95 (s) | queue wait p95 (s) "
-      "| images per UNet call | UNet busy | errors |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+      "| images per UNet call | UNet busy | server CPU s / image | errors |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 cmds = []
 for label, path, cmd in rows:
     d = json.load(open(path))
@@ -127,11 +135,16 @@ for label, path, cmd in rows:
     busy = (m.get("delta", {}).get("tessera_unet_call_seconds_sum") or 0) / d["wall_s"] \
         if d.get("wall_s") else 0
     f = lambda v: "-" if v is None else "%.2f" % (v / 1e3)
-    print("| %s | %d | %.3f | %s / %s | %s | %s | %s | %.0f %% | %d |" % (
+    try:
+        ticks, hz = open(path[:-len(".json")] + ".cpu").read().split()
+        cpu = "%.2f" % (int(ticks) / int(hz) / d["images"]) if d["images"] else "-"
+    except (OSError, ValueError):
+        cpu = "-"
+    print("| %s | %d | %.3f | %s / %s | %s | %s | %s | %.0f %% | %s | %d |" % (
         label, d["jobs"], d["images_per_s"] or 0, f(lat["done"]["p50"]), f(lat["done"]["p95"]),
         f(lat["first_preview"]["p95"]), f(lat["queue_wait"]["p95"]),
         "%.2f" % m["images_per_unet_call"] if m.get("images_per_unet_call") else "-",
-        100 * busy, d["errors"]))
+        100 * busy, cpu, d["errors"]))
     serve, load = cmd.split("; ", 1)
     cmds.append("- %s: `%s` then `%s`" % (label, serve, load))
 print()
