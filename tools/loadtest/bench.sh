@@ -17,7 +17,8 @@
 # Environment: BUILD (build dir, default build), MODEL (default models/demo),
 # SIZE (image side, default 128: the demo model's own), STEPS (default 20),
 # JOBS_PER_CLIENT (jobs per client in a run, default 2, at least 8 jobs),
-# THREADS (serve --threads, default all cores), OUT (default a temp dir),
+# THREADS (serve --threads, default all cores), DEVICE (serve --device,
+# default cpu; cuda:0 measures a GPU), OUT (default a temp dir),
 # SCENARIOS (default "clients batching batch": any subset).  Loopback only;
 # every run is bounded (job count + per-job timeout).
 set -euo pipefail
@@ -29,6 +30,7 @@ SIZE=${SIZE:-128}
 STEPS=${STEPS:-20}
 JPC=${JOBS_PER_CLIENT:-2}
 THREADS=${THREADS:-0}
+DEVICE=${DEVICE:-cpu}
 SCENARIOS=${SCENARIOS:-"clients batching batch"}
 OUT=${OUT:-$(mktemp -d /tmp/tessera-bench-XXXXXX)}
 mkdir -p "$OUT"
@@ -46,17 +48,19 @@ stop_server() {
   fi
 }
 trap stop_server EXIT
+trap 'echo "bench.sh: failed at line $LINENO" >&2' ERR
 
 # start_server NAME [serve flags...]: a fresh server on a free port
 start_server() {
   local name=$1; shift
   local log="$OUT/$name.server.log"
-  "$BIN/tessera" serve --model "$MODEL" --listen 127.0.0.1:0 --device cpu --threads "$THREADS" \
+  : >"$log"
+  "$BIN/tessera" serve --model "$MODEL" --listen 127.0.0.1:0 --device "$DEVICE" --threads "$THREADS" \
     --data-dir "$OUT/$name.data" --log-level warn "$@" >"$log" 2>&1 &
   SERVER_PID=$!
   PORT=
   for _ in $(seq 1 600); do
-    PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log" | head -1)
+    PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log" | head -1 || true)
     [ -n "$PORT" ] && break
     kill -0 "$SERVER_PID" 2>/dev/null || { cat "$log" >&2; echo "bench.sh: the server died" >&2; exit 1; }
     sleep 0.1
@@ -89,7 +93,7 @@ run() {
   cpu1=$(cpu_ticks "$SERVER_PID")
   echo "$(( cpu1 - cpu0 )) $(getconf CLK_TCK)" >"$OUT/$name.cpu"
   stop_server
-  local shown="$BIN/tessera serve --model $MODEL --device cpu --threads $THREADS ${serve[*]}; $BIN/tessera-loadtest $* --timeout 1800"
+  local shown="$BIN/tessera serve --model $MODEL --device $DEVICE --threads $THREADS ${serve[*]}; $BIN/tessera-loadtest $* --timeout 1800"
   printf '%s\t%s\t%s\n' "$label" "$OUT/$name.json" "$shown" >>"$ROWS"
 }
 
