@@ -45,7 +45,7 @@ int tsr_cmd_serve(int argc, char **argv)
 {
     tsr_service_config c;
     tsr_service_config_init(&c);
-    const char *listen = NULL, *host = NULL, *level = NULL;
+    const char *listen = NULL, *host = NULL, *level = NULL, *batching = NULL;
     int64_t port = -1, threads = 0, max_batch = c.max_batch, max_queue = c.max_queue;
     int64_t max_wait = 0, drain = c.drain_timeout_s, max_body = c.max_body;
     int64_t tile_size = c.tile_size, preview_every = c.preview_every, tile_threads = c.tile_threads;
@@ -73,6 +73,10 @@ int tsr_cmd_serve(int argc, char **argv)
         {"cors-origin", TSR_ARG_STRING, &c.cors_origin, "ORIGIN",
          "send Access-Control-Allow-Origin: ORIGIN (e.g. * or http://localhost:3000)", 0, 0, 0,
          0},
+        {"batching", TSR_ARG_STRING, &batching, "MODE",
+         "continuous (default: images join and leave between steps) or static (a batch "
+         "admits images only when empty; for comparisons)",
+         0, 0, 0, 0},
         {"max-wait-ms", TSR_ARG_INT, &max_wait, "MS",
          "a new group of images waits up to MS for company (default 0)", 0, 60000, 0, 0},
         {"drain-timeout", TSR_ARG_INT, &drain, "S",
@@ -135,6 +139,15 @@ int tsr_cmd_serve(int argc, char **argv)
             return TSR_EXIT_USAGE;
         }
         c.log_level = l;
+    }
+    if (batching) {
+        if (strcmp(batching, "static") == 0) {
+            c.static_batching = 1;
+        } else if (strcmp(batching, "continuous") != 0) {
+            fprintf(stderr, "tessera serve: --batching must be continuous or static, got '%s'\n",
+                    batching);
+            return TSR_EXIT_USAGE;
+        }
     }
     if (!c.model)
         c.model = tsr_cli_default_model();

@@ -624,6 +624,7 @@ static int start_workers(svc_server *s)
         wc.threads = threads;
         wc.max_batch = s->cfg.max_batch;
         wc.max_wait_ms = s->cfg.max_wait_ms;
+        wc.static_batching = s->cfg.static_batching != 0;
         wc.queue = s->queue;
         wc.mailbox = s->mailbox;
         wc.store = s->store;

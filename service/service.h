@@ -26,6 +26,7 @@ typedef struct tsr_service_config {
     const char *token_file;  /* NULL = no authentication */
     const char *cors_origin; /* NULL = no CORS headers */
     int max_wait_ms;         /* default 0 */
+    int static_batching;     /* 1 = admit images only into an empty batch (--batching static) */
     int drain_timeout_s;     /* default 30 */
     long long max_body;      /* request body limit in bytes (default 32 MiB) */
     int log_level;           /* tsr_log_level (default info) */

@@ -209,11 +209,15 @@ static void admit(svc_worker *w, svc_entry *e)
 }
 
 /* Pull entries while the batch has room.  Blocks only when the batch is
- * empty.  Returns false when the queue is closed and nothing runs. */
+ * empty.  Returns false when the queue is closed and nothing runs.  With
+ * static batching a running batch takes nobody: its images start together
+ * and the batch waits for the slowest before the next group is admitted. */
 static bool fill(svc_worker *w)
 {
     const int max = w->cfg.max_batch < MAX_SLOTS ? w->cfg.max_batch : MAX_SLOTS;
     const bool was_empty = w->n_slots == 0;
+    if (w->cfg.static_batching && !was_empty)
+        return true;
     while (w->n_slots < max && !atomic_load(&w->abort)) {
         bool shape = w->n_slots > 0;
         svc_entry *e = w->cfg.queue->ops->pop(w->cfg.queue, shape, shape ? w->slots[0].width : 0,

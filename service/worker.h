@@ -32,6 +32,7 @@ typedef struct svc_worker_config {
     int threads;         /* CPU threads (0 = all) */
     int max_batch;       /* images per UNet call (rows = 2x with guidance) */
     int max_wait_ms;     /* wait this long to fill a new group */
+    bool static_batching; /* admit only into an empty batch (the load tests' baseline) */
     svc_queue *queue;
     svc_mailbox *mailbox;
     svc_store *store;
