@@ -15,8 +15,8 @@ int tsr_image_decode(const void *data, size_t len, int channels, int max_side, u
 {
     *pixels = NULL;
     *width = *height = 0;
-    if (channels != 1 && channels != 3)
-        return tsr_errorf(TSR_ERR_INVALID, "image decode: channels must be 1 or 3, not %d",
+    if (channels != 1 && channels != 3 && channels != 4)
+        return tsr_errorf(TSR_ERR_INVALID, "image decode: channels must be 1, 3 or 4, not %d",
                           channels);
     if (max_side <= 0 || max_side > TSR_MAX_SIZE)
         max_side = TSR_MAX_SIZE;

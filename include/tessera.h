@@ -351,7 +351,8 @@ int tsr_engine_memory_estimate(tsr_engine *e, const tsr_batch_options *o, int im
  * ------------------------------------------------------------------------ */
 
 /* Images in memory: a PNG or JPEG (init images and masks as a client sends
- * them) decoded to 8-bit pixels, channels 3 (RGB) or 1 (gray), sides up to
+ * them) decoded to 8-bit pixels, channels 3 (RGB), 1 (gray) or 4 (RGBA: an
+ * image without alpha gets 255; the OpenAI edits route reads masks so), sides up to
  * max_side (0 = TSR_MAX_SIZE); sizes are checked before anything is
  * allocated.  *pixels owned: free().  The message (tsr_last_error) says
  * what is wrong ("not a PNG or JPEG image", "PNG: ...", "... 5000x10:

@@ -247,6 +247,10 @@ static void on_request(struct evhttp_request *req, void *arg)
     const char *authz = svc_req_header(r, "Authorization");
     if ((v1 || sdapi) && s->token && !svc_auth_check(s->token, s->token_len, authz) &&
         !(sdapi && svc_auth_check_basic(s->token, s->token_len, authz))) {
+        if (svc_openai_path(r->path)) {
+            svc_openai_unauthorized(r); /* OpenAI's error shape */
+            return;
+        }
         svc_req_add_header(r, "WWW-Authenticate", "Bearer");
         if (sdapi)
             svc_req_add_header(r, "WWW-Authenticate", "Basic realm=\"tessera\"");
@@ -265,6 +269,8 @@ static void on_request(struct evhttp_request *req, void *arg)
     } else if (strncmp(r->path, "/v1/images", 10) == 0 &&
                (r->path[10] == '\0' || r->path[10] == '/')) {
         svc_route_openai_images(r, r->path + 10);
+    } else if (strncmp(r->path, "/v1/models/", 11) == 0) {
+        svc_route_openai_model(r, r->path + 11);
     } else if (strncmp(r->path, "/sdapi/v1", 9) == 0 &&
                (r->path[9] == '\0' || r->path[9] == '/')) {
         svc_route_a1111(r, r->path + 9);

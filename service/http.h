@@ -67,6 +67,15 @@ bool svc_route_is_ops(const char *path);
  * compat_openai.c; rest = the path after "/v1/images"). */
 void svc_route_a1111(svc_req *r, const char *rest);
 void svc_route_openai_images(svc_req *r, const char *rest);
+/* GET /v1/models/{id} (OpenAI's model object; id = the rest of the path). */
+void svc_route_openai_model(svc_req *r, const char *id);
+/* Paths answered in OpenAI's error shape (/v1/images..., /v1/models/...),
+ * and their 401. */
+bool svc_openai_path(const char *path);
+void svc_openai_unauthorized(svc_req *r);
+/* Answer every OpenAI call still waiting (shutdown). */
+struct svc_server;
+void svc_openai_close_all(struct svc_server *s);
 
 /* The head guard (http_guard.c): a bufferevent that checks request heads. */
 #define SVC_METHOD_HEADER "X-Tessera-Guard-Method"

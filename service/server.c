@@ -425,6 +425,7 @@ static void stop_loop(svc_server *s)
 {
     s->phase = SVC_PHASE_STOPPING;
     svc_sse_close_all(s);
+    svc_openai_close_all(s);
     event_base_loopexit(s->base, NULL);
 }
 

@@ -16,7 +16,7 @@
 
 #define SVC_IMAGE_MAX_SIDE 4096
 
-/* channels 3 (RGB) or 1 (gray).  *pixels malloc'd (free()).  Returns 0, or
+/* channels 3 (RGB), 1 (gray) or 4 (RGBA).  *pixels malloc'd (free()).  Returns 0, or
  * -1 with a message in err ("not a PNG or JPEG image", "PNG: ...", ...). */
 int svc_image_decode(const uint8_t *data, size_t len, int channels, uint8_t **pixels, int *width,
                      int *height, char *err, size_t err_size);
