@@ -152,6 +152,8 @@ static void call_fail(oai_call *c, int status, const char *code, const char *msg
         c->r = NULL;
         if (status == 503)
             svc_req_add_header(r, "Retry-After", "30");
+        if (c->job && c->accepted)
+            svc_req_add_header(r, "X-Tessera-Job", c->job->ids);
         oai_reply_error(r, status, NULL, code, "%s", msg);
     }
     oai_call_finish(c);
