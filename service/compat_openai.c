@@ -251,7 +251,7 @@ void svc_openai_close_all(svc_server *s)
     while (live_calls) {
         oai_call *c = live_calls;
         if (c->stream && c->started)
-            oai_stream_abort(c);
+            oai_stream_shutdown(c);
         else
             call_fail(c, 503, "unavailable", "the server is shutting down");
     }

@@ -102,6 +102,8 @@ void oai_stream_start(oai_call *c);
 void oai_stream_event(oai_call *c, const svc_event *ev);
 /* The client went away or the server stops: end the stream now. */
 void oai_stream_abort(oai_call *c);
+/* The server stops: an error event, then the end. */
+void oai_stream_shutdown(oai_call *c);
 /* The usage object of the completed events and responses. */
 cJSON *oai_usage_json(const oai_call *c);
 /* The PNG (base64) of a finished image of c's job, NULL on failure (logged). */

@@ -124,6 +124,25 @@ void oai_stream_abort(oai_call *c)
     end_now(c);
 }
 
+static void error_event(oai_call *c, const char *code, const char *msg);
+
+void oai_stream_shutdown(oai_call *c)
+{
+    if (c->done)
+        return;
+    if (c->started && !c->evcon_dead && c->r && c->r->req && !c->req_detached) {
+        error_event(c, "unavailable", "the server is shutting down: the job reruns at the next "
+                    "start (see X-Tessera-Job)");
+        /* past the flow control: the last bytes go out with the end */
+        size_t n = evbuffer_get_length(c->pending);
+        if (n) {
+            c->r->bytes_out += n;
+            evhttp_send_reply_chunk(c->r->req, c->pending);
+        }
+    }
+    oai_stream_abort(c);
+}
+
 /* ------------------------------------------------------------ the events */
 
 static void add_event(oai_call *c, const char *name, cJSON *data)

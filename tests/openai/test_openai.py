@@ -81,6 +81,13 @@ def setup():
     return {"s": s, "files": test_images()}
 
 
+def teardown(ctx):
+    """A clean exit after all that (under ASan: no leaks, no errors)."""
+    s = ctx["s"]
+    rc = s.stop()
+    assert rc == 0, "%s exited %s:\n%s" % (s.name, rc, s.output()[-4000:])
+
+
 # ---------------------------------------------------------------- generations
 def test_generate_b64(ctx):
     s = ctx["s"]
@@ -363,11 +370,53 @@ def test_queue_full():
     except openai.RateLimitError as e:
         assert e.status_code == 429 and e.body["code"] == "rate_limit_exceeded", e.body
     finally:
-        s.stop()
+        rc = s.stop()
+    assert rc == 0, "%s exited %s:\n%s" % (s.name, rc, s.output()[-4000:])
+
+
+def test_drain_answers():
+    """SIGTERM while calls wait: the running job's call and the queued one's
+    get 503 (openai.InternalServerError) or a stream error; a clean exit."""
+    import threading
+    s = svc.Server(["--drain-timeout", "1", "--max-batch", "1"], token=TOKEN,
+                   name="drain").start()
+    results = {}
+
+    def wait_call(name, **kw):
+        try:
+            if kw.get("stream"):
+                results[name] = [e.type for e in client(s).images.generate(**kw)]
+            else:
+                client(s).images.generate(**kw)
+                results[name] = "answered"
+        except openai.APIError as e:
+            results[name] = e
+
+    threads = [threading.Thread(target=wait_call, args=("running",),
+                                kwargs=dict(prompt="run", size="64x64",
+                                            extra_body={"steps": svc.LONG})),
+               threading.Thread(target=wait_call, args=("queued",),
+                                kwargs=dict(prompt="queue", size="64x64", stream=True,
+                                            extra_body={"steps": svc.LONG}))]
+    for t in threads:
+        t.start()
+        time.sleep(0.5)
+    rc = s.stop()
+    for t in threads:
+        t.join(60)
+    assert rc == 0, "%s exited %s:\n%s" % (s.name, rc, s.output()[-4000:])
+    assert isinstance(results.get("running"), openai.InternalServerError), results
+    assert results["running"].status_code == 503, results
+    q = results.get("queued")
+    print("  drain: running -> %r, queued stream -> %r" % (results["running"], q))
+    # the stream was started: the shutdown ends it with an error event
+    assert isinstance(q, openai.APIError) and "shutting down" in str(q), results
 
 
 if __name__ == "__main__":
     sys.exit(svc.run_tests([test_generate_b64, test_generate_url_n2, test_generate_auto_size,
                             test_stream, test_stream_raw_shape, test_edit, test_edit_stream,
                             test_models, test_auth, test_bad_requests_client, test_hostile_raw,
-                            test_disconnect_cancels, test_queue_full], setup=setup))
+                            test_disconnect_cancels, test_queue_full, test_drain_answers],
+                           setup=setup,
+                           teardown=teardown))
