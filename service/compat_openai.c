@@ -363,6 +363,8 @@ static void on_job_event(svc_server *s, svc_job *j, const svc_event *ev, void *a
         if (c->r && c->r->req)
             reply_done(c);
         oai_call_finish(c);
+    } else if (ev->kind == SVC_EV_CANCELLED && c->gone) {
+        call_fail(c, 499, "client_closed", "the client closed the connection");
     } else if (ev->kind == SVC_EV_CANCELLED) {
         char msg[160];
         snprintf(msg, sizeof msg, "job %s was cancelled (DELETE /v1/jobs/{id}, or the server is "

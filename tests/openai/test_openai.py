@@ -360,6 +360,25 @@ def test_disconnect_cancels(ctx):
     assert j["state"] == "cancelled", j["state"]
 
 
+def test_disconnect_cancels_waiting(ctx):
+    """A non-streaming client that goes away cancels its job too."""
+    s = ctx["s"]
+
+    def cancelled():
+        return s.metrics().value("tessera_jobs_total", state="cancelled") or 0
+
+    before = cancelled()
+    body = json.dumps({"prompt": "long", "size": "64x64", "steps": svc.LONG}).encode()
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+    sock.sendall(b"POST /v1/images/generations HTTP/1.1\r\nHost: x\r\n"
+                 b"Authorization: Bearer " + TOKEN.encode() + b"\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: " +
+                 str(len(body)).encode() + b"\r\n\r\n" + body)
+    time.sleep(0.5)
+    sock.close()
+    svc.wait_until(lambda: cancelled() == before + 1, 30, "the job's cancel")
+
+
 def test_queue_full():
     """More images than --max-queue allows: 429, openai.RateLimitError."""
     s = svc.Server(["--max-queue", "2"], token=TOKEN, name="small-queue").start()
@@ -417,6 +436,7 @@ if __name__ == "__main__":
     sys.exit(svc.run_tests([test_generate_b64, test_generate_url_n2, test_generate_auto_size,
                             test_stream, test_stream_raw_shape, test_edit, test_edit_stream,
                             test_models, test_auth, test_bad_requests_client, test_hostile_raw,
-                            test_disconnect_cancels, test_queue_full, test_drain_answers],
+                            test_disconnect_cancels, test_disconnect_cancels_waiting, test_queue_full,
+                            test_drain_answers],
                            setup=setup,
                            teardown=teardown))
