@@ -143,8 +143,11 @@ def test_stream(ctx):
     partials = [e for e in events if e.type == "image_generation.partial_image"]
     assert kinds == ["image_generation.partial_image"] * len(partials) + \
         ["image_generation.completed"], kinds
-    # previews of a 12-step 64x64 image come every step; both partials arrive
-    assert [p.partial_image_index for p in partials] == [0, 1], kinds
+    # previews of a 12-step 64x64 image come every step, so both partials
+    # normally arrive; the tile encoder may drop stale previews under load
+    # (OpenAI's "up to"), so at least one, indexes in order
+    assert 1 <= len(partials) <= 2, kinds
+    assert [p.partial_image_index for p in partials] == list(range(len(partials))), kinds
     for p in partials:
         png = svc.png_decode(base64.b64decode(p.b64_json))
         assert (png.width, png.height) == (SIZE, SIZE)
