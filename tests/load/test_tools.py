@@ -5,8 +5,9 @@ run with .venv-test/bin/python (scripts/setup-test-venv.sh):
   test_chart    tessera-loadtest --csv, then tools/loadtest/plot.py draws the
                 PNG chart (matplotlib); a CSV that is not one exits 1
   test_locust   a few seconds of headless locust (tools/loadtest/locustfile.py,
-                --tags native) against `tessera serve`: exit 0, the HTML
-                report written, native jobs done with no failure
+                all three tasks: native, a1111, openai) against `tessera
+                serve`: exit 0, the HTML report written, every kind of
+                request done at least once with no failure
 
 locust runs as its own process (.venv-test/bin/locust, next to this
 interpreter): importing it where ssl was imported first breaks gevent's
@@ -64,11 +65,15 @@ def test_locust(s):
         raise AssertionError("no %s: run scripts/setup-test-venv.sh" % LOCUST)
     d = svc.tmpdir()
     html, prefix = os.path.join(d, "report.html"), os.path.join(d, "stats")
+    # equal weights and 6 users of a few tasks each: the chance that one kind
+    # of task is never picked is about (2/3)^18 per kind
+    env = dict(os.environ, TESSERA_LOCUST_WEIGHTS="native=1,a1111=1,openai=1")
     p = subprocess.run([LOCUST, "-f", os.path.join(TOOLS, "locustfile.py"), "--headless",
-                        "--host", "http://127.0.0.1:%d" % s.port, "-u", "2", "-r", "2",
-                        "--run-time", "4s", "--tags", "native", "--steps", "1",
+                        "--host", "http://127.0.0.1:%d" % s.port, "-u", "6", "-r", "6",
+                        "--run-time", "8s", "--steps", "1",
                         "--html", html, "--csv", prefix, "--only-summary"],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120, cwd=d)
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120, cwd=d,
+                       env=env)
     out = p.stdout.decode("utf-8", "replace")
     assert p.returncode == 0, (p.returncode, out[-3000:])
     with open(html, encoding="utf-8") as f:
@@ -83,11 +88,15 @@ def test_locust(s):
     assert done and int(done["Request Count"]) >= 1, (rows.keys(), out[-2000:])
     assert int(done["Failure Count"]) == 0, done
     assert int(rows["Aggregated"]["Failure Count"]) == 0, rows["Aggregated"]
-    assert "POST /v1/jobs" in rows and "GET /v1/jobs/{id}/events" in rows, rows.keys()
-    # --tags native: no other task ran
-    assert not any("sdapi" in k or "images/generations" in k for k in rows), rows.keys()
-    svc.figure("locust, 2 users, 4 s: %s native jobs, median %s ms to done"
-               % (done["Request Count"], done["Median Response Time"]))
+    for name in ("POST /v1/jobs", "GET /v1/jobs/{id}/events", "POST /sdapi/v1/txt2img",
+                 "POST /v1/images/generations"):
+        assert name in rows and int(rows[name]["Request Count"]) >= 1, (name, rows.keys())
+        assert int(rows[name]["Failure Count"]) == 0, rows[name]
+    svc.figure("locust, 6 users, 8 s: %s native jobs (median %s ms to done), %s A1111 "
+               "txt2img, %s OpenAI generations"
+               % (done["Request Count"], done["Median Response Time"],
+                  rows["POST /sdapi/v1/txt2img"]["Request Count"],
+                  rows["POST /v1/images/generations"]["Request Count"]))
 
 
 TESTS = [test_chart, test_locust]
