@@ -156,7 +156,7 @@ TSR_HD float tsr_cu_act(int kind, float x)
  * stride 0.  tsr_cu_bcast_strides fills bs[4] for a's 4 (padded) dims;
  * tsr_cu_bcast_index maps a's linear index to b's. */
 
-TSR_HD void tsr_cu_bcast_strides(const int64_t a_ne[4], int a_ndim, const int64_t b_ne[4],
+TSR_HD void tsr_cu_bcast_strides(const int64_t *a_ne, int a_ndim, const int64_t *b_ne,
                                  int b_ndim, int64_t bs[4])
 {
     /* a's dims right-aligned into 4 slots: slot 4 - a_ndim + k holds a_ne[k] */
@@ -172,7 +172,7 @@ TSR_HD void tsr_cu_bcast_strides(const int64_t a_ne[4], int a_ndim, const int64_
 }
 
 /* a's shape right-aligned into 4 slots (leading 1s). */
-TSR_HD void tsr_cu_shape4(const int64_t ne[4], int ndim, int64_t out[4])
+TSR_HD void tsr_cu_shape4(const int64_t *ne, int ndim, int64_t out[4])
 {
     for (int s = 0; s < 4; s++) {
         int k = ndim - (4 - s);
