@@ -10,8 +10,10 @@
  * head dim against the pre-scaled query in shared memory), the warp reduces
  * the tile's max and sum, and the running max, sum and output are updated
  * with the online-softmax rescale of cuda_math.h (tested on the host).
- * Lane l accumulates output dims l, l+32, ..., so any head size up to 160
- * works: 40, 80, 160 (SD1.x/2.x UNet), 64 (SDXL, the text encoders).
+ * Lane l accumulates output dims l, l+32, ..., so any head size up to 512
+ * works: 40, 80, 160 (SD1.x/2.x UNet), 64 (SDXL, the text encoders) on the
+ * 32-key variant, 512 (the VAE's mid-block attention, one head) on the
+ * 16-key one.
  * Masked keys (causal, or past the end of a tile) weigh exactly 0.
  *
  * This is the correctness kernel, not the fast one: it uses CUDA cores, not
@@ -21,22 +23,26 @@
  */
 #include "ops_attention.cuh"
 
-#define ATT_KT 32                       /* keys per tile (one per lane) */
-#define ATT_WARPS 4                     /* warps per block */
-#define ATT_RPW 4                       /* query rows per warp */
-#define ATT_QROWS (ATT_WARPS * ATT_RPW) /* query rows per block */
-#define ATT_DPL ((TSR_CU_ATTN_MAX_D + 31) / 32) /* output dims per lane */
+#define ATT_WARPS 4 /* warps per block */
 
-static size_t att_smem(int64_t d)
+/* Two shapes of the kernel:
+ *   head dims <= 160 (every UNet and text-encoder head): tiles of 32 keys,
+ *     4 query rows per warp, 5 output dims per lane;
+ *   head dims <= 512 (the VAE's single 512-wide head): tiles of 16 keys
+ *     (lanes 16..31 score nothing), 1 row per warp, 16 dims per lane, so the
+ *     f32 tiles fit the 99 KiB of shared memory sm_86/sm_89 allow. */
+template <int KT, int RPW> static size_t att_smem(int64_t d)
 {
-    return (size_t)(ATT_KT * (d + 1) + ATT_KT * d + ATT_QROWS * d) * sizeof(float);
+    return (size_t)(KT * (d + 1) + KT * d + ATT_WARPS * RPW * d) * sizeof(float);
 }
 
 /* grid (query tiles, batch * heads); y[b, i, h*D + d] */
+template <int KT, int RPW, int DPL>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attention(const void *q, const void *k, const void *v, void *y, int dt, int64_t lq,
                 int64_t lk, int heads, int64_t d, float scale, int causal)
 {
+    const int ATT_KT = KT, ATT_RPW = RPW, ATT_DPL = DPL, ATT_QROWS = ATT_WARPS * RPW;
     extern __shared__ float smem[];
     float *ks = smem;                    /* [KT][d + 1] (padded: no bank conflicts) */
     float *vs = ks + ATT_KT * (d + 1);   /* [KT][d] */
@@ -88,7 +94,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
                 break; /* warp-uniform */
             const int64_t kj = k0 + lane;
             float s = -INFINITY;
-            if (kj < lk && (!causal || tsr_cu_causal_visible(qi, kj, lq, lk))) {
+            if (lane < ATT_KT && kj < lk && (!causal || tsr_cu_causal_visible(qi, kj, lq, lk))) {
                 const float *qr = qs + row * d, *kr = ks + lane * (d + 1);
                 float acc = 0.0f;
                 for (int64_t c = 0; c < d; c++)
@@ -145,14 +151,25 @@ int tsr_cu_attention(tsr_backend *b, const tsr_tensor *q, const tsr_tensor *k, c
         return tsr_errorf(TSR_ERR_UNSUPPORTED, "attention: head size %lld x %lld heads",
                           (long long)d, (long long)bsz * p->heads);
     const float scale = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)d);
-    const size_t smem = att_smem(d);
-    if (smem > 48 * 1024)
-        TSR_CUDA_CHECK(cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)smem));
-    dim3 grid((unsigned)((lq + ATT_QROWS - 1) / ATT_QROWS), (unsigned)(bsz * p->heads));
-    k_attention<<<grid, ATT_WARPS * 32, smem, tsr_cu_ctx(b)->stream>>>(
-        q->data, k->data, v->data, y->data, (int)q->dtype, lq, lk, p->heads, d, scale,
-        p->causal ? 1 : 0);
+    const int causal = p->causal ? 1 : 0;
+    cudaStream_t st = tsr_cu_ctx(b)->stream;
+    if (d <= 160) {
+        const size_t smem = att_smem<32, 4>(d);
+        if (smem > 48 * 1024)
+            TSR_CUDA_CHECK(cudaFuncSetAttribute(k_attention<32, 4, 5>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                (int)smem));
+        dim3 grid((unsigned)((lq + ATT_WARPS * 4 - 1) / (ATT_WARPS * 4)), (unsigned)(bsz * p->heads));
+        k_attention<32, 4, 5><<<grid, ATT_WARPS * 32, smem, st>>>(
+            q->data, k->data, v->data, y->data, (int)q->dtype, lq, lk, p->heads, d, scale, causal);
+    } else {
+        const size_t smem = att_smem<16, 1>(d);
+        TSR_CUDA_CHECK(cudaFuncSetAttribute(k_attention<16, 1, 16>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        dim3 grid((unsigned)((lq + ATT_WARPS - 1) / ATT_WARPS), (unsigned)(bsz * p->heads));
+        k_attention<16, 1, 16><<<grid, ATT_WARPS * 32, smem, st>>>(
+            q->data, k->data, v->data, y->data, (int)q->dtype, lq, lk, p->heads, d, scale, causal);
+    }
     TSR_CUDA_LAUNCHED("attention");
     return TSR_OK;
 }

@@ -7,8 +7,9 @@
 
 #include "cuda_internal.cuh"
 
-/* Largest head size the kernel takes (SD's are 40, 64, 80 and 160). */
-#define TSR_CU_ATTN_MAX_D 160
+/* Largest head size the kernel takes (SD's UNets: 40, 64, 80, 160; the
+ * VAE's mid block: 512). */
+#define TSR_CU_ATTN_MAX_D 512
 
 int tsr_cu_attention(tsr_backend *b, const tsr_tensor *q, const tsr_tensor *k, const tsr_tensor *v,
                      const tsr_attention_params *p, tsr_tensor *y);
