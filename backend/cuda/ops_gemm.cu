@@ -31,6 +31,16 @@ cudaDataType_t tsr_cu_data_type(tsr_dtype dt)
     }
 }
 
+/* The largest power of two (at most 256) dividing the address. */
+static uint32_t ptr_align(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    uint32_t al = 256;
+    while (al > 1 && (a % al) != 0)
+        al >>= 1;
+    return al;
+}
+
 typedef struct lt_call {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c;
@@ -80,6 +90,17 @@ static int lt_linear(tsr_backend *bk, const tsr_tensor *x, const tsr_tensor *w,
     const size_t ws = TSR_CU_LT_WORKSPACE;
     TSR_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(
         l->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    /* the heuristic assumes 256-byte aligned operands unless told: views
+     * (rows of a batch, one half of a GEGLU input) may be less aligned */
+    const uint32_t al_a = ptr_align(w->data), al_b = ptr_align(x->data), al_c = ptr_align(y->data);
+    TSR_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        l->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+    TSR_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        l->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+    TSR_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        l->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
+    TSR_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        l->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     TSR_CUDA_CHECK(cublasLtMatmulAlgoGetHeuristic(c->lt, l->desc, l->a, l->b, l->c, l->c, l->pref,
