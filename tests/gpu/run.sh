@@ -160,7 +160,9 @@ elif ! nvidia-smi -L >"$LOGS/gpu.log" 2>&1; then
 elif ! grep -q '^GPU ' "$LOGS/gpu.log"; then
     GPU_WHY="nvidia-smi lists no GPU"
 fi
-if [ -n "$GPU_WHY" ]; then
+if [ "$DEV" != cuda ] && [ "${DEV#cuda:}" = "$DEV" ]; then
+    : # no GPU asked for
+elif [ -n "$GPU_WHY" ]; then
     result gpu none "$GPU_WHY"
     if [ "${TSR_GPU_BUILD_ONLY:-0}" != 1 ]; then
         say "no GPU on this machine ($GPU_WHY): nothing to check here; the build and every GPU stage need one"
