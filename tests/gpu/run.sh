@@ -351,7 +351,7 @@ try:
     d = json.loads(sys.stdin.read())
     print(("%.3f s" % d["median_s"]) if "median_s" in d else ("%.1f ms" % d["decode_ms"]))
 except Exception:
-    print("FAILED")')
+    print("FAILED (error or timeout: timing.log)")')
     printf '%-28s %-12s peak GPU %s MiB\n' "$label" "$v" "${peak:-?}" >>"$LOGS/timing.table"
 }
 if ! skipped timing 60; then
