@@ -201,16 +201,18 @@ static int test_broadcast(void)
 
 /* ---- attention: the kernel's algorithm, replayed on the host ---- */
 
-#define KT 32
+#define KT_MAX 32
 
 /* ops_attention.cu's k_attention for one (batch, head, query row): key
- * tiles of 32, the pre-scaled query, lane-wise scores, the tile max and sum,
- * the online rescale, then o / l. */
+ * tiles of KT (32 for head sizes up to 160, 16 above), the pre-scaled
+ * query, lane-wise scores, the tile max and sum, the online rescale, then
+ * o / l. */
 static void attn_row(const float *q, const float *k, const float *v, float *y, int64_t lq,
                      int64_t lk, int64_t hd, int64_t d, int64_t bi, int64_t h, int64_t qi,
                      float scale, int causal)
 {
-    float qs[160], o[160], s[KT], p[KT];
+    const int KT = d <= 160 ? 32 : 16;
+    float qs[512], o[512], s[KT_MAX], p[KT_MAX];
     for (int64_t c = 0; c < d; c++) {
         qs[c] = q[(bi * lq + qi) * hd + h * d + c] * scale;
         o[c] = 0.0f;
@@ -257,6 +259,7 @@ static int test_online_softmax(void)
     } cases[] = {
         {2, 70, 77, 8, 40, 0}, {1, 64, 64, 2, 80, 0},  {1, 33, 100, 1, 160, 0},
         {2, 77, 77, 4, 64, 1}, {1, 20, 45, 2, 64, 1},  {1, 96, 96, 10, 64, 0},
+        {1, 64, 100, 1, 512, 0}, /* the VAE's single head: 16-key tiles */
     };
     ASSERT_TRUE(cpu());
     for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
