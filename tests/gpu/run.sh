@@ -42,6 +42,7 @@ PREP=tests/gpu/prepared
 PREFIX=$ROOT/$BUILD/prefix
 MODELS=$ROOT/$BUILD/models
 JOBS=$(nproc)
+PY=$(command -v python3 || command -v python || echo python3)
 mkdir -p "$LOGS" "$BUILD"
 SUMMARY=$LOGS/summary.txt
 : >"$SUMMARY"
@@ -120,7 +121,7 @@ if [ -z "$CUDNN_ROOT" ]; then
     if [ -f "$CUDA_HOME/include/cudnn.h" ]; then
         CUDNN_ROOT=$CUDA_HOME
     else
-        CUDNN_ROOT=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+        CUDNN_ROOT=$("$PY" -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null || true)
     fi
 fi
 if [ -n "$CUDNN_ROOT" ]; then
@@ -129,7 +130,7 @@ if [ -n "$CUDNN_ROOT" ]; then
 fi
 # cuBLAS from a wheel too, where the toolkit has none
 if ! ls "$CUDA_HOME"/lib64/libcublasLt.so* >/dev/null 2>&1; then
-    CUBLAS_WHEEL=$(python3 -c 'import nvidia.cublas as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+    CUBLAS_WHEEL=$("$PY" -c 'import nvidia.cublas as m; print(list(m.__path__)[0])' 2>/dev/null || true)
     [ -n "$CUBLAS_WHEEL" ] && export LD_LIBRARY_PATH=$CUBLAS_WHEEL/lib:$LD_LIBRARY_PATH
 fi
 {
@@ -137,7 +138,7 @@ fi
     echo "nvcc: $(command -v nvcc || echo none) $(nvcc --version 2>/dev/null | tail -1)"
     echo "cmake: $(cmake --version 2>/dev/null | head -1)  ninja: $(ninja --version 2>/dev/null)"
     echo "cudnn: ${CUDNN_ROOT:-none}  $(grep -h -E '#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) ' "$CUDNN_ROOT"/include/cudnn_version.h 2>/dev/null | awk '{printf "%s ", $3}')"
-    echo "torch: $(python3 -c 'import torch; print(torch.__version__, torch.version.cuda)' 2>/dev/null || echo none)"
+    echo "torch: $("$PY" -c 'import torch; print(torch.__version__, torch.version.cuda)' 2>/dev/null || echo none)"
     for p in $PKGS; do echo "pkg-config $p: $(pkg-config --modversion $p 2>/dev/null || echo missing) $(pkg-config --variable=libdir $p 2>/dev/null)"; done
 } >"$LOGS/deps.log" 2>&1
 cat "$LOGS/deps.log"
@@ -179,7 +180,7 @@ if [ -z "$GPU_WHY" ] && ! skipped timing; then
     mkdir -p "$MODELS"
     (for a in sd15 sdxl; do
         [ -f "$MODELS/$a/unet/diffusion_pytorch_model.safetensors" ] ||
-            python3 tests/gpu/make_random_model.py --arch $a --out "$MODELS/$a" || exit 1
+            "$PY" tests/gpu/make_random_model.py --arch $a --out "$MODELS/$a" || exit 1
     done) >"$LOGS/models.log" 2>&1 &
     MODELS_PID=$!
 fi
@@ -252,7 +253,7 @@ if ! skipped golden 60; then
     rows=""
     nfail=0
     for c in $CASES; do
-        args=$(python3 - "$c" <<'PY'
+        args=$("$PY" - "$c" <<'PY'
 import json, sys, shlex
 m = json.load(open("tests/data/pipeline/manifest.json"))
 for k in m["cases"]:
@@ -284,7 +285,7 @@ fi
 if ! skipped demo 90; then
     : >"$LOGS/demo.log"
     mkdir -p "$BUILD/demo"
-    P=$(python3 -c 'import json; h=json.load(open("tools/demo-model/heldout.json")); print("\n".join(p if isinstance(p, str) else p.get("prompt", "") for p in h["prompts"][:3]))')
+    P=$("$PY" -c 'import json; h=json.load(open("tools/demo-model/heldout.json")); print("\n".join(p if isinstance(p, str) else p.get("prompt", "") for p in h["prompts"][:3]))')
     i=0
     rows=""
     nfail=0
@@ -308,7 +309,7 @@ fi
 # ---- rng: --rng cuda against PyTorch ----
 if skipped rng 30; then
     :
-elif ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+elif ! "$PY" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
     result rng skip "no PyTorch with CUDA here"
 else
     mkdir -p "$BUILD/rng"
@@ -317,11 +318,11 @@ else
         for n in 16384 65536; do "$GC" rng $s $n 0 "$BUILD/rng/${s}_${n}_0.f32"; done
     done
     # a tensor past any uncapped grid: which cap matches (reported, not failed)
-    python3 -c 'import torch; print(torch.cuda.get_device_properties(0).multi_processor_count)' >"$BUILD/rng/sms" 2>/dev/null
+    "$PY" -c 'import torch; print(torch.cuda.get_device_properties(0).multi_processor_count)' >"$BUILD/rng/sms" 2>/dev/null
     SMS=$(cat "$BUILD/rng/sms")
     for k in 4 8; do "$GC" rng 7 4194304 $((SMS * k)) "$BUILD/rng/7_4194304_$((SMS * k)).f32"; done
     "$GC" rng 7 4194304 0 "$BUILD/rng/7_4194304_0.f32"
-    if timeout 60 python3 tests/gpu/torch_bench.py rng "$BUILD/rng" >"$LOGS/rng.log" 2>&1; then st=ok; else st=FAIL; fi
+    if timeout 60 "$PY" tests/gpu/torch_bench.py rng "$BUILD/rng" >"$LOGS/rng.log" 2>&1; then st=ok; else st=FAIL; fi
     result rng "$st" "$(grep -c '"ok": true' "$LOGS/rng.log") of $(grep -c '"check": "rng"' "$LOGS/rng.log") match torch (large-tensor grid caps in the log)"
 fi
 
@@ -346,7 +347,7 @@ bench() { # label timeout tessera-args...
     peak=$(sort -n "$LOGS/mem.$label" 2>/dev/null | tail -1)
     echo "$label $js" >>"$LOGS/timing.log"
     local v
-    v=$(echo "$js" | python3 -c 'import json,sys
+    v=$(echo "$js" | "$PY" -c 'import json,sys
 try:
     d = json.loads(sys.stdin.read())
     print(("%.3f s" % d["median_s"]) if "median_s" in d else ("%.1f ms" % d["decode_ms"]))
@@ -366,10 +367,10 @@ if ! skipped timing 60; then
         bench "sdxl unet 1024 b16 cfg" 120 unet --model "$MODELS/sdxl" --size 1024 --batch 32 --iters 1
         bench "sdxl vae decode 1024" 60 vae --model "$MODELS/sdxl" --size 1024 --iters 1
         timeout 60 "$BIN" --log-level warn bench ops --device $DEV >"$LOGS/bench_ops.log" 2>&1
-        if python3 -c 'import torch' 2>/dev/null && [ $(($(elapsed) + 90)) -le "$BUDGET" ]; then
-            timeout 60 python3 tests/gpu/torch_bench.py sdpa >"$LOGS/torch.log" 2>&1
-            timeout 90 python3 tests/gpu/torch_bench.py unet "$MODELS/sd15" 512 2 >>"$LOGS/torch.log" 2>&1
-            timeout 90 python3 tests/gpu/torch_bench.py unet "$MODELS/sdxl" 1024 2 >>"$LOGS/torch.log" 2>&1
+        if "$PY" -c 'import torch' 2>/dev/null && [ $(($(elapsed) + 90)) -le "$BUDGET" ]; then
+            timeout 60 "$PY" tests/gpu/torch_bench.py sdpa >"$LOGS/torch.log" 2>&1
+            timeout 90 "$PY" tests/gpu/torch_bench.py unet "$MODELS/sd15" 512 2 >>"$LOGS/torch.log" 2>&1
+            timeout 90 "$PY" tests/gpu/torch_bench.py unet "$MODELS/sdxl" 1024 2 >>"$LOGS/torch.log" 2>&1
         fi
         result timing "$(grep -q FAILED "$LOGS/timing.table" && echo FAIL || echo ok)" "table below; ops in bench_ops.log; PyTorch in torch.log"
     else
