@@ -232,10 +232,19 @@ static int clip_forward(tsr_clip *c, tsr_arena *ws, const int32_t *ids, int B, i
                         break;
                 }
             }
-            if (be->host_visible)
+            if (be->host_visible) {
                 TSR_TRY(copy_row(be, &h, b, pos_eos, &pool_t));
-            else
-                return tsr_errorf(TSR_ERR_UNSUPPORTED, "pooled output on a device backend");
+            } else {
+                /* device memory: a device-side copy of the row (tsr_convert
+                 * between equal dtypes) */
+                const size_t es = tsr_dtype_size(h.dtype);
+                const int64_t ne1[1] = {D};
+                tsr_tensor src_row = tsr_tensor_like(
+                    &h, 1, ne1, (char *)h.data + (size_t)(((int64_t)b * L + pos_eos) * D) * es);
+                tsr_tensor dst_row =
+                    tsr_tensor_like(&pool_t, 1, ne1, (char *)pool_t.data + (size_t)(b * D) * es);
+                TSR_TRY(tsr_convert(be, &src_row, &dst_row));
+            }
         }
         if (pooled || ws->measuring)
             TSR_TRY(tsr_arena_download_f32(ws, &pool_t, 0, pooled));
