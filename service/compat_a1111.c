@@ -126,14 +126,7 @@ void svc_a1111_reply_error(svc_req *r, int status, const char *code, const char 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    cJSON *o = cJSON_CreateObject();
-    cJSON *e = cJSON_AddObjectToObject(o, "error");
-    cJSON_AddStringToObject(e, "code", code);
-    cJSON_AddStringToObject(e, "message", msg);
-    if (field && field[0])
-        cJSON_AddStringToObject(e, "field", field);
-    else
-        cJSON_AddNullToObject(e, "field");
+    cJSON *o = svc_error_body(code, field, msg);
     /* FastAPI's key, which A1111 clients print */
     cJSON_AddStringToObject(o, "detail", msg);
     svc_reply_json(r, status, o);

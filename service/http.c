@@ -152,14 +152,8 @@ void svc_reply_json(svc_req *r, int status, cJSON *body)
     evbuffer_free(buf);
 }
 
-void svc_reply_error(svc_req *r, int status, const char *code, const char *field,
-                     const char *fmt, ...)
+cJSON *svc_error_body(const char *code, const char *field, const char *msg)
 {
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     cJSON *o = cJSON_CreateObject();
     cJSON *e = cJSON_AddObjectToObject(o, "error");
     cJSON_AddStringToObject(e, "code", code);
@@ -168,6 +162,18 @@ void svc_reply_error(svc_req *r, int status, const char *code, const char *field
         cJSON_AddStringToObject(e, "field", field);
     else
         cJSON_AddNullToObject(e, "field");
+    return o;
+}
+
+void svc_reply_error(svc_req *r, int status, const char *code, const char *field,
+                     const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cJSON *o = svc_error_body(code, field, msg);
     if (status >= 400 && status != 404)
         SVC_DEBUG("http: %s %s -> %d %s: %s", r->method, r->path, status, code, msg);
     svc_reply_json(r, status, o);

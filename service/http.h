@@ -43,6 +43,8 @@ void svc_http_stop(struct svc_server *s);
 void svc_reply_json(svc_req *r, int status, cJSON *body);
 void svc_reply_error(svc_req *r, int status, const char *code, const char *field,
                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* The contract's error object {"error": {code, message, field}}. */
+cJSON *svc_error_body(const char *code, const char *field, const char *msg);
 /* body is drained into the reply (may be NULL). */
 void svc_reply_buffer(svc_req *r, int status, const char *content_type, struct evbuffer *body);
 void svc_reply_method_not_allowed(svc_req *r, const char *allow);
