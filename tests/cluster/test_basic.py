@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""tests/cluster/test_basic.py - two api nodes and two worker nodes on one
+Redis Streams queue (ctest: cluster_basic): jobs submitted round robin
+across the api nodes, followed by SSE on the *other* api node; every image,
+fetched from either api node, equals `tessera generate`'s; the queue drains
+to zero and /metrics shows the shared figures."""
+import cluster
+import svc
+
+ctx = {}
+
+
+def setup():
+    r = cluster.Redis().start()
+    apis = [cluster.node(r.url, "api", "api%d" % i) for i in range(2)]
+    workers = [cluster.node(r.url, "worker", "worker%d" % i, ["--max-batch", "4"])
+               for i in range(2)]
+    cluster.start_all(apis + workers)
+    ctx.update(redis=r, apis=apis, workers=workers)
+    return ctx
+
+
+def test_round_robin(c):
+    apis = c["apis"]
+    specs = [cluster.spec(i) for i in range(12)]
+    ids = []
+    for i, p in enumerate(specs):
+        ids.append(apis[i % 2].submit(**p)["id"])
+    for i, jid in enumerate(ids):
+        other = apis[(i + 1) % 2]
+        ev = other.events("/v1/jobs/%s/events" % jid, timeout=120)
+        names = [e.name for e in ev]
+        assert names[-1] == "done", (jid, names)
+        assert names.count("image") == 1, (jid, names)
+        assert "started" in names, (jid, names)
+        assert [e.id for e in ev] == list(range(1, len(ev) + 1)), [e.id for e in ev]
+    for i, (p, jid) in enumerate(zip(specs, ids)):
+        for a in apis:
+            svc.assert_same_image(a.image(jid), p, "job %d via %s" % (i, a.name))
+        j = apis[(i + 1) % 2].job(jid)
+        assert j["state"] == "done" and j["images"][0]["state"] == "done", j
+    # the images were computed by the worker nodes only
+    results = sum(w.metrics().value("tessera_cluster_results_total") for w in c["workers"])
+    assert results == len(ids), results
+    svc.figure("2 api + 2 worker nodes: %d jobs, results stored per worker: %s" % (
+        len(ids), [w.metrics().value("tessera_cluster_results_total") for w in c["workers"]]))
+    svc.wait_until(lambda: apis[0].metrics().value("tessera_cluster_queue_entries") == 0, 10,
+                   "an empty shared queue")
+
+
+def test_cancel_everywhere(c):
+    """A DELETE on one api node cancels the job on the other too; the
+    workers skip its images not yet started."""
+    apis = c["apis"]
+    # enough queued work that the last job is still waiting when cancelled
+    ids = [apis[0].submit(**cluster.spec(300 + i, steps=20))["id"] for i in range(12)]
+    r = apis[0].delete("/v1/jobs/" + ids[-1])
+    assert r.status == 200 and r.json["state"] == "cancelled", r
+    ev = apis[1].events("/v1/jobs/%s/events" % ids[-1], timeout=60)
+    assert ev[-1].name == "cancelled", [e.name for e in ev]
+    for jid in ids[:-1]:
+        assert apis[1].wait_job(jid)["state"] == "done"
+    assert apis[0].job(ids[-1])["state"] == "cancelled"
+    svc.wait_until(lambda: apis[0].metrics().value("tessera_cluster_queue_entries") == 0, 10,
+                   "an empty shared queue")
+
+
+def test_worker_refuses_jobs(c):
+    r = c["workers"][0].post("/v1/jobs", cluster.spec(0))
+    assert r.status == 503 and r.headers.get("retry-after"), (r.status, r.body)
+
+
+def test_bad_queue_url(c):
+    import subprocess
+    for url in ["http://x", "redis://h:0", "redis://u:p@h", "redis://h/x"]:
+        p = subprocess.run([svc.TSR_BIN, "serve", "--queue", url], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=30)
+        assert p.returncode == 2 and b"--queue" in p.stdout, (url, p.returncode, p.stdout)
+
+
+def teardown(c):
+    for n in c.get("apis", []) + c.get("workers", []):
+        assert n.stop(60) == 0, n.output()
+    c["redis"].stop()
+
+
+TESTS = [test_round_robin, test_cancel_everywhere, test_worker_refuses_jobs, test_bad_queue_url]
+
+if __name__ == "__main__":
+    raise SystemExit(svc.run_tests(TESTS, setup=setup, teardown=teardown))
