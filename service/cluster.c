@@ -95,6 +95,13 @@ static void rc_drop(rconn *r)
     }
 }
 
+/* End of a thread: close without a word. */
+static void rc_close(rconn *r)
+{
+    redisFree(r->ctx);
+    r->ctx = NULL;
+}
+
 /* A command; NULL when the connection failed (it is dropped). */
 static redisReply *rc_cmd(rconn *r, const char *fmt, ...)
 {
@@ -806,7 +813,7 @@ static void *command_main(void *arg)
         refresh_figures(c, &r);
         next_refresh = svc_now_mono() + 0.25;
     }
-    rc_drop(&r);
+    rc_close(&r);
     return NULL;
 }
 
@@ -942,7 +949,7 @@ static void *follower_main(void *arg)
         }
         freeReplyObject(rep);
     }
-    rc_drop(&r);
+    rc_close(&r);
     return NULL;
 }
 
@@ -1191,7 +1198,7 @@ static void *publisher_main(void *arg)
             next_beat = svc_now_mono() + c->cfg.claim_idle_ms / 3000.0;
         }
     }
-    rc_drop(&r);
+    rc_close(&r);
     return NULL;
 }
 
@@ -1277,7 +1284,7 @@ void svc_cluster_free(svc_cluster *c)
         n = f->next;
         free(f);
     }
-    rc_drop(&c->pop);
+    rc_close(&c->pop);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cond);
     pthread_mutex_destroy(&c->pop_mu);
