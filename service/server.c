@@ -448,12 +448,24 @@ static void cluster_accept(svc_server *s, uint64_t id, const char *rec)
     }
     svc_job *j = svc_job_new(id, p, cJSON_IsNumber(created) ? created->valuedouble
                                                             : svc_now_unix());
-    cJSON_Delete(o);
     if (!j) {
+        cJSON_Delete(o);
         svc_params_unref(p);
         return;
     }
     svc_jobs_insert(s->jobs, j);
+    /* a batch's jobs are accepted in one MULTI, so they arrive together */
+    const cJSON *batch = cJSON_GetObjectItemCaseSensitive(o, "batch");
+    const cJSON *bi = cJSON_GetObjectItemCaseSensitive(o, "batch_index");
+    uint64_t bid = 0;
+    if (cJSON_IsString(batch) && svc_id_parse(batch->valuestring, 'b', &bid)) {
+        svc_batch *b = svc_jobs_find_batch(s->jobs, bid);
+        if (!b)
+            b = svc_batch_new(s->jobs, bid, j->created);
+        if (b)
+            svc_batch_add(b, j, cJSON_IsNumber(bi) ? (int)bi->valuedouble : b->n);
+    }
+    cJSON_Delete(o);
     svc_job_enqueue(s, j);
 }
 

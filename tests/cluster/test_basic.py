@@ -65,6 +65,22 @@ def test_cancel_everywhere(c):
                    "an empty shared queue")
 
 
+def test_batch_on_other_node(c):
+    """A batch submitted on api 0 is served, with its event stream, by api 1."""
+    apis = c["apis"]
+    d = dict(prompt=cluster.PROMPT, width=64, height=64, steps=2)
+    r = apis[0].post("/v1/batches", {"defaults": d, "jobs": [{"seed": 400 + i}
+                                                             for i in range(4)]})
+    assert r.status == 202, r
+    apis[1].job(r.json["jobs"][0]["id"])  # known on api 1 (waits for the follower)
+    ev = apis[1].events("/v1/batches/%s/events" % r.json["id"], timeout=120)
+    assert ev[-1].name == "done" and ev[-1].data["counts"]["done"] == 4, [e.name for e in ev]
+    b = apis[1].get("/v1/batches/" + r.json["id"]).json
+    assert [x["id"] for x in b["jobs"]] == [x["id"] for x in r.json["jobs"]], b
+    for i, x in enumerate(r.json["jobs"]):
+        svc.assert_same_image(apis[1].image(x["id"]), dict(d, seed=400 + i), "batch job %d" % i)
+
+
 def test_worker_refuses_jobs(c):
     r = c["workers"][0].post("/v1/jobs", cluster.spec(0))
     assert r.status == 503 and r.headers.get("retry-after"), (r.status, r.body)
@@ -84,7 +100,8 @@ def teardown(c):
     c["redis"].stop()
 
 
-TESTS = [test_round_robin, test_cancel_everywhere, test_worker_refuses_jobs, test_bad_queue_url]
+TESTS = [test_round_robin, test_cancel_everywhere, test_batch_on_other_node,
+         test_worker_refuses_jobs, test_bad_queue_url]
 
 if __name__ == "__main__":
     raise SystemExit(svc.run_tests(TESTS, setup=setup, teardown=teardown))
