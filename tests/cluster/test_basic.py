@@ -3,7 +3,9 @@
 Redis Streams queue (ctest: cluster_basic): jobs submitted round robin
 across the api nodes, followed by SSE on the *other* api node; every image,
 fetched from either api node, equals `tessera generate`'s; the queue drains
-to zero and /metrics shows the shared figures."""
+to zero and /metrics shows the shared figures.  Also: a cancel and a batch
+seen through the other api node, the 429 of a node that counts the shared
+queue, worker nodes refusing jobs, bad --queue URLs (exit 2)."""
 import cluster
 import svc
 
@@ -81,6 +83,28 @@ def test_batch_on_other_node(c):
         svc.assert_same_image(apis[1].image(x["id"]), dict(d, seed=400 + i), "batch job %d" % i)
 
 
+def test_429_from_shared_queue(c):
+    """An api node's 429 counts the shared queue, whichever node queued it."""
+    apis = c["apis"]
+    small = cluster.node(c["redis"].url, "api", "api-small", ["--max-queue", "4"]).start()
+    try:
+        r = apis[0].post("/v1/batches", {"defaults": dict(prompt=cluster.PROMPT, width=64,
+                                                          height=64, steps=100),
+                                         "jobs": [{"seed": 500 + i} for i in range(12)]})
+        assert r.status == 202, r
+        svc.wait_until(lambda: (small.metrics().value("tessera_cluster_queue_entries") or 0)
+                       > 4, 10, "the shared queue seen by the new node")
+        resp = small.post("/v1/jobs", cluster.spec(9))
+        assert resp.status == 429 and resp.headers.get("retry-after"), (resp.status, resp.body)
+        svc.figure("api node with --max-queue 4: 429 with %d images in the shared queue" %
+                   small.metrics().value("tessera_cluster_queue_entries"))
+        assert apis[0].delete("/v1/batches/" + r.json["id"]).status == 200
+        svc.wait_until(lambda: apis[0].metrics().value("tessera_cluster_queue_entries") == 0,
+                       120, "the cancelled batch leaving the queue")
+    finally:
+        small.stop(60)
+
+
 def test_worker_refuses_jobs(c):
     r = c["workers"][0].post("/v1/jobs", cluster.spec(0))
     assert r.status == 503 and r.headers.get("retry-after"), (r.status, r.body)
@@ -101,7 +125,7 @@ def teardown(c):
 
 
 TESTS = [test_round_robin, test_cancel_everywhere, test_batch_on_other_node,
-         test_worker_refuses_jobs, test_bad_queue_url]
+         test_429_from_shared_queue, test_worker_refuses_jobs, test_bad_queue_url]
 
 if __name__ == "__main__":
     raise SystemExit(svc.run_tests(TESTS, setup=setup, teardown=teardown))
