@@ -60,6 +60,7 @@ typedef struct inflight {
     uint64_t job;
     int index;
     char id[48];
+    bool cancelled;       /* a user cancelled its job (the loop was told) */
     struct inflight *next;
 } inflight;
 

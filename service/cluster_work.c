@@ -331,10 +331,20 @@ static bool publish(svc_cluster *c, rconn *r, ptask *t)
         freeReplyObject(rep);
         return rep != NULL;
     }
-    case PT_CANCELLED:
-        /* cut short by a drain: not acked, so another worker claims it */
+    case PT_CANCELLED: {
+        /* cut short by a user's cancel: acked (nobody wants it); by a
+         * drain: not acked, so another worker claims it */
+        bool user = false;
+        pthread_mutex_lock(&c->mu);
+        for (inflight *f = c->flying; f; f = f->next)
+            if (f->job == t->job && f->index == t->index)
+                user = f->cancelled;
+        pthread_mutex_unlock(&c->mu);
+        if (user && flight_id(c, t->job, t->index, id, sizeof id) && !svc_cl_ack(c, r, id))
+            return false;
         land(c, t->job, t->index, id, sizeof id);
         return true;
+    }
     case PT_FAILED:
         if (!flight_id(c, t->job, t->index, id, sizeof id))
             return true;
@@ -433,15 +443,70 @@ void svc_cl_free_ptask(ptask *t)
     free(t);
 }
 
+/* Jobs of in-flight images that a user cancelled on any node (their
+ * cancel:<job> key): the loop is told (CLUSTER_CANCEL), and it cancels them
+ * in the local workers' batches. */
+static void check_cancels(svc_cluster *c, rconn *r)
+{
+    enum { MAX = 64 };
+    uint64_t jobs[MAX];
+    int n = 0;
+    pthread_mutex_lock(&c->mu);
+    for (inflight *f = c->flying; f && n < MAX; f = f->next) {
+        bool seen = f->cancelled;
+        for (int k = 0; k < n && !seen; k++)
+            seen = jobs[k] == f->job;
+        if (!seen)
+            jobs[n++] = f->job;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (n == 0 || !svc_cl_rc_ensure(r))
+        return;
+    const char *argv[MAX + 1];
+    size_t lens[MAX + 1];
+    char keys[MAX][360];
+    argv[0] = "MGET";
+    lens[0] = 4;
+    for (int k = 0; k < n; k++) {
+        char id[20];
+        svc_id_format('j', jobs[k], id);
+        snprintf(keys[k], sizeof keys[k], "%scancel:%s", c->prefix, id);
+        argv[k + 1] = keys[k];
+        lens[k + 1] = strlen(keys[k]);
+    }
+    redisReply *rep = svc_cl_rc_argv(r, n + 1, argv, lens);
+    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == (size_t)n) {
+        for (int k = 0; k < n; k++) {
+            if (rep->element[k]->type != REDIS_REPLY_STRING)
+                continue;
+            pthread_mutex_lock(&c->mu);
+            for (inflight *f = c->flying; f; f = f->next)
+                if (f->job == jobs[k])
+                    f->cancelled = true;
+            pthread_mutex_unlock(&c->mu);
+            svc_msg *m = svc_msg_new(SVC_MSG_CLUSTER_CANCEL);
+            if (m)
+                m->job = jobs[k];
+            svc_cl_post(c, m);
+        }
+    }
+    freeReplyObject(rep);
+}
+
 void *svc_cl_publisher_main(void *arg)
 {
     svc_cluster *c = arg;
     rconn r = {.url = &c->cfg.url, .who = "publisher", .timeout_s = 10};
     double next_beat = svc_now_mono() + c->cfg.claim_idle_ms / 3000.0;
+    double next_check = svc_now_mono() + 0.25;
     for (;;) {
+        if (svc_now_mono() >= next_check) {
+            check_cancels(c, &r);
+            next_check = svc_now_mono() + 0.25;
+        }
         pthread_mutex_lock(&c->mu);
         while (!c->p_head && !atomic_load(&c->stop_publisher) &&
-               svc_now_mono() < next_beat) {
+               svc_now_mono() < next_beat && svc_now_mono() < next_check) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_nsec += 100 * 1000000L;
@@ -456,8 +521,10 @@ void *svc_cl_publisher_main(void *arg)
         if (!t && atomic_load(&c->stop_publisher))
             break;
         if (!t) {
-            heartbeat(c, &r);
-            next_beat = svc_now_mono() + c->cfg.claim_idle_ms / 3000.0;
+            if (svc_now_mono() >= next_beat) {
+                heartbeat(c, &r);
+                next_beat = svc_now_mono() + c->cfg.claim_idle_ms / 3000.0;
+            }
             continue;
         }
         if (!publish(c, &r, t)) {

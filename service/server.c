@@ -530,9 +530,12 @@ static void on_msg(void *user, svc_msg *m)
         break;
     case SVC_MSG_CLUSTER_ACCEPT: cluster_accept(s, m->job, m->text); break;
     case SVC_MSG_CLUSTER_CANCEL: {
+        /* from the follower (api roles) and the publisher (worker roles) */
         svc_job *j = svc_jobs_find(s->jobs, m->job);
         if (j)
             svc_job_cancel(s, j); /* false when already final */
+        if (s->work_store)
+            svc_server_cancel_running(s, m->job);
         break;
     }
     case SVC_MSG_TASK_DONE:

@@ -6,6 +6,8 @@ fetched from either api node, equals `tessera generate`'s; the queue drains
 to zero and /metrics shows the shared figures.  Also: a cancel and a batch
 seen through the other api node, the 429 of a node that counts the shared
 queue, worker nodes refusing jobs, bad --queue URLs (exit 2)."""
+import time
+
 import cluster
 import svc
 
@@ -65,6 +67,18 @@ def test_cancel_everywhere(c):
     assert apis[0].job(ids[-1])["state"] == "cancelled"
     svc.wait_until(lambda: apis[0].metrics().value("tessera_cluster_queue_entries") == 0, 10,
                    "an empty shared queue")
+    # a running image stops on its worker (a long job: minutes if it ran on)
+    long = apis[0].submit(**dict(cluster.spec(350), steps=svc.LONG))["id"]
+    svc.wait_until(lambda: apis[1].job(long)["state"] == "running", 30, "the long job running")
+    svc.wait_until(lambda: apis[0].metrics().value("tessera_cluster_queue_entries") == 1, 5,
+                   "the long job's entry in the shared figures")
+    t0 = time.time()
+    assert apis[1].delete("/v1/jobs/" + long).status == 200
+    svc.wait_until(lambda: apis[0].metrics().value("tessera_cluster_queue_entries") == 0, 15,
+                   "the running image stopped and acked")
+    svc.figure("a running image cancelled through the other api node left the queue in %.2fs"
+               % (time.time() - t0))
+    assert apis[0].job(long)["state"] == "cancelled"
 
 
 def test_batch_on_other_node(c):
