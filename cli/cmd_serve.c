@@ -50,6 +50,9 @@ int tsr_cmd_serve(int argc, char **argv)
     int64_t max_wait = 0, drain = c.drain_timeout_s, max_body = c.max_body;
     int64_t tile_size = c.tile_size, preview_every = c.preview_every, tile_threads = c.tile_threads;
     int64_t keep_jobs = 0;
+    const char *role = NULL;
+    int64_t result_ttl = c.result_ttl_s, claim_idle = c.claim_idle_ms,
+            max_attempts = c.max_attempts;
     double tile_threshold = c.tile_threshold, keep_hours = 0;
     const tsr_arg_spec specs[] = {
         {"model", TSR_ARG_STRING, &c.model, "DIR_OR_FILE",
@@ -99,6 +102,19 @@ int tsr_cmd_serve(int argc, char **argv)
         {"keep-hours", TSR_ARG_FLOAT, &keep_hours, "H",
          "delete finished jobs (and files) H hours after they finished (0 = never)", 0, 0, 0,
          1e6},
+        {"queue", TSR_ARG_STRING, &c.queue_url, "redis://HOST:PORT[/DB]",
+         "share one Redis Streams queue with other nodes (docs/scale-out.md)", 0, 0, 0, 0},
+        {"role", TSR_ARG_STRING, &role, "ROLE",
+         "with --queue: api (accept and serve), worker (run) or both (default)", 0, 0, 0, 0},
+        {"result-ttl", TSR_ARG_INT, &result_ttl, "S",
+         "with --queue: results stay in Redis S seconds (default 86400)", 1, 100000000, 0, 0},
+        {"claim-idle-ms", TSR_ARG_INT, &claim_idle, "MS",
+         "with --queue: an image taken by a silent worker this long is run by another "
+         "(default 30000)",
+         100, 86400000, 0, 0},
+        {"max-attempts", TSR_ARG_INT, &max_attempts, "N",
+         "with --queue: takes of an image before it goes to the dead-letter stream (default 3)",
+         1, 1000, 0, 0},
         {"log-level", TSR_ARG_STRING, &level, "LEVEL", "debug, info, warn, error or none", 0, 0,
          0, 0},
     };
@@ -149,6 +165,32 @@ int tsr_cmd_serve(int argc, char **argv)
             return TSR_EXIT_USAGE;
         }
     }
+    if (c.queue_url) {
+        char err[160];
+        if (tsr_service_check_queue_url(c.queue_url, err, sizeof err) < 0) {
+            fprintf(stderr, "tessera serve: --queue '%s': %s\n", c.queue_url, err);
+            return TSR_EXIT_USAGE;
+        }
+    }
+    if (role) {
+        if (strcmp(role, "both") == 0)
+            c.role = TSR_ROLE_BOTH;
+        else if (strcmp(role, "api") == 0)
+            c.role = TSR_ROLE_API;
+        else if (strcmp(role, "worker") == 0)
+            c.role = TSR_ROLE_WORKER;
+        else {
+            fprintf(stderr, "tessera serve: --role must be api, worker or both\n");
+            return TSR_EXIT_USAGE;
+        }
+        if (!c.queue_url) {
+            fprintf(stderr, "tessera serve: --role needs --queue\n");
+            return TSR_EXIT_USAGE;
+        }
+    }
+    c.result_ttl_s = (int)result_ttl;
+    c.claim_idle_ms = (int)claim_idle;
+    c.max_attempts = (int)max_attempts;
     if (!c.model)
         c.model = tsr_cli_default_model();
     c.threads = (int)threads;

@@ -21,6 +21,8 @@ PACKAGES=(
   clang libclang-rt-14-dev # libFuzzer and sanitizer runtimes (scripts/fuzz.sh)
   python3 python3-yaml # tests/service (standard library + PyYAML for docs/openapi.yaml)
   curl              # scripts/demo.sh talks to tessera serve as a client would
+  libhiredis-dev    # Redis client: tessera serve --queue redis:// (service/queue_redis.c)
+  redis-server redis-tools # tests/cluster: the shared Redis Streams queue, redis-benchmark
 )
 
 missing=()

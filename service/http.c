@@ -195,6 +195,13 @@ void svc_reply_unavailable(svc_req *r)
                                                   : "the server is shutting down");
 }
 
+void svc_reply_queue_unreachable(svc_req *r)
+{
+    svc_req_add_header(r, "Retry-After", "5");
+    svc_reply_error(r, 503, "unavailable", NULL,
+                    "the job queue (Redis, --queue) cannot be reached; nothing was accepted");
+}
+
 static void preflight(svc_req *r)
 {
     svc_req_add_header(r, "Access-Control-Allow-Methods", "GET, POST, DELETE, HEAD, OPTIONS");

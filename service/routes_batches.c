@@ -2,6 +2,7 @@
  * service/routes_batches.c - /v1/batches: many jobs in one request
  * (all-or-nothing validation), their combined state and event stream.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,10 @@ static void on_accepted(void *user, int status)
     svc_req *r = c->r;
     svc_batch *b = c->batch;
     free(c);
+    if (status == -EAGAIN) {
+        svc_reply_queue_unreachable(r);
+        return;
+    }
     if (status < 0) {
         svc_reply_error(r, 500, "internal", NULL, "the batch could not be journaled: %s",
                         strerror(-status));
@@ -53,6 +58,10 @@ static void submit(svc_req *r)
     svc_server *s = r->srv;
     if (s->phase != SVC_PHASE_READY) {
         svc_reply_unavailable(r);
+        return;
+    }
+    if (s->cluster && (s->cfg.role == TSR_ROLE_WORKER || !svc_cluster_reachable(s->cluster))) {
+        svc_reply_queue_unreachable(r);
         return;
     }
     size_t len = 0;
@@ -198,7 +207,8 @@ void svc_route_batches(svc_req *r, const char *rest)
         }
         if (strcmp(r->method, "DELETE") == 0) {
             for (int i = 0; i < b->n; i++)
-                svc_job_cancel(s, b->jobs[i]);
+                if (svc_job_cancel(s, b->jobs[i]) && s->cluster)
+                    svc_cluster_cancel(s->cluster, b->jobs[i]->id);
             svc_jobs_update_positions(s);
         }
         svc_reply_json(r, 200, svc_batch_json(s, b));

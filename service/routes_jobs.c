@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <event2/buffer.h>
+#include <event2/event.h>
 
 #include "http.h"
 #include "json.h"
@@ -54,6 +55,10 @@ static void on_accepted(void *user, int status)
     svc_req *r = c->r;
     svc_job *j = c->job;
     free(c);
+    if (status == -EAGAIN) {
+        svc_reply_queue_unreachable(r);
+        return;
+    }
     if (status < 0) {
         svc_reply_error(r, 500, "internal", NULL, "the job could not be journaled: %s",
                         strerror(-status));
@@ -70,6 +75,16 @@ static bool can_accept(svc_req *r)
 {
     if (r->srv->phase != SVC_PHASE_READY) {
         svc_reply_unavailable(r);
+        return false;
+    }
+    if (r->srv->cluster && r->srv->cfg.role == TSR_ROLE_WORKER) {
+        svc_req_add_header(r, "Retry-After", "30");
+        svc_reply_error(r, 503, "unavailable", NULL,
+                        "this node is a worker (--role worker); submit work to an api node");
+        return false;
+    }
+    if (r->srv->cluster && !svc_cluster_reachable(r->srv->cluster)) {
+        svc_reply_queue_unreachable(r);
         return false;
     }
     return true;
@@ -334,7 +349,65 @@ static bool route_tiles(svc_req *r, svc_job *j, const char *name, const char *re
 }
 
 
+/* --queue: a job another api node accepted is known here once the
+ * follower has read its accept event (docs/scale-out.md), normally within
+ * a millisecond of its 202.  A request for an unknown job waits for it up
+ * to LOOKUP_WAIT_S, looking again every 10 ms, before the 404. */
+#define LOOKUP_WAIT_S 1.0
+
+static void route_jobs(svc_req *r, const char *rest, bool may_wait);
+
+typedef struct lookup_wait {
+    svc_req *r;
+    const char *rest; /* in r's path */
+    uint64_t jid;
+    double deadline;
+    struct event *ev;
+} lookup_wait;
+
+static void on_lookup_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    lookup_wait *w = arg;
+    if (!svc_jobs_find(w->r->srv->jobs, w->jid) && svc_now_mono() < w->deadline) {
+        struct timeval tv = {0, 10000};
+        evtimer_add(w->ev, &tv);
+        return;
+    }
+    event_free(w->ev);
+    svc_req *r = w->r;
+    const char *rest = w->rest;
+    free(w);
+    route_jobs(r, rest, false);
+}
+
+static bool wait_for_job(svc_req *r, const char *rest, uint64_t jid)
+{
+    lookup_wait *w = calloc(1, sizeof *w);
+    if (!w)
+        return false;
+    w->r = r;
+    w->rest = rest;
+    w->jid = jid;
+    w->deadline = svc_now_mono() + LOOKUP_WAIT_S;
+    w->ev = evtimer_new(r->srv->base, on_lookup_timer, w);
+    struct timeval tv = {0, 10000};
+    if (!w->ev || evtimer_add(w->ev, &tv) < 0) {
+        if (w->ev)
+            event_free(w->ev);
+        free(w);
+        return false;
+    }
+    return true;
+}
+
 void svc_route_jobs(svc_req *r, const char *rest)
+{
+    route_jobs(r, rest, true);
+}
+
+static void route_jobs(svc_req *r, const char *rest, bool may_wait)
 {
     svc_server *s = r->srv;
     if (rest[0] == '\0') {
@@ -348,6 +421,9 @@ void svc_route_jobs(svc_req *r, const char *rest)
     uint64_t jid;
     const char *sub = svc_route_id(rest, 'j', &jid);
     svc_job *j = jid ? svc_jobs_find(s->jobs, jid) : NULL;
+    if (!j && jid && may_wait && s->cluster && s->cfg.role != TSR_ROLE_WORKER &&
+        wait_for_job(r, rest, jid))
+        return;
     /* 405 needs the path to exist; 404 first for unknown shapes */
     if (sub[0] == '\0') {
         if (!is_get(r) && strcmp(r->method, "DELETE") != 0) {
@@ -364,6 +440,8 @@ void svc_route_jobs(svc_req *r, const char *rest)
                                 svc_state_name(j->state));
                 return;
             }
+            if (s->cluster)
+                svc_cluster_cancel(s->cluster, j->id);
             svc_jobs_update_positions(s);
         }
         send_job(r, j, 200);

@@ -52,6 +52,7 @@ static void metrics(svc_req *r)
     svc_gauges g = {s->queue->ops->length(s->queue), s->running_images, s->n_workers,
                     svc_sse_count(s->sse)};
     svc_metrics_render(&s->metrics, &g, buf);
+    svc_cluster_metrics(s->cluster, buf);
     svc_reply_buffer(r, 200, "text/plain; version=0.0.4; charset=utf-8", buf);
     evbuffer_free(buf);
 }

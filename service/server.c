@@ -30,6 +30,7 @@
 #include "http.h"
 #include "json.h"
 #include "log.h"
+#include "redis_url.h"
 #include "server.h"
 #include "compat_a1111.h"
 #include "sse.h"
@@ -53,6 +54,9 @@ void tsr_service_config_init(tsr_service_config *c)
     c->preview_every = 1;
     c->tile_threshold = 2.0;
     c->tile_threads = 1;
+    c->result_ttl_s = 86400;
+    c->claim_idle_ms = 30000;
+    c->max_attempts = 3;
 }
 
 /* ------------------------------------------------------------ helpers */
@@ -130,7 +134,19 @@ typedef struct pending_accept {
     int n, images;
     void (*done)(void *user, int status);
     void *user;
+    struct pending_accept *next; /* s->accepting */
 } pending_accept;
+
+/* Whether job `id` is being accepted here (the cluster's follower may
+ * see it in the event stream before the accept completes). */
+static bool accepting(svc_server *s, uint64_t id)
+{
+    for (pending_accept *pa = s->accepting; pa; pa = pa->next)
+        for (int i = 0; i < pa->n; i++)
+            if (pa->jobs[i]->id == id)
+                return true;
+    return false;
+}
 
 void svc_server_accept(svc_server *s, svc_job **jobs, int n, void (*done)(void *user, int status),
                        void *user)
@@ -167,12 +183,45 @@ void svc_server_accept(svc_server *s, svc_job **jobs, int n, void (*done)(void *
     pa->done = done;
     pa->user = user;
     s->pending_images += pa->images;
+    if (s->cluster) {
+        pa->next = s->accepting;
+        s->accepting = pa;
+        /* the queue is the journal: MULTI, XADD per image, EXEC */
+        char **ids = calloc((size_t)n, sizeof *ids);
+        int *images = calloc((size_t)n, sizeof *images);
+        for (int i = 0; ids && images && i < n; i++) {
+            ids[i] = strdup(jobs[i]->ids);
+            images[i] = jobs[i]->n;
+        }
+        free(lens);
+        if (!ids || !images) {
+            free(ids);
+            free(images);
+            for (int i = 0; i < n; i++)
+                free(payloads[i]);
+            free(payloads);
+            svc_msg *m = svc_msg_new(SVC_MSG_TASK_DONE);
+            if (m) {
+                m->cookie = pa;
+                m->status = -ENOMEM;
+            }
+            svc_mailbox_post(s->mailbox, m);
+            return;
+        }
+        svc_cluster_accept(s->cluster, ids, images, payloads, n, pa);
+        return;
+    }
     svc_store_journal(s->store, payloads, lens, n, pa);
 }
 
 static void accept_done(svc_server *s, pending_accept *pa, int status)
 {
     s->pending_images -= pa->images;
+    for (pending_accept **pp = &s->accepting; *pp; pp = &(*pp)->next)
+        if (*pp == pa) {
+            *pp = pa->next;
+            break;
+        }
     if (status < 0) {
         for (int i = 0; i < pa->n; i++) {
             if (pa->jobs[i]->batch)
@@ -203,7 +252,12 @@ static void maybe_finish_drain(svc_server *s)
      * store (milliseconds), then wait for the storage thread's queue */
     svc_tiles_flush(s->tiles);
     s->store_flushed = true;
+    s->flushes_waiting = 1;
     svc_store_barrier(s->store, &s->store_flushed);
+    if (s->work_store) {
+        s->flushes_waiting++;
+        svc_store_barrier(s->work_store, &s->store_flushed);
+    }
 }
 
 static void begin_drain(svc_server *s, const char *why)
@@ -219,6 +273,8 @@ static void begin_drain(svc_server *s, const char *why)
                  "next start)",
                  why, s->cfg.drain_timeout_s);
     s->queue->ops->close(s->queue);
+    if (s->work_queue && s->work_queue != s->queue)
+        s->work_queue->ops->close(s->work_queue);
     if (!loading || s->n_ready + s->n_failed >= s->n_workers) {
         struct timeval tv = {s->cfg.drain_timeout_s, 0};
         evtimer_add(s->ev_drain, &tv);
@@ -358,9 +414,81 @@ static void become_ready(svc_server *s)
     fprintf(out, "tessera serve: listening on http://%s%s%s:%d (model %s, device %s)\n",
             v6 ? "[" : "", host, v6 ? "]" : "", s->port, s->model_name, s->device_desc);
     fflush(out);
+    /* after the line above, which is the first address a script sees */
+    if (s->cluster && svc_cluster_start(s->cluster, s->model_name) < 0) {
+        s->exit_code = TSR_ERR_INTERNAL;
+        begin_drain(s, "start-up failed");
+    }
 }
 
 /* ----------------------------------------------------------- dispatch */
+
+static void on_msg(void *user, svc_msg *m);
+
+/* A job accepted by any api node (the cluster's event stream): the job
+ * table mirrors it.  Jobs this node accepted, or already has, are skipped. */
+static void cluster_accept(svc_server *s, uint64_t id, const char *rec)
+{
+    if (!rec || svc_jobs_find(s->jobs, id) || accepting(s, id))
+        return;
+    char err[128];
+    cJSON *o = svc_json_parse(rec, strlen(rec), err, sizeof err);
+    const cJSON *req = o ? cJSON_GetObjectItemCaseSensitive(o, "request") : NULL;
+    const cJSON *created = o ? cJSON_GetObjectItemCaseSensitive(o, "created") : NULL;
+    svc_params_ctx ctx;
+    memset(&ctx, 0, sizeof ctx); /* checked by the node that accepted it */
+    ctx.default_size = s->default_size ? s->default_size : 512;
+    ctx.max_size = TSR_MAX_SIZE;
+    svc_params *p = NULL;
+    svc_param_error pe;
+    if (!req || svc_params_parse(req, NULL, &ctx, &p, &pe) < 0) {
+        SVC_WARN("cluster: an accepted job cannot be read (%s); not mirrored",
+                 o ? pe.message : err);
+        cJSON_Delete(o);
+        return;
+    }
+    svc_job *j = svc_job_new(id, p, cJSON_IsNumber(created) ? created->valuedouble
+                                                            : svc_now_unix());
+    if (!j) {
+        cJSON_Delete(o);
+        svc_params_unref(p);
+        return;
+    }
+    svc_jobs_insert(s->jobs, j);
+    /* a batch's jobs are accepted in one MULTI, so they arrive together */
+    const cJSON *batch = cJSON_GetObjectItemCaseSensitive(o, "batch");
+    const cJSON *bi = cJSON_GetObjectItemCaseSensitive(o, "batch_index");
+    uint64_t bid = 0;
+    if (cJSON_IsString(batch) && svc_id_parse(batch->valuestring, 'b', &bid)) {
+        svc_batch *b = svc_jobs_find_batch(s->jobs, bid);
+        if (!b)
+            b = svc_batch_new(s->jobs, bid, j->created);
+        if (b)
+            svc_batch_add(b, j, cJSON_IsNumber(bi) ? (int)bi->valuedouble : b->n);
+    }
+    cJSON_Delete(o);
+    svc_job_enqueue(s, j);
+}
+
+/* Worker roles: what the local workers and their store say goes to Redis;
+ * the rest is the loop's as usual. */
+static void on_work_msg(void *user, svc_msg *m)
+{
+    svc_server *s = user;
+    switch (m->type) {
+    case SVC_MSG_IMAGE_STARTED:
+    case SVC_MSG_IMAGE_STEP:
+    case SVC_MSG_IMAGE_STORED:
+    case SVC_MSG_IMAGE_FAILED:
+    case SVC_MSG_IMAGE_CANCELLED:
+        if (m->type == SVC_MSG_IMAGE_STORED)
+            s->metrics.images++;
+        svc_cluster_forward(s->cluster, m);
+        break;
+    case SVC_MSG_TILES: break; /* no preview tiles across nodes (yet) */
+    default: on_msg(user, m); break;
+    }
+}
 
 static void on_msg(void *user, svc_msg *m)
 {
@@ -401,10 +529,21 @@ static void on_msg(void *user, svc_msg *m)
     case SVC_MSG_TILES:
         svc_jobs_on_tiles(s, m->job, m->index, &m->tiles);
         break;
+    case SVC_MSG_CLUSTER_ACCEPT: cluster_accept(s, m->job, m->text); break;
+    case SVC_MSG_CLUSTER_CANCEL: {
+        /* from the follower (api roles) and the publisher (worker roles) */
+        svc_job *j = svc_jobs_find(s->jobs, m->job);
+        if (j)
+            svc_job_cancel(s, j); /* false when already final */
+        if (s->work_store)
+            svc_server_cancel_running(s, m->job);
+        break;
+    }
     case SVC_MSG_TASK_DONE:
-        if (m->cookie == &s->store_flushed)
-            stop_loop(s);
-        else
+        if (m->cookie == &s->store_flushed) {
+            if (--s->flushes_waiting <= 0)
+                stop_loop(s);
+        } else
             accept_done(s, m->cookie, m->status);
         break;
     }
@@ -584,6 +723,44 @@ static int open_journal(svc_server *s)
     return 0;
 }
 
+/* --queue: the cluster object, its queues, and the worker roles' store
+ * directory and mailbox. */
+static int start_cluster(svc_server *s)
+{
+    svc_cluster_config cc;
+    memset(&cc, 0, sizeof cc);
+    char err[160];
+    if (svc_redis_url_parse(s->cfg.queue_url, &cc.url, err, sizeof err) < 0) {
+        SVC_ERROR("--queue %s: %s", s->cfg.queue_url, err);
+        return -1;
+    }
+    snprintf(s->work_dir, sizeof s->work_dir, "%s/worker", s->cfg.data_dir);
+    if (s->cfg.role != TSR_ROLE_API) {
+        int e = svc_store_prepare(s->work_dir);
+        if (e < 0) {
+            SVC_ERROR("%s: %s", s->work_dir, strerror(-e));
+            return -1;
+        }
+        s->work_mailbox = svc_mailbox_new(s->base, on_work_msg, s);
+        if (!s->work_mailbox)
+            return -1;
+    }
+    cc.role = s->cfg.role;
+    cc.result_ttl_s = s->cfg.result_ttl_s;
+    cc.claim_idle_ms = s->cfg.claim_idle_ms;
+    cc.max_attempts = s->cfg.max_attempts;
+    cc.max_batch = s->cfg.max_batch;
+    cc.data_dir = s->cfg.data_dir;
+    cc.scratch_dir = s->work_dir;
+    cc.mailbox = s->mailbox;
+    s->cluster = svc_cluster_new(&cc);
+    if (!s->cluster)
+        return -1;
+    s->queue = svc_cluster_mirror_queue(s->cluster);
+    s->work_queue = s->cfg.role == TSR_ROLE_API ? s->queue : svc_cluster_work_queue(s->cluster);
+    return 0;
+}
+
 /* "cpu,cpu" -> workers; threads split across CPU workers. */
 static int start_workers(svc_server *s)
 {
@@ -626,10 +803,10 @@ static int start_workers(svc_server *s)
         wc.max_batch = s->cfg.max_batch;
         wc.max_wait_ms = s->cfg.max_wait_ms;
         wc.static_batching = s->cfg.static_batching != 0;
-        wc.queue = s->queue;
-        wc.mailbox = s->mailbox;
-        wc.store = s->store;
-        wc.tiles = s->tiles;
+        wc.queue = s->work_queue ? s->work_queue : s->queue;
+        wc.mailbox = s->work_mailbox ? s->work_mailbox : s->mailbox;
+        wc.store = s->work_store ? s->work_store : s->store;
+        wc.tiles = s->cluster ? NULL : s->tiles;
         wc.preview_every = s->cfg.preview_every;
         s->workers[i] = svc_worker_start(&wc);
         if (!s->workers[i]) {
@@ -691,8 +868,11 @@ int tsr_service_run(const tsr_service_config *cfg)
         goto out;
     }
     s->jobs = svc_jobs_new();
-    s->queue = svc_queue_local_new(s->cfg.max_batch);
     s->mailbox = svc_mailbox_new(s->base, on_msg, s);
+    if (s->cfg.queue_url && start_cluster(s) < 0)
+        goto out;
+    if (!s->cluster)
+        s->queue = svc_queue_local_new(s->cfg.max_batch);
     if (!s->jobs || !s->queue || !s->mailbox) {
         rc = TSR_ERR_NOMEM;
         goto out;
@@ -700,7 +880,17 @@ int tsr_service_run(const tsr_service_config *cfg)
     svc_store_scan(s->cfg.data_dir, on_job_file, s);
     if (open_journal(s) < 0)
         goto out;
+    if (s->cluster) {
+        /* the shared queue is the journal: nothing is replayed locally */
+        cJSON_Delete(s->replay);
+        s->replay = NULL;
+    }
     s->store = svc_store_start(s->cfg.data_dir, s->journal, s->mailbox);
+    if (s->cluster && s->cfg.role != TSR_ROLE_API) {
+        s->work_store = svc_store_start(s->work_dir, s->journal, s->work_mailbox);
+        if (!s->work_store)
+            goto out;
+    }
     if (s->store) {
         svc_tiles_config tc;
         memset(&tc, 0, sizeof tc);
@@ -750,7 +940,9 @@ out:
         svc_worker_join(s->workers[i]);
     }
     svc_tiles_stop(s->tiles); /* finals go on to the store first */
+    svc_store_stop(s->work_store);
     svc_store_stop(s->store);
+    svc_cluster_stop(s->cluster, s->cfg.drain_timeout_s > 5 ? 5 : s->cfg.drain_timeout_s);
     svc_http_stop(s);
     svc_a1111_free(s); /* after the HTTP server: its calls ended with their connections */
     svc_sse_free(s->sse);
@@ -761,8 +953,10 @@ out:
         s->journal->ops->close(s->journal);
     if (s->queue)
         s->queue->ops->destroy(s->queue);
+    svc_cluster_free(s->cluster);
     svc_jobs_free(s->jobs);
     cJSON_Delete(s->replay);
+    svc_mailbox_free(s->work_mailbox);
     svc_mailbox_free(s->mailbox);
     if (s->ev_sigterm)
         event_free(s->ev_sigterm);

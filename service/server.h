@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cluster.h"
 #include "jobs.h"
 #include "mailbox.h"
 #include "metrics.h"
@@ -55,6 +56,18 @@ typedef struct svc_server {
 
     svc_queue *queue;
     svc_journal *journal;
+    /* --queue redis:// (docs/scale-out.md): the cluster's threads and
+     * connections; `queue` is then its mirror queue and the workers pop
+     * `work_queue`.  Worker roles give their workers a store of their own
+     * (<data-dir>/worker, scratch) and a mailbox whose messages go to
+     * Redis instead of the job table. */
+    svc_cluster *cluster;
+    svc_queue *work_queue;
+    svc_store *work_store;
+    svc_mailbox *work_mailbox;
+    struct pending_accept *accepting; /* cluster accepts waiting for Redis (server.c) */
+    int flushes_waiting;       /* store barriers before the loop may end */
+    char work_dir[4096];       /* <data-dir>/worker */
     svc_store *store;
     struct svc_tiles *tiles;   /* preview tile encoder pool (own threads) */
     struct event *ev_gc;       /* --keep-hours sweep */

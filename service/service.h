@@ -37,7 +37,22 @@ typedef struct tsr_service_config {
     int keep_jobs;           /* finished jobs kept (0 = all) */
     double keep_hours;       /* finished jobs kept this long (0 = forever) */
     FILE *ready_out;         /* the "listening on" line goes here (default stdout) */
+    /* scale-out (docs/scale-out.md): NULL = the in-process queue */
+    const char *queue_url;   /* "redis://HOST:PORT[/DB]" */
+    int role;                /* tsr_service_role (default TSR_ROLE_BOTH) */
+    int result_ttl_s;        /* results kept in Redis (default 86400) */
+    int claim_idle_ms;       /* an image pending this long is taken over (default 30000) */
+    int max_attempts;        /* takes before the dead-letter stream (default 3) */
 } tsr_service_config;
+
+typedef enum tsr_service_role {
+    TSR_ROLE_BOTH = 0, /* accept HTTP work and run it */
+    TSR_ROLE_API,      /* accept, queue, serve state and results; run nothing */
+    TSR_ROLE_WORKER,   /* run queued work; HTTP for probes and /metrics only */
+} tsr_service_role;
+
+/* Check a --queue URL; 0, or -1 with the reason in err. */
+int tsr_service_check_queue_url(const char *url, char *err, size_t err_size);
 
 void tsr_service_config_init(tsr_service_config *c);
 
