@@ -40,7 +40,9 @@ def worker(r, name):
 def setup():
     os.environ["TSR_TEST_POISON_PROMPT"] = POISON  # inherited by the nodes
     r = cluster.Redis().start()
-    apis = [cluster.node(r.url, "api", "api%d" % i) for i in range(2)]
+    # the 300 jobs go in at once, faster than workers may drain them on a
+    # slow machine: room for all of them in the shared queue
+    apis = [cluster.node(r.url, "api", "api%d" % i, ["--max-queue", "1024"]) for i in range(2)]
     workers = [worker(r, "worker%d" % i) for i in range(3)]
     cluster.start_all(apis + workers)
     ctx.update(redis=r, apis=apis, workers=workers)
