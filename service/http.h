@@ -69,7 +69,7 @@ void svc_route_batches(svc_req *r, const char *rest);
  * `seconds` passed, looking every 10 ms (routes_jobs.c).  false: it cannot
  * wait (out of memory); answer now. */
 bool svc_route_wait(svc_req *r, const char *rest, uint64_t id, double seconds,
-                    bool (*ready)(struct svc_server *s, uint64_t id),
+                    bool (*ready)(struct svc_server *s, const char *rest, uint64_t id),
                     void (*again)(svc_req *r, const char *rest));
 void svc_route_ops(svc_req *r);
 bool svc_route_is_ops(const char *path);

@@ -186,13 +186,15 @@ done:
  * node is known once the follower has read its jobs' accept events). */
 static void route_batches(svc_req *r, const char *rest, bool may_wait);
 
-static bool batch_known(svc_server *s, uint64_t id)
+static bool batch_known(svc_server *s, const char *rest, uint64_t id)
 {
+    (void)rest;
     return svc_jobs_find_batch(s->jobs, id) != NULL;
 }
 
-static bool batch_final(svc_server *s, uint64_t id)
+static bool batch_final(svc_server *s, const char *rest, uint64_t id)
 {
+    (void)rest;
     svc_batch *b = svc_jobs_find_batch(s->jobs, id);
     for (int i = 0; b && i < b->n; i++)
         if (!svc_state_final(b->jobs[i]->state))
@@ -255,7 +257,7 @@ static void route_batches(svc_req *r, const char *rest, bool may_wait)
             return;
         }
         if (strcmp(r->method, "DELETE") == 0 && s->cluster && s->cfg.role != TSR_ROLE_WORKER &&
-            !batch_final(s, b->id)) {
+            !batch_final(s, rest, b->id)) {
             /* every api node cancels them when its follower reads the cancels */
             for (int i = 0; i < b->n; i++)
                 if (!svc_state_final(b->jobs[i]->state))

@@ -311,23 +311,57 @@ static void send_manifest(svc_req *r, svc_job *j, int index)
         evbuffer_free(buf);
 }
 
+/* "<i>/tiles" (manifest) or "<i>/tiles/<version>/<row>_<col>.jpg" after
+ * /images/; false when name has neither shape. */
+static bool parse_tile_path(const char *name, long *index, long *version, long *row, long *col,
+                            bool *manifest)
+{
+    int n = 0;
+    *version = *row = *col = 0;
+    if (sscanf(name, "%ld/tiles%n", index, &n) != 1 || n == 0 || name[0] < '0' || name[0] > '9')
+        return false;
+    const char *tail = name + n;
+    *manifest = tail[0] == '\0';
+    if (!*manifest) {
+        int m2 = 0;
+        if (sscanf(tail, "/%ld/%ld_%ld.jpg%n", version, row, col, &m2) != 3 || m2 == 0 ||
+            tail[m2] != '\0' || *version < 0 || *row < 0 || *col < 0 || *version > 1000000000 ||
+            *row > 100000 || *col > 100000)
+            return false;
+    }
+    return true;
+}
+
+/* --queue: what a tile or image request waits for on an api node whose
+ * follower is a few events behind the node that announced the URL: the
+ * resource, or the job's end. */
+static bool resource_ready(svc_server *s, const char *rest, uint64_t id)
+{
+    svc_job *j = svc_jobs_find(s->jobs, id);
+    if (!j || svc_state_final(j->state))
+        return true;
+    const char *name = strstr(rest, "/images/");
+    if (!name)
+        return true;
+    name += 8;
+    long index = 0, version = 0, row = 0, col = 0;
+    bool manifest = false;
+    if (parse_tile_path(name, &index, &version, &row, &col, &manifest)) {
+        if (manifest || index < 0 || index >= j->n)
+            return true;
+        return svc_tilemap_find(j->images[index].tiles, (int)version, (int)row, (int)col) != NULL;
+    }
+    index = strtol(name, NULL, 10);
+    return index < 0 || index >= j->n || svc_state_final(j->images[index].state);
+}
+
 /* "<i>/tiles" or "<i>/tiles/<version>/<row>_<col>.jpg" after /images/ */
 static bool route_tiles(svc_req *r, svc_job *j, const char *name, const char *rest_id)
 {
-    const char *p = name;
     long index = 0, version = 0, row = 0, col = 0;
-    int n = 0;
-    if (sscanf(p, "%ld/tiles%n", &index, &n) != 1 || n == 0 || name[0] < '0' || name[0] > '9')
+    bool manifest = false;
+    if (!parse_tile_path(name, &index, &version, &row, &col, &manifest))
         return false;
-    const char *tail = p + n;
-    bool manifest = tail[0] == '\0';
-    if (!manifest) {
-        int m2 = 0;
-        if (sscanf(tail, "/%ld/%ld_%ld.jpg%n", &version, &row, &col, &m2) != 3 || m2 == 0 ||
-            tail[m2] != '\0' || version < 0 || row < 0 || col < 0 || version > 1000000000 ||
-            row > 100000 || col > 100000)
-            return false;
-    }
     if (!is_get(r)) {
         svc_reply_method_not_allowed(r, "GET, HEAD");
         return true;
@@ -364,7 +398,7 @@ typedef struct lookup_wait {
     const char *rest; /* in r's path */
     uint64_t id;
     double deadline;
-    bool (*ready)(svc_server *s, uint64_t id);
+    bool (*ready)(svc_server *s, const char *rest, uint64_t id);
     void (*again)(svc_req *r, const char *rest);
     struct event *ev;
 } lookup_wait;
@@ -374,7 +408,7 @@ static void on_lookup_timer(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     lookup_wait *w = arg;
-    if (!w->ready(w->r->srv, w->id) && svc_now_mono() < w->deadline) {
+    if (!w->ready(w->r->srv, w->rest, w->id) && svc_now_mono() < w->deadline) {
         struct timeval tv = {0, 10000};
         evtimer_add(w->ev, &tv);
         return;
@@ -388,7 +422,7 @@ static void on_lookup_timer(evutil_socket_t fd, short what, void *arg)
 }
 
 bool svc_route_wait(svc_req *r, const char *rest, uint64_t id, double seconds,
-                    bool (*ready)(svc_server *s, uint64_t id),
+                    bool (*ready)(svc_server *s, const char *rest, uint64_t id),
                     void (*again)(svc_req *r, const char *rest))
 {
     lookup_wait *w = calloc(1, sizeof *w);
@@ -411,8 +445,9 @@ bool svc_route_wait(svc_req *r, const char *rest, uint64_t id, double seconds,
     return true;
 }
 
-static bool job_known(svc_server *s, uint64_t id)
+static bool job_known(svc_server *s, const char *rest, uint64_t id)
 {
+    (void)rest;
     return svc_jobs_find(s->jobs, id) != NULL;
 }
 
@@ -421,8 +456,9 @@ static void route_jobs_again(svc_req *r, const char *rest)
     route_jobs(r, rest, false);
 }
 
-static bool job_final(svc_server *s, uint64_t id)
+static bool job_final(svc_server *s, const char *rest, uint64_t id)
 {
+    (void)rest;
     svc_job *j = svc_jobs_find(s->jobs, id);
     return !j || svc_state_final(j->state);
 }
@@ -527,6 +563,10 @@ static void route_jobs(svc_req *r, const char *rest, bool may_wait)
     }
     if (strncmp(sub, "/images/", 8) == 0) {
         const char *name = sub + 8;
+        if (j && may_wait && s->cluster && s->cfg.role != TSR_ROLE_WORKER && is_get(r) &&
+            !resource_ready(s, rest, j->id) &&
+            svc_route_wait(r, rest, j->id, LOOKUP_WAIT_S, resource_ready, route_jobs_again))
+            return;
         if (strstr(name, "/tiles") && route_tiles(r, j, name, rest + 1))
             return;
         char *end = NULL;

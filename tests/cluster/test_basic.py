@@ -157,6 +157,10 @@ def test_tiles_across_nodes(c):
         svc.wait_until(lambda: not os.path.exists(left), 10, "no scratch files on " + w.name)
     svc.figure("tiles across nodes: %d tiles events, %d tile URLs, same bytes on 2 api nodes"
                % (len(tiles), len(urls)))
+    nbytes = sum(w.metrics().value("tessera_tile_bytes_total") or 0 for w in c["workers"])
+    ntiles = sum(w.metrics().value("tessera_tiles_published_total") or 0 for w in c["workers"])
+    svc.figure("tiles published by the worker nodes: %d tiles, %d bytes (%.0f bytes per tile)"
+               % (ntiles, nbytes, nbytes / max(ntiles, 1)))
 
 
 def test_resume_on_other_node(c):
