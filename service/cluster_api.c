@@ -224,6 +224,11 @@ void *svc_cl_command_main(void *arg)
             int rc = run_accept(c, &r, t);
             if (rc == -EAGAIN)
                 atomic_store(&c->reachable, false);
+            /* fault injection for tests/cluster: the accept's end reaches the
+             * loop late, after the follower has read the job's first events */
+            const char *delay = getenv("TSR_TEST_ACCEPT_DELAY_MS");
+            if (delay && atoi(delay) > 0)
+                usleep((useconds_t)atoi(delay) * 1000);
             svc_msg *m = svc_msg_new(SVC_MSG_TASK_DONE);
             if (m) {
                 m->cookie = t->cookie;

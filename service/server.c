@@ -134,10 +134,57 @@ typedef struct pending_accept {
     int *stream_pos;   /* --queue: the accept event's position, once the
                         * follower read it before the accept ended; else -1 */
     int n, images;
+    svc_msg *deferred, *deferred_tail; /* --queue: the follower's messages
+                                        * for these jobs, read before the
+                                        * accept ended (replayed, in order) */
     void (*done)(void *user, int status);
     void *user;
     struct pending_accept *next; /* s->accepting */
 } pending_accept;
+
+static void on_msg(void *user, svc_msg *m);
+
+/* The pending accept of job `id` (NULL if none). */
+static pending_accept *accepting_of(svc_server *s, uint64_t id)
+{
+    for (pending_accept *pa = s->accepting; pa; pa = pa->next)
+        for (int i = 0; i < pa->n; i++)
+            if (pa->jobs[i]->id == id)
+                return pa;
+    return NULL;
+}
+
+/* --queue: a follower message (started, step, tiles, ...) for a job whose
+ * accept has not ended here yet is kept for accept_done, so that this node
+ * applies the job's events in the stream's order like every other api node
+ * (the message's owned fields move to the copy). */
+static bool defer_for_accept(svc_server *s, svc_msg *m)
+{
+    switch (m->type) {
+    case SVC_MSG_IMAGE_STARTED:
+    case SVC_MSG_IMAGE_STEP:
+    case SVC_MSG_IMAGE_STORED:
+    case SVC_MSG_IMAGE_FAILED:
+    case SVC_MSG_IMAGE_CANCELLED:
+    case SVC_MSG_TILES:
+    case SVC_MSG_CLUSTER_CANCEL: break;
+    default: return false;
+    }
+    pending_accept *pa = accepting_of(s, m->job);
+    svc_msg *copy = pa ? malloc(sizeof *copy) : NULL;
+    if (!copy)
+        return false;
+    *copy = *m;
+    copy->next = NULL;
+    m->text = NULL;
+    m->tiles = NULL;
+    if (pa->deferred_tail)
+        pa->deferred_tail->next = copy;
+    else
+        pa->deferred = copy;
+    pa->deferred_tail = copy;
+    return true;
+}
 
 /* Whether job `id` is being accepted here (the cluster's follower may
  * see it in the event stream before the accept completes); its `queued`
@@ -249,6 +296,12 @@ static void accept_done(svc_server *s, pending_accept *pa, int status)
         svc_jobs_update_positions(s);
     }
     pa->done(pa->user, status < 0 ? status : 0);
+    for (svc_msg *m = pa->deferred, *next; m; m = next) {
+        next = m->next;
+        if (status >= 0)
+            on_msg(s, m);
+        svc_msg_free(m);
+    }
     free(pa->jobs);
     free(pa->stream_pos);
     free(pa);
@@ -437,8 +490,6 @@ static void become_ready(svc_server *s)
 
 /* ----------------------------------------------------------- dispatch */
 
-static void on_msg(void *user, svc_msg *m);
-
 /* A job accepted by any api node (the cluster's event stream): the job
  * table mirrors it, and its first event, `queued`, is emitted now, from the
  * stream, on every api node (docs/scale-out.md: same event ids everywhere).
@@ -522,6 +573,8 @@ static void on_work_msg(void *user, svc_msg *m)
 static void on_msg(void *user, svc_msg *m)
 {
     svc_server *s = user;
+    if (s->cluster && s->accepting && defer_for_accept(s, m))
+        return;
     switch (m->type) {
     case SVC_MSG_ENGINE_READY:
         s->n_ready++;

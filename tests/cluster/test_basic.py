@@ -185,6 +185,30 @@ def test_resume_on_other_node(c):
                "missing or repeated" % (part[-1].id, len(rest)))
 
 
+def test_events_before_accept_ends(c):
+    """The accepting node hears of the job's first events (queued, started,
+    steps) from the stream before its own accept has ended
+    (TSR_TEST_ACCEPT_DELAY_MS): it applies them afterwards, in the stream's
+    order, so its event ids are those of the other api nodes."""
+    os.environ["TSR_TEST_ACCEPT_DELAY_MS"] = "600"
+    try:
+        slow = cluster.node(c["redis"].url, "api", "api-slow").start()
+    finally:
+        del os.environ["TSR_TEST_ACCEPT_DELAY_MS"]
+    try:
+        # its follower at the head of the stream first (it read it all from the start)
+        warm = c["apis"][0].submit(**cluster.spec(93))["id"]
+        assert slow.wait_job(warm)["state"] == "done"
+        jid = slow.submit(prompt=cluster.PROMPT, width=64, height=64, steps=6, seed=93)["id"]
+        full = [a.events("/v1/jobs/%s/events" % jid, timeout=60) for a in (slow, c["apis"][0])]
+        a, b = [[_comparable(e) for e in f] for f in full]
+        assert a == b, ("the api nodes disagree", a, b)
+        names = [e.name for e in full[0]]
+        assert names[0] == "queued" and "started" in names and names[-1] == "done", names
+    finally:
+        assert slow.stop(60) == 0, slow.output()
+
+
 def test_429_from_shared_queue(c):
     """An api node's 429 counts the shared queue, whichever node queued it."""
     apis = c["apis"]
@@ -227,7 +251,7 @@ def teardown(c):
 
 
 TESTS = [test_round_robin, test_cancel_everywhere, test_batch_on_other_node,
-         test_tiles_across_nodes, test_resume_on_other_node,
+         test_tiles_across_nodes, test_resume_on_other_node, test_events_before_accept_ends,
          test_429_from_shared_queue, test_worker_refuses_jobs, test_bad_queue_url]
 
 if __name__ == "__main__":
