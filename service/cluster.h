@@ -74,10 +74,11 @@ void svc_cluster_accept(svc_cluster *c, char **ids, int *images, char **recs, in
  * skip its images not yet started (running ones finish; their results are
  * ignored).  Best effort: dropped with a warning while Redis is away. */
 void svc_cluster_cancel(svc_cluster *c, uint64_t job);
-/* worker: a local worker's or worker store's message (IMAGE_STARTED, STEP,
- * STORED, FAILED, CANCELLED) goes to the event stream; STORED and FAILED
- * are acked once written. */
-void svc_cluster_forward(svc_cluster *c, const svc_msg *m);
+/* worker: a local worker's, tile encoder's or worker store's message
+ * (IMAGE_STARTED, STEP, TILES, STORED, FAILED, CANCELLED) goes to the event
+ * stream; STORED and FAILED are acked once written.  A TILES message's
+ * tileset is taken over (m->tiles becomes NULL). */
+void svc_cluster_forward(svc_cluster *c, svc_msg *m);
 /* Prometheus lines (queue length, pending per consumer, claims, dead). */
 void svc_cluster_metrics(svc_cluster *c, struct evbuffer *out);
 /* Whether the command connection was up at its last try. */

@@ -27,6 +27,7 @@
 #include "service.h"
 #include "store.h"
 #include "tessera.h"
+#include "tiles.h"
 #include "util.h"
 
 /* ------------------------------------------------------------ accepts */
@@ -103,6 +104,9 @@ static int run_accept(svc_cluster *c, rconn *r, atask *t)
     if (!svc_cl_rc_ensure(r))
         return -EAGAIN;
     int cmds = 0;
+    /* pos: images ahead in the shared queue (the last refresh, plus this
+     * task's earlier jobs): the job's `queued` event, the same on every node */
+    int pos = atomic_load(&c->qlen);
     redisAppendCommand(r->ctx, "MULTI");
     cmds++;
     for (int k = 0; k < t->n; k++) {
@@ -111,8 +115,10 @@ static int run_accept(svc_cluster *c, rconn *r, atask *t)
                                t->recs[k]);
             cmds++;
         }
-        redisAppendCommand(r->ctx, "XADD %s MAXLEN ~ " EVENTS_MAXLEN " * t accept job %s rec %s",
-                           c->k_events, t->ids[k], t->recs[k]);
+        redisAppendCommand(r->ctx,
+                           "XADD %s MAXLEN ~ " EVENTS_MAXLEN " * t accept job %s pos %d rec %s",
+                           c->k_events, t->ids[k], pos, t->recs[k]);
+        pos += t->images[k];
         cmds++;
     }
     redisAppendCommand(r->ctx, "EXEC");
@@ -218,6 +224,11 @@ void *svc_cl_command_main(void *arg)
             int rc = run_accept(c, &r, t);
             if (rc == -EAGAIN)
                 atomic_store(&c->reachable, false);
+            /* fault injection for tests/cluster: the accept's end reaches the
+             * loop late, after the follower has read the job's first events */
+            const char *delay = getenv("TSR_TEST_ACCEPT_DELAY_MS");
+            if (delay && atoi(delay) > 0)
+                usleep((useconds_t)atoi(delay) * 1000);
             svc_msg *m = svc_msg_new(SVC_MSG_TASK_DONE);
             if (m) {
                 m->cookie = t->cookie;
@@ -270,6 +281,48 @@ static int copy_png(svc_cluster *c, rconn *r, const char *job, int index, size_t
     return rc;
 }
 
+/* A `tiles` event: its tile set from its key (NULL, and *rc < 0, when the
+ * key expired or is malformed: the publish is skipped; -EAGAIN: retry).
+ * The final set is also the image's .tiles file: written into --data-dir
+ * (once; a rerun's identical final set finds it there). */
+static svc_tileset *fetch_tiles(svc_cluster *c, rconn *r, const redisReply *fields, const char *job,
+                                int index, int *rc)
+{
+    const char *key = svc_cl_field_str(fields, "key");
+    *rc = 0;
+    if (!key || strncmp(key, c->prefix, strlen(c->prefix)) != 0) {
+        *rc = -EINVAL;
+        return NULL;
+    }
+    redisReply *rep = svc_cl_rc_cmd(r, "GET %s", key);
+    if (!rep) {
+        *rc = -EAGAIN;
+        return NULL;
+    }
+    svc_tileset *ts = NULL;
+    if (rep->type == REDIS_REPLY_STRING)
+        ts = svc_tileset_from_file((const uint8_t *)rep->str, rep->len);
+    if (!ts) {
+        *rc = -ENOENT;
+        freeReplyObject(rep);
+        return NULL;
+    }
+    ts->step = svc_cl_field_int(fields, "step", ts->step);
+    ts->version = svc_cl_field_int(fields, "version", ts->version);
+    ts->final = svc_cl_field_int(fields, "final", 0) != 0;
+    if (ts->final) {
+        char path[PATH_MAX], dir[PATH_MAX];
+        snprintf(path, sizeof path, "%s/jobs/%s/%d.tiles", c->cfg.data_dir, job, index);
+        snprintf(dir, sizeof dir, "%s/jobs/%s", c->cfg.data_dir, job);
+        if (access(path, R_OK) != 0 &&
+            (svc_mkdirs(dir) < 0 || svc_write_file_atomic(path, rep->str, rep->len) < 0))
+            SVC_WARN("cluster: cannot write %s (the final tiles are served from memory only)",
+                     path);
+    }
+    freeReplyObject(rep);
+    return ts;
+}
+
 /* One event-stream entry into a mailbox message.  false: retry (Redis). */
 static bool follow_one(svc_cluster *c, rconn *r, const redisReply *fields)
 {
@@ -287,6 +340,7 @@ static bool follow_one(svc_cluster *c, rconn *r, const redisReply *fields)
         m = svc_msg_new(SVC_MSG_CLUSTER_ACCEPT);
         if (m) {
             m->job = jid;
+            m->images = svc_cl_field_int(fields, "pos", 0);
             m->text = strdup(rec);
         }
     } else if (strcmp(t, "cancel") == 0) {
@@ -325,6 +379,20 @@ static bool follow_one(svc_cluster *c, rconn *r, const redisReply *fields)
                 m->text = info ? strdup(info) : NULL;
             }
         }
+    } else if (strcmp(t, "tiles") == 0) {
+        int rc = 0;
+        svc_tileset *ts = fetch_tiles(c, r, fields, job, index, &rc);
+        if (rc == -EAGAIN)
+            return false;
+        if (!ts)
+            return true; /* expired (--result-ttl): a preview less, nothing else */
+        m = svc_cl_image_msg(SVC_MSG_TILES, jid, index);
+        if (!m) {
+            svc_tileset_free(ts);
+            return true;
+        }
+        m->step = ts->step;
+        m->tiles = ts;
     } else if (strcmp(t, "failed") == 0) {
         m = svc_cl_image_msg(SVC_MSG_IMAGE_FAILED, jid, index);
         if (m) {

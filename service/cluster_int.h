@@ -34,7 +34,16 @@ typedef struct rconn {
     int timeout_s;
 } rconn;
 
-typedef enum ptask_type { PT_STARTED, PT_STEP, PT_STORED, PT_FAILED, PT_CANCELLED } ptask_type;
+typedef enum ptask_type {
+    PT_STARTED,
+    PT_STEP,
+    PT_STORED,
+    PT_FAILED,
+    PT_CANCELLED,
+    PT_TILES,
+} ptask_type;
+
+struct svc_tileset;
 
 typedef struct ptask {
     ptask_type type;
@@ -43,6 +52,7 @@ typedef struct ptask {
     char etag[33];
     size_t bytes;
     char *text;
+    struct svc_tileset *tiles; /* PT_TILES (owned) */
     struct ptask *next;
 } ptask;
 
@@ -100,6 +110,7 @@ struct svc_cluster {
 
     atomic_int qlen;          /* XLEN q (waiting + taken), refreshed */
     atomic_llong dead_len, claims, dead_total, results, attempts_over;
+    atomic_ullong tile_seq;   /* makes each published tile set's key unique */
     atomic_bool reachable;
 };
 

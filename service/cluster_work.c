@@ -27,6 +27,7 @@
 #include "service.h"
 #include "store.h"
 #include "tessera.h"
+#include "tiles.h"
 #include "util.h"
 
 /* One stream entry taken (new or claimed): an svc_entry, or NULL when it
@@ -234,8 +235,10 @@ const svc_queue_ops svc_cl_work_ops = {svc_cl_q_push,   svc_cl_q_remove_job, wor
 
 /* ------------------------------------------------------------ publisher */
 
-void svc_cluster_forward(svc_cluster *c, const svc_msg *m)
+void svc_cluster_forward(svc_cluster *c, svc_msg *m)
 {
+    if (m->type == SVC_MSG_TILES && (!m->tiles || (m->tiles->n == 0 && !m->tiles->final)))
+        return; /* nothing changed enough to publish */
     ptask *t = calloc(1, sizeof *t);
     if (!t) {
         SVC_ERROR("cluster: out of memory forwarding an event (the image reruns elsewhere)");
@@ -262,6 +265,11 @@ void svc_cluster_forward(svc_cluster *c, const svc_msg *m)
         t->text = strdup(m->text ? m->text : "failed");
         break;
     case SVC_MSG_IMAGE_CANCELLED: t->type = PT_CANCELLED; break;
+    case SVC_MSG_TILES:
+        t->type = PT_TILES;
+        t->tiles = m->tiles;
+        m->tiles = NULL;
+        break;
     default: free(t); return;
     }
     pthread_mutex_lock(&c->mu);
@@ -305,6 +313,53 @@ static bool flight_id(svc_cluster *c, uint64_t job, int index, char *id, size_t 
         }
     pthread_mutex_unlock(&c->mu);
     return found;
+}
+
+/* A published tile set: its bytes (the .tiles file format of service/tiles.h,
+ * a few KB per changed tile) under a key of their own with the result's
+ * TTL, and a small `tiles` event naming the key, in one MULTI.  The key is
+ * unique per publish (consumer + a counter), so a rerun of the image
+ * elsewhere never changes the bytes an earlier event names.  The final
+ * set's bytes are the image's .tiles file. */
+static bool publish_tiles(svc_cluster *c, rconn *r, ptask *t, const char *job, const char *idx)
+{
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    if (svc_tiles_file_encode(t->tiles, &bytes, &len) < 0) {
+        SVC_WARN("cluster: out of memory publishing tiles of %s image %s; skipped", job, idx);
+        return true;
+    }
+    if (!svc_cl_rc_ensure(r)) {
+        free(bytes);
+        return false;
+    }
+    char key[480], ttl[16];
+    snprintf(key, sizeof key, "%stiles:%s:%s:%d:%s:%llu", c->prefix, job, idx, t->tiles->version,
+             c->consumer, (unsigned long long)atomic_fetch_add(&c->tile_seq, 1));
+    snprintf(ttl, sizeof ttl, "%d", c->cfg.result_ttl_s);
+    redisAppendCommand(r->ctx, "MULTI");
+    const char *set[] = {"SET", key, (const char *)bytes, "EX", ttl};
+    const size_t set_len[] = {3, strlen(key), len, 2, strlen(ttl)};
+    redisAppendCommandArgv(r->ctx, 5, set, set_len);
+    redisAppendCommand(r->ctx,
+                       "XADD %s MAXLEN ~ " EVENTS_MAXLEN
+                       " * t tiles job %s i %s step %d version %d final %d n %d key %s",
+                       c->k_events, job, idx, t->tiles->step, t->tiles->version,
+                       t->tiles->final ? 1 : 0, t->tiles->n, key);
+    redisAppendCommand(r->ctx, "EXEC");
+    free(bytes);
+    bool ok = true;
+    for (int i = 0; i < 4; i++) {
+        redisReply *rep = NULL;
+        if (redisGetReply(r->ctx, (void **)&rep) != REDIS_OK) {
+            svc_cl_rc_drop(r);
+            return false;
+        }
+        if (i == 3)
+            ok = rep && rep->type == REDIS_REPLY_ARRAY;
+        freeReplyObject(rep);
+    }
+    return ok;
 }
 
 /* One task; false: Redis is away, retry it. */
@@ -352,6 +407,7 @@ static bool publish(svc_cluster *c, rconn *r, ptask *t)
             return false;
         land(c, t->job, t->index, id, sizeof id);
         return true;
+    case PT_TILES: return publish_tiles(c, r, t, job, idx);
     case PT_STORED: break;
     }
     /* the result, then its event, in one MULTI; then the ack */
@@ -401,6 +457,9 @@ static bool publish(svc_cluster *c, rconn *r, ptask *t)
         return false; /* stored; the ack is retried (a claim would find the result) */
     land(c, t->job, t->index, id, sizeof id);
     unlink(path);
+    /* the tile encoder's <i>.tiles (its bytes went with the final tiles event) */
+    snprintf(path, sizeof path, "%s/jobs/%s/%d.tiles", c->cfg.scratch_dir, job, t->index);
+    unlink(path);
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s/jobs/%s", c->cfg.scratch_dir, job);
     rmdir(dir); /* fails while other images of the job are there */
@@ -439,6 +498,7 @@ static void heartbeat(svc_cluster *c, rconn *r)
 
 void svc_cl_free_ptask(ptask *t)
 {
+    svc_tileset_free(t->tiles);
     free(t->text);
     free(t);
 }

@@ -15,6 +15,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cjson/cJSON.h>
 
@@ -64,6 +65,12 @@ void svc_req_finish(svc_req *r, int status);
 /* Routes (routes_*.c); rest = path after the prefix. */
 void svc_route_jobs(svc_req *r, const char *rest);
 void svc_route_batches(svc_req *r, const char *rest);
+/* --queue: answer later: again(r, rest) runs once ready(srv, id) holds or
+ * `seconds` passed, looking every 10 ms (routes_jobs.c).  false: it cannot
+ * wait (out of memory); answer now. */
+bool svc_route_wait(svc_req *r, const char *rest, uint64_t id, double seconds,
+                    bool (*ready)(struct svc_server *s, const char *rest, uint64_t id),
+                    void (*again)(svc_req *r, const char *rest));
 void svc_route_ops(svc_req *r);
 bool svc_route_is_ops(const char *path);
 /* Compatibility APIs: /sdapi/v1/... (AUTOMATIC1111, compat_a1111.c; rest =

@@ -399,11 +399,20 @@ void svc_jobs_update_positions(svc_server *s)
     for (svc_job *j = s->jobs->qhead; j; j = j->qnext) {
         if (j->position != ahead) {
             j->position = ahead;
-            if (j->state == SVC_QUEUED)
+            /* --queue: a job's events come from the shared event stream
+             * only (same ids on every api node): its one `queued` event is
+             * svc_job_queued_event's; the position is in GET /v1/jobs/{id} */
+            if (j->state == SVC_QUEUED && !s->cluster)
                 emit(s, j, SVC_EV_QUEUED, ahead, 0, 0, 0);
         }
         ahead += j->queued_images;
     }
+}
+
+void svc_job_queued_event(svc_server *s, svc_job *j, int position)
+{
+    if (j->state == SVC_QUEUED && j->hist.n == 0)
+        emit(s, j, SVC_EV_QUEUED, position, 0, 0, 0);
 }
 
 /* ------------------------------------------------------------- finishing */

@@ -171,6 +171,9 @@ void svc_job_unwatch(svc_job *j, svc_watch *w);
 void svc_job_enqueue(struct svc_server *s, svc_job *j);
 /* Recompute queue positions; emit `queued` where they changed. */
 void svc_jobs_update_positions(struct svc_server *s);
+/* --queue: the job's one `queued` event (position from the shared event
+ * stream's accept entry), if it has no event yet. */
+void svc_job_queued_event(struct svc_server *s, svc_job *j, int position);
 void svc_jobs_on_started(struct svc_server *s, uint64_t job, int index);
 void svc_jobs_on_step(struct svc_server *s, uint64_t job, int index, int step, int steps);
 void svc_jobs_on_stored(struct svc_server *s, uint64_t job, int index, const char *etag,

@@ -32,7 +32,8 @@ typedef enum svc_msg_type {
     SVC_MSG_WORKER_EXIT,    /* worker: thread ending (worker) */
     SVC_MSG_TASK_DONE,      /* storage: a task with a cookie finished (cookie, status) */
     SVC_MSG_TILES,          /* tile encoder: tiles published (job, index, step, tiles) */
-    SVC_MSG_CLUSTER_ACCEPT, /* cluster follower: a job accepted by any api node (text=record) */
+    SVC_MSG_CLUSTER_ACCEPT, /* cluster follower: a job accepted by any api node (text=record,
+                               images=its position in the shared queue) */
     SVC_MSG_CLUSTER_CANCEL, /* cluster follower: a job cancelled on any api node (job) */
 } svc_msg_type;
 

@@ -182,7 +182,55 @@ done:
     cJSON_Delete(obj);
 }
 
+/* --queue: the waits of routes_jobs.c (a batch accepted by another api
+ * node is known once the follower has read its jobs' accept events). */
+static void route_batches(svc_req *r, const char *rest, bool may_wait);
+
+static bool batch_known(svc_server *s, const char *rest, uint64_t id)
+{
+    (void)rest;
+    return svc_jobs_find_batch(s->jobs, id) != NULL;
+}
+
+static bool batch_final(svc_server *s, const char *rest, uint64_t id)
+{
+    (void)rest;
+    svc_batch *b = svc_jobs_find_batch(s->jobs, id);
+    for (int i = 0; b && i < b->n; i++)
+        if (!svc_state_final(b->jobs[i]->state))
+            return false;
+    return true;
+}
+
+static void route_batches_again(svc_req *r, const char *rest)
+{
+    route_batches(r, rest, false);
+}
+
+/* A cluster cancel of a batch, once the follower has applied its jobs'
+ * `cancel` events (or 2 s later: cancelled here alone). */
+static void batch_cancel_done(svc_req *r, const char *rest)
+{
+    svc_server *s = r->srv;
+    uint64_t bid = 0;
+    svc_route_id(rest, 'b', &bid);
+    svc_batch *b = bid ? svc_jobs_find_batch(s->jobs, bid) : NULL;
+    if (!b) {
+        svc_reply_error(r, 404, "not_found", NULL, "no batch %.40s", rest + 1);
+        return;
+    }
+    for (int i = 0; i < b->n; i++)
+        svc_job_cancel(s, b->jobs[i]); /* Redis away: here alone */
+    svc_jobs_update_positions(s);
+    svc_reply_json(r, 200, svc_batch_json(s, b));
+}
+
 void svc_route_batches(svc_req *r, const char *rest)
+{
+    route_batches(r, rest, true);
+}
+
+static void route_batches(svc_req *r, const char *rest, bool may_wait)
 {
     svc_server *s = r->srv;
     if (rest[0] == '\0') {
@@ -196,6 +244,9 @@ void svc_route_batches(svc_req *r, const char *rest)
     const char *sub = svc_route_id(rest, 'b', &bid);
     svc_batch *b = bid ? svc_jobs_find_batch(s->jobs, bid) : NULL;
     const bool get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
+    if (!b && bid && may_wait && s->cluster && s->cfg.role != TSR_ROLE_WORKER &&
+        svc_route_wait(r, rest, bid, 1.0, batch_known, route_batches_again))
+        return;
     if (sub[0] == '\0') {
         if (!get && strcmp(r->method, "DELETE") != 0) {
             svc_reply_method_not_allowed(r, "GET, HEAD, DELETE");
@@ -204,6 +255,15 @@ void svc_route_batches(svc_req *r, const char *rest)
         if (!b) {
             svc_reply_error(r, 404, "not_found", NULL, "no batch %.40s", rest + 1);
             return;
+        }
+        if (strcmp(r->method, "DELETE") == 0 && s->cluster && s->cfg.role != TSR_ROLE_WORKER &&
+            !batch_final(s, rest, b->id)) {
+            /* every api node cancels them when its follower reads the cancels */
+            for (int i = 0; i < b->n; i++)
+                if (!svc_state_final(b->jobs[i]->state))
+                    svc_cluster_cancel(s->cluster, b->jobs[i]->id);
+            if (svc_route_wait(r, rest, b->id, 2.0, batch_final, batch_cancel_done))
+                return;
         }
         if (strcmp(r->method, "DELETE") == 0) {
             for (int i = 0; i < b->n; i++)

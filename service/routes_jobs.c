@@ -311,23 +311,57 @@ static void send_manifest(svc_req *r, svc_job *j, int index)
         evbuffer_free(buf);
 }
 
+/* "<i>/tiles" (manifest) or "<i>/tiles/<version>/<row>_<col>.jpg" after
+ * /images/; false when name has neither shape. */
+static bool parse_tile_path(const char *name, long *index, long *version, long *row, long *col,
+                            bool *manifest)
+{
+    int n = 0;
+    *version = *row = *col = 0;
+    if (sscanf(name, "%ld/tiles%n", index, &n) != 1 || n == 0 || name[0] < '0' || name[0] > '9')
+        return false;
+    const char *tail = name + n;
+    *manifest = tail[0] == '\0';
+    if (!*manifest) {
+        int m2 = 0;
+        if (sscanf(tail, "/%ld/%ld_%ld.jpg%n", version, row, col, &m2) != 3 || m2 == 0 ||
+            tail[m2] != '\0' || *version < 0 || *row < 0 || *col < 0 || *version > 1000000000 ||
+            *row > 100000 || *col > 100000)
+            return false;
+    }
+    return true;
+}
+
+/* --queue: what a tile or image request waits for on an api node whose
+ * follower is a few events behind the node that announced the URL: the
+ * resource, or the job's end. */
+static bool resource_ready(svc_server *s, const char *rest, uint64_t id)
+{
+    svc_job *j = svc_jobs_find(s->jobs, id);
+    if (!j || svc_state_final(j->state))
+        return true;
+    const char *name = strstr(rest, "/images/");
+    if (!name)
+        return true;
+    name += 8;
+    long index = 0, version = 0, row = 0, col = 0;
+    bool manifest = false;
+    if (parse_tile_path(name, &index, &version, &row, &col, &manifest)) {
+        if (manifest || index < 0 || index >= j->n)
+            return true;
+        return svc_tilemap_find(j->images[index].tiles, (int)version, (int)row, (int)col) != NULL;
+    }
+    index = strtol(name, NULL, 10);
+    return index < 0 || index >= j->n || svc_state_final(j->images[index].state);
+}
+
 /* "<i>/tiles" or "<i>/tiles/<version>/<row>_<col>.jpg" after /images/ */
 static bool route_tiles(svc_req *r, svc_job *j, const char *name, const char *rest_id)
 {
-    const char *p = name;
     long index = 0, version = 0, row = 0, col = 0;
-    int n = 0;
-    if (sscanf(p, "%ld/tiles%n", &index, &n) != 1 || n == 0 || name[0] < '0' || name[0] > '9')
+    bool manifest = false;
+    if (!parse_tile_path(name, &index, &version, &row, &col, &manifest))
         return false;
-    const char *tail = p + n;
-    bool manifest = tail[0] == '\0';
-    if (!manifest) {
-        int m2 = 0;
-        if (sscanf(tail, "/%ld/%ld_%ld.jpg%n", &version, &row, &col, &m2) != 3 || m2 == 0 ||
-            tail[m2] != '\0' || version < 0 || row < 0 || col < 0 || version > 1000000000 ||
-            row > 100000 || col > 100000)
-            return false;
-    }
     if (!is_get(r)) {
         svc_reply_method_not_allowed(r, "GET, HEAD");
         return true;
@@ -351,17 +385,21 @@ static bool route_tiles(svc_req *r, svc_job *j, const char *name, const char *re
 
 /* --queue: a job another api node accepted is known here once the
  * follower has read its accept event (docs/scale-out.md), normally within
- * a millisecond of its 202.  A request for an unknown job waits for it up
- * to LOOKUP_WAIT_S, looking again every 10 ms, before the 404. */
+ * a millisecond of its 202.  A request for an unknown job (or batch) waits
+ * for it up to LOOKUP_WAIT_S, looking again every 10 ms, before the 404;
+ * a cancel waits for its own `cancel` event the same way (CANCEL_WAIT_S). */
 #define LOOKUP_WAIT_S 1.0
+#define CANCEL_WAIT_S 2.0
 
 static void route_jobs(svc_req *r, const char *rest, bool may_wait);
 
 typedef struct lookup_wait {
     svc_req *r;
     const char *rest; /* in r's path */
-    uint64_t jid;
+    uint64_t id;
     double deadline;
+    bool (*ready)(svc_server *s, const char *rest, uint64_t id);
+    void (*again)(svc_req *r, const char *rest);
     struct event *ev;
 } lookup_wait;
 
@@ -370,7 +408,7 @@ static void on_lookup_timer(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     lookup_wait *w = arg;
-    if (!svc_jobs_find(w->r->srv->jobs, w->jid) && svc_now_mono() < w->deadline) {
+    if (!w->ready(w->r->srv, w->rest, w->id) && svc_now_mono() < w->deadline) {
         struct timeval tv = {0, 10000};
         evtimer_add(w->ev, &tv);
         return;
@@ -378,19 +416,24 @@ static void on_lookup_timer(evutil_socket_t fd, short what, void *arg)
     event_free(w->ev);
     svc_req *r = w->r;
     const char *rest = w->rest;
+    void (*again)(svc_req *, const char *) = w->again;
     free(w);
-    route_jobs(r, rest, false);
+    again(r, rest);
 }
 
-static bool wait_for_job(svc_req *r, const char *rest, uint64_t jid)
+bool svc_route_wait(svc_req *r, const char *rest, uint64_t id, double seconds,
+                    bool (*ready)(svc_server *s, const char *rest, uint64_t id),
+                    void (*again)(svc_req *r, const char *rest))
 {
     lookup_wait *w = calloc(1, sizeof *w);
     if (!w)
         return false;
     w->r = r;
     w->rest = rest;
-    w->jid = jid;
-    w->deadline = svc_now_mono() + LOOKUP_WAIT_S;
+    w->id = id;
+    w->deadline = svc_now_mono() + seconds;
+    w->ready = ready;
+    w->again = again;
     w->ev = evtimer_new(r->srv->base, on_lookup_timer, w);
     struct timeval tv = {0, 10000};
     if (!w->ev || evtimer_add(w->ev, &tv) < 0) {
@@ -400,6 +443,52 @@ static bool wait_for_job(svc_req *r, const char *rest, uint64_t jid)
         return false;
     }
     return true;
+}
+
+static bool job_known(svc_server *s, const char *rest, uint64_t id)
+{
+    (void)rest;
+    return svc_jobs_find(s->jobs, id) != NULL;
+}
+
+static void route_jobs_again(svc_req *r, const char *rest)
+{
+    route_jobs(r, rest, false);
+}
+
+static bool job_final(svc_server *s, const char *rest, uint64_t id)
+{
+    (void)rest;
+    svc_job *j = svc_jobs_find(s->jobs, id);
+    return !j || svc_state_final(j->state);
+}
+
+/* A cluster cancel's answer, once this node's follower has applied the
+ * `cancel` event (so the job's `cancelled` event has the same id on every
+ * api node), or CANCEL_WAIT_S later (Redis away: cancelled here alone). */
+static void cancel_done(svc_req *r, const char *rest)
+{
+    svc_server *s = r->srv;
+    uint64_t jid = 0;
+    svc_route_id(rest, 'j', &jid);
+    svc_job *j = jid ? svc_jobs_find(s->jobs, jid) : NULL;
+    if (!j) {
+        svc_reply_error(r, 404, "not_found", NULL, "no job %.40s", rest + 1);
+        return;
+    }
+    if (!svc_state_final(j->state)) {
+        SVC_WARN("job %s: the cluster's cancel did not come back in %.0f s; cancelled on this "
+                 "node only",
+                 j->ids, CANCEL_WAIT_S);
+        svc_job_cancel(s, j);
+        svc_jobs_update_positions(s);
+    }
+    if (j->state != SVC_CANCELLED) {
+        svc_reply_error(r, 409, "conflict", NULL, "job %s is already %s", j->ids,
+                        svc_state_name(j->state));
+        return;
+    }
+    send_job(r, j, 200);
 }
 
 void svc_route_jobs(svc_req *r, const char *rest)
@@ -422,7 +511,7 @@ static void route_jobs(svc_req *r, const char *rest, bool may_wait)
     const char *sub = svc_route_id(rest, 'j', &jid);
     svc_job *j = jid ? svc_jobs_find(s->jobs, jid) : NULL;
     if (!j && jid && may_wait && s->cluster && s->cfg.role != TSR_ROLE_WORKER &&
-        wait_for_job(r, rest, jid))
+        svc_route_wait(r, rest, jid, LOOKUP_WAIT_S, job_known, route_jobs_again))
         return;
     /* 405 needs the path to exist; 404 first for unknown shapes */
     if (sub[0] == '\0') {
@@ -433,6 +522,13 @@ static void route_jobs(svc_req *r, const char *rest, bool may_wait)
         if (!j) {
             svc_reply_error(r, 404, "not_found", NULL, "no job %.40s", rest + 1);
             return;
+        }
+        if (strcmp(r->method, "DELETE") == 0 && s->cluster && !svc_state_final(j->state) &&
+            s->cfg.role != TSR_ROLE_WORKER) {
+            /* every api node cancels it when its follower reads the cancel */
+            svc_cluster_cancel(s->cluster, j->id);
+            if (svc_route_wait(r, rest, j->id, CANCEL_WAIT_S, job_final, cancel_done))
+                return;
         }
         if (strcmp(r->method, "DELETE") == 0) {
             if (!svc_job_cancel(s, j)) {
@@ -467,6 +563,10 @@ static void route_jobs(svc_req *r, const char *rest, bool may_wait)
     }
     if (strncmp(sub, "/images/", 8) == 0) {
         const char *name = sub + 8;
+        if (j && may_wait && s->cluster && s->cfg.role != TSR_ROLE_WORKER && is_get(r) &&
+            !resource_ready(s, rest, j->id) &&
+            svc_route_wait(r, rest, j->id, LOOKUP_WAIT_S, resource_ready, route_jobs_again))
+            return;
         if (strstr(name, "/tiles") && route_tiles(r, j, name, rest + 1))
             return;
         char *end = NULL;

@@ -131,20 +131,72 @@ void svc_server_persist_final(svc_server *s, svc_job *j)
 
 typedef struct pending_accept {
     svc_job **jobs;
+    int *stream_pos;   /* --queue: the accept event's position, once the
+                        * follower read it before the accept ended; else -1 */
     int n, images;
+    svc_msg *deferred, *deferred_tail; /* --queue: the follower's messages
+                                        * for these jobs, read before the
+                                        * accept ended (replayed, in order) */
     void (*done)(void *user, int status);
     void *user;
     struct pending_accept *next; /* s->accepting */
 } pending_accept;
 
-/* Whether job `id` is being accepted here (the cluster's follower may
- * see it in the event stream before the accept completes). */
-static bool accepting(svc_server *s, uint64_t id)
+static void on_msg(void *user, svc_msg *m);
+
+/* The pending accept of job `id` (NULL if none). */
+static pending_accept *accepting_of(svc_server *s, uint64_t id)
 {
     for (pending_accept *pa = s->accepting; pa; pa = pa->next)
         for (int i = 0; i < pa->n; i++)
             if (pa->jobs[i]->id == id)
+                return pa;
+    return NULL;
+}
+
+/* --queue: a follower message (started, step, tiles, ...) for a job whose
+ * accept has not ended here yet is kept for accept_done, so that this node
+ * applies the job's events in the stream's order like every other api node
+ * (the message's owned fields move to the copy). */
+static bool defer_for_accept(svc_server *s, svc_msg *m)
+{
+    switch (m->type) {
+    case SVC_MSG_IMAGE_STARTED:
+    case SVC_MSG_IMAGE_STEP:
+    case SVC_MSG_IMAGE_STORED:
+    case SVC_MSG_IMAGE_FAILED:
+    case SVC_MSG_IMAGE_CANCELLED:
+    case SVC_MSG_TILES:
+    case SVC_MSG_CLUSTER_CANCEL: break;
+    default: return false;
+    }
+    pending_accept *pa = accepting_of(s, m->job);
+    svc_msg *copy = pa ? malloc(sizeof *copy) : NULL;
+    if (!copy)
+        return false;
+    *copy = *m;
+    copy->next = NULL;
+    m->text = NULL;
+    m->tiles = NULL;
+    if (pa->deferred_tail)
+        pa->deferred_tail->next = copy;
+    else
+        pa->deferred = copy;
+    pa->deferred_tail = copy;
+    return true;
+}
+
+/* Whether job `id` is being accepted here (the cluster's follower may
+ * see it in the event stream before the accept completes); its `queued`
+ * position is kept for accept_done. */
+static bool accepting(svc_server *s, uint64_t id, int pos)
+{
+    for (pending_accept *pa = s->accepting; pa; pa = pa->next)
+        for (int i = 0; i < pa->n; i++)
+            if (pa->jobs[i]->id == id) {
+                pa->stream_pos[i] = pos;
                 return true;
+            }
     return false;
 }
 
@@ -155,7 +207,8 @@ void svc_server_accept(svc_server *s, svc_job **jobs, int n, void (*done)(void *
     char **payloads = calloc((size_t)n, sizeof *payloads);
     size_t *lens = calloc((size_t)n, sizeof *lens);
     svc_job **copy = calloc((size_t)n, sizeof *copy);
-    bool ok = pa && payloads && lens && copy;
+    int *stream_pos = malloc((size_t)n * sizeof *stream_pos);
+    bool ok = pa && payloads && lens && copy && stream_pos;
     for (int i = 0; ok && i < n; i++) {
         payloads[i] = svc_job_accept_record(jobs[i]);
         ok = payloads[i] != NULL;
@@ -169,6 +222,7 @@ void svc_server_accept(svc_server *s, svc_job **jobs, int n, void (*done)(void *
         free(payloads);
         free(lens);
         free(copy);
+        free(stream_pos);
         free(pa);
         for (int i = 0; i < n; i++)
             svc_job_free(jobs[i]);
@@ -177,6 +231,9 @@ void svc_server_accept(svc_server *s, svc_job **jobs, int n, void (*done)(void *
     }
     memcpy(copy, jobs, (size_t)n * sizeof *copy);
     pa->jobs = copy;
+    pa->stream_pos = stream_pos;
+    for (int i = 0; i < n; i++)
+        stream_pos[i] = -1;
     pa->n = n;
     for (int i = 0; i < n; i++)
         pa->images += jobs[i]->n;
@@ -232,11 +289,21 @@ static void accept_done(svc_server *s, pending_accept *pa, int status)
         for (int i = 0; i < pa->n; i++) {
             svc_jobs_insert(s->jobs, pa->jobs[i]);
             svc_job_enqueue(s, pa->jobs[i]);
+            /* --queue: the follower read the accept first */
+            if (pa->stream_pos[i] >= 0)
+                svc_job_queued_event(s, pa->jobs[i], pa->stream_pos[i]);
         }
         svc_jobs_update_positions(s);
     }
     pa->done(pa->user, status < 0 ? status : 0);
+    for (svc_msg *m = pa->deferred, *next; m; m = next) {
+        next = m->next;
+        if (status >= 0)
+            on_msg(s, m);
+        svc_msg_free(m);
+    }
     free(pa->jobs);
+    free(pa->stream_pos);
     free(pa);
 }
 
@@ -423,13 +490,19 @@ static void become_ready(svc_server *s)
 
 /* ----------------------------------------------------------- dispatch */
 
-static void on_msg(void *user, svc_msg *m);
-
 /* A job accepted by any api node (the cluster's event stream): the job
- * table mirrors it.  Jobs this node accepted, or already has, are skipped. */
-static void cluster_accept(svc_server *s, uint64_t id, const char *rec)
+ * table mirrors it, and its first event, `queued`, is emitted now, from the
+ * stream, on every api node (docs/scale-out.md: same event ids everywhere).
+ * Jobs this node accepted only get that event; jobs it already has (loaded
+ * finished from --data-dir) nothing. */
+static void cluster_accept(svc_server *s, uint64_t id, const char *rec, int pos)
 {
-    if (!rec || svc_jobs_find(s->jobs, id) || accepting(s, id))
+    svc_job *known = svc_jobs_find(s->jobs, id);
+    if (known) {
+        svc_job_queued_event(s, known, pos);
+        return;
+    }
+    if (!rec || accepting(s, id, pos))
         return;
     char err[128];
     cJSON *o = svc_json_parse(rec, strlen(rec), err, sizeof err);
@@ -468,6 +541,7 @@ static void cluster_accept(svc_server *s, uint64_t id, const char *rec)
     }
     cJSON_Delete(o);
     svc_job_enqueue(s, j);
+    svc_job_queued_event(s, j, pos);
 }
 
 /* Worker roles: what the local workers and their store say goes to Redis;
@@ -481,11 +555,17 @@ static void on_work_msg(void *user, svc_msg *m)
     case SVC_MSG_IMAGE_STORED:
     case SVC_MSG_IMAGE_FAILED:
     case SVC_MSG_IMAGE_CANCELLED:
+    case SVC_MSG_TILES:
         if (m->type == SVC_MSG_IMAGE_STORED)
             s->metrics.images++;
+        if (m->type == SVC_MSG_TILES && m->tiles && s->cfg.role == TSR_ROLE_WORKER) {
+            s->metrics.tile_encode_seconds += m->tiles->encode_seconds;
+            s->metrics.tiles_published += (uint64_t)m->tiles->n;
+            for (int i = 0; i < m->tiles->n; i++)
+                s->metrics.tile_bytes += m->tiles->tiles[i].len;
+        }
         svc_cluster_forward(s->cluster, m);
         break;
-    case SVC_MSG_TILES: break; /* no preview tiles across nodes (yet) */
     default: on_msg(user, m); break;
     }
 }
@@ -493,6 +573,8 @@ static void on_work_msg(void *user, svc_msg *m)
 static void on_msg(void *user, svc_msg *m)
 {
     svc_server *s = user;
+    if (s->cluster && s->accepting && defer_for_accept(s, m))
+        return;
     switch (m->type) {
     case SVC_MSG_ENGINE_READY:
         s->n_ready++;
@@ -529,7 +611,7 @@ static void on_msg(void *user, svc_msg *m)
     case SVC_MSG_TILES:
         svc_jobs_on_tiles(s, m->job, m->index, &m->tiles);
         break;
-    case SVC_MSG_CLUSTER_ACCEPT: cluster_accept(s, m->job, m->text); break;
+    case SVC_MSG_CLUSTER_ACCEPT: cluster_accept(s, m->job, m->text, m->images); break;
     case SVC_MSG_CLUSTER_CANCEL: {
         /* from the follower (api roles) and the publisher (worker roles) */
         svc_job *j = svc_jobs_find(s->jobs, m->job);
@@ -806,7 +888,7 @@ static int start_workers(svc_server *s)
         wc.queue = s->work_queue ? s->work_queue : s->queue;
         wc.mailbox = s->work_mailbox ? s->work_mailbox : s->mailbox;
         wc.store = s->work_store ? s->work_store : s->store;
-        wc.tiles = s->cluster ? NULL : s->tiles;
+        wc.tiles = s->tiles;
         wc.preview_every = s->cfg.preview_every;
         s->workers[i] = svc_worker_start(&wc);
         if (!s->workers[i]) {
@@ -897,8 +979,10 @@ int tsr_service_run(const tsr_service_config *cfg)
         tc.threads = s->cfg.tile_threads;
         tc.tile_size = s->cfg.tile_size;
         tc.threshold = s->cfg.tile_threshold;
-        tc.mailbox = s->mailbox;
-        tc.store = s->store;
+        /* worker roles: tiles go to the event stream (docs/scale-out.md), the
+         * final .tiles file to the worker store with the PNG */
+        tc.mailbox = s->work_mailbox ? s->work_mailbox : s->mailbox;
+        tc.store = s->work_store ? s->work_store : s->store;
         s->tiles = svc_tiles_start(&tc);
         if (!s->tiles)
             goto out;

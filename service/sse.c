@@ -294,7 +294,12 @@ static void open_stream(svc_server *s, svc_req *r, svc_job *j, svc_batch *b, uin
     c->job = j;
     c->batch = b;
     uint32_t n = j ? j->hist.n : b->hist.n;
-    c->cursor = last_id < n ? last_id : n;
+    /* --queue: a client resuming here after reading on another api node
+     * may be ahead of this node by a few events (that node's follower read
+     * them first): it waits for them rather than get its events again.
+     * Event ids are the same on every api node (docs/scale-out.md). */
+    const bool behind = s->cluster && !(j ? svc_job_stream_over(j) : svc_batch_stream_over(b));
+    c->cursor = last_id < n || behind ? last_id : n;
     svc_req_add_header(r, "Content-Type", "text/event-stream");
     svc_req_add_header(r, "Cache-Control", "no-cache");
     svc_req_add_header(r, "X-Accel-Buffering", "no");

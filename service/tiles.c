@@ -739,3 +739,38 @@ svc_tilemap *svc_tilemap_from_file(const uint8_t *data, size_t len)
     }
     return m;
 }
+
+svc_tileset *svc_tileset_from_file(const uint8_t *data, size_t len)
+{
+    svc_tilemap *m = svc_tilemap_from_file(data, len);
+    if (!m)
+        return NULL;
+    svc_tileset *ts = calloc(1, sizeof *ts);
+    int n = 0;
+    for (int c = 0; c < m->rows * m->cols; c++)
+        n += m->cells[c].n;
+    if (ts)
+        ts->tiles = calloc((size_t)(n ? n : 1), sizeof *ts->tiles);
+    if (!ts || !ts->tiles) {
+        free(ts);
+        svc_tilemap_free(m);
+        return NULL;
+    }
+    ts->width = m->width;
+    ts->height = m->height;
+    ts->tile_size = m->tile_size;
+    ts->rows = m->rows;
+    ts->cols = m->cols;
+    ts->step = m->step;
+    /* row-major, as the encoder publishes them; each cell holds one version */
+    for (int c = 0; c < m->rows * m->cols; c++)
+        for (int v = 0; v < m->cells[c].n; v++) {
+            ts->tiles[ts->n] = m->cells[c].vers[v];
+            m->cells[c].vers[v].jpeg = NULL;
+            if (ts->tiles[ts->n].version > ts->version)
+                ts->version = ts->tiles[ts->n].version;
+            ts->n++;
+        }
+    svc_tilemap_free(m);
+    return ts;
+}

@@ -136,5 +136,9 @@ const svc_tile_blob *svc_tilemap_find(const svc_tilemap *m, int version, int row
 int svc_tiles_file_encode(const svc_tileset *ts, uint8_t **out, size_t *len);
 /* A tilemap (final) from a .tiles file's bytes; NULL when malformed. */
 svc_tilemap *svc_tilemap_from_file(const uint8_t *data, size_t len);
+/* The same bytes as a tileset (every tile of the file; version = the
+ * highest tile version, final false): how a cluster api node reads the
+ * tiles a worker node published (docs/scale-out.md).  NULL when malformed. */
+svc_tileset *svc_tileset_from_file(const uint8_t *data, size_t len);
 
 #endif

@@ -5,7 +5,11 @@ across the api nodes, followed by SSE on the *other* api node; every image,
 fetched from either api node, equals `tessera generate`'s; the queue drains
 to zero and /metrics shows the shared figures.  Also: a cancel and a batch
 seen through the other api node, the 429 of a node that counts the shared
-queue, worker nodes refusing jobs, bad --queue URLs (exit 2)."""
+queue, worker nodes refusing jobs, bad --queue URLs (exit 2); preview tiles
+computed on a worker node served by both api nodes (same bytes, ETag,
+immutable), and one job's event stream resumed on the other api node with
+Last-Event-ID (same ids everywhere: no gap, no repeat)."""
+import os
 import time
 
 import cluster
@@ -88,13 +92,121 @@ def test_batch_on_other_node(c):
     r = apis[0].post("/v1/batches", {"defaults": d, "jobs": [{"seed": 400 + i}
                                                              for i in range(4)]})
     assert r.status == 202, r
-    apis[1].job(r.json["jobs"][0]["id"])  # known on api 1 (waits for the follower)
+    # known on api 1 right away (the batch lookup waits for the follower)
+    assert apis[1].get("/v1/batches/" + r.json["id"]).status == 200
     ev = apis[1].events("/v1/batches/%s/events" % r.json["id"], timeout=120)
     assert ev[-1].name == "done" and ev[-1].data["counts"]["done"] == 4, [e.name for e in ev]
     b = apis[1].get("/v1/batches/" + r.json["id"]).json
     assert [x["id"] for x in b["jobs"]] == [x["id"] for x in r.json["jobs"]], b
     for i, x in enumerate(r.json["jobs"]):
         svc.assert_same_image(apis[1].image(x["id"]), dict(d, seed=400 + i), "batch job %d" % i)
+
+
+def _comparable(ev):
+    """An event without what each api node measures itself (the eta)."""
+    data = dict(ev.data or {})
+    data.pop("eta", None)
+    return (ev.id, ev.name, data)
+
+
+def test_tiles_across_nodes(c):
+    """Tiles computed on a worker node: `tiles` events on api 1 for a job
+    submitted on api 0; every tile URL serves the same bytes and ETag from
+    both api nodes, immutable; the final tiles stay after the job ends."""
+    apis = c["apis"]
+    job = apis[0].submit(prompt=cluster.PROMPT, width=128, height=96, steps=6, seed=77)
+    jid = job["id"]
+    ev = apis[1].events("/v1/jobs/%s/events" % jid, timeout=120)
+    names = [e.name for e in ev]
+    assert names[-1] == "done", names
+    tiles = [e for e in ev if e.name == "tiles"]
+    assert len(tiles) >= 2, names
+    # 128x96 with the default 64 px tiles: 2 x 2; the final publish has them all, before `image`
+    last = tiles[-1]
+    assert names.index("image") > ev.index(last), names
+    assert len(last.data["tiles"]) == 4, last.data
+    urls = [t["url"] for e in tiles for t in e.data["tiles"]]
+    assert all(u.startswith("/v1/jobs/%s/images/0/tiles/" % jid) for u in urls), urls
+    seen = {}
+    for u in urls:
+        got = []
+        for a in apis:
+            r = a.get(u)
+            assert r.status == 200 and r.body[:2] == b"\xff\xd8", (a.name, u, r)
+            assert r.headers["cache-control"] == "public, max-age=31536000, immutable", r.headers
+            got.append((r.body, r.headers["etag"]))
+        assert got[0] == got[1], (u, "bytes or ETag differ between the api nodes")
+        seen[u] = got[0]
+    # the manifest (final versions) agrees on both nodes, and its URLs serve the same bytes
+    m = [a.get("/v1/jobs/%s/images/0/tiles" % jid) for a in apis]
+    assert m[0].status == 200 and m[1].status == 200, m
+    assert m[0].json == m[1].json, (m[0].json, m[1].json)
+    final = {t["url"] for t in last.data["tiles"]}
+    assert {t["url"] for t in m[0].json["tiles"]} == final, (m[0].json, final)
+    # the same URLs, fetched again later, are the same bytes (immutable)
+    for u in final:
+        for a in apis:
+            r = a.get(u)
+            assert (r.body, r.headers["etag"]) == seen[u], u
+    # the final tiles are each api node's <i>.tiles (served after a restart), the same
+    # bytes; the worker nodes keep no scratch copy once the image is stored
+    files = [open(os.path.join(a.data_dir, "jobs", jid, "0.tiles"), "rb").read() for a in apis]
+    assert files[0] == files[1] and files[0][:8] == b"TSRTILE1", [len(f) for f in files]
+    for w in c["workers"]:
+        left = os.path.join(w.data_dir, "worker", "jobs", jid)
+        svc.wait_until(lambda: not os.path.exists(left), 10, "no scratch files on " + w.name)
+    svc.figure("tiles across nodes: %d tiles events, %d tile URLs, same bytes on 2 api nodes"
+               % (len(tiles), len(urls)))
+    nbytes = sum(w.metrics().value("tessera_tile_bytes_total") or 0 for w in c["workers"])
+    ntiles = sum(w.metrics().value("tessera_tiles_published_total") or 0 for w in c["workers"])
+    svc.figure("tiles published by the worker nodes: %d tiles, %d bytes (%.0f bytes per tile)"
+               % (ntiles, nbytes, nbytes / max(ntiles, 1)))
+
+
+def test_resume_on_other_node(c):
+    """A job's event stream read in part on api 0, resumed on api 1 with
+    Last-Event-ID: exactly the remaining events (same ids, same order)."""
+    apis = c["apis"]
+    jid = apis[1].submit(prompt=cluster.PROMPT, width=128, height=64, steps=8, seed=91)["id"]
+    part = apis[0].events("/v1/jobs/%s/events" % jid, timeout=60,
+                          until=lambda e: e.name == "step")
+    assert part and part[-1].name == "step", [e.name for e in part]
+    rest = apis[1].events("/v1/jobs/%s/events" % jid, timeout=120,
+                          headers={"Last-Event-ID": str(part[-1].id)})
+    assert rest and rest[-1].name == "done", [e.name for e in rest]
+    full = [apis[k].events("/v1/jobs/%s/events" % jid, timeout=60) for k in range(2)]
+    a, b = [[_comparable(e) for e in f] for f in full]
+    assert a == b, ("the api nodes disagree", a, b)
+    assert [e.id for e in full[0]] == list(range(1, len(full[0]) + 1)), a
+    assert [_comparable(e) for e in part] + [_comparable(e) for e in rest] == a, (
+        "gap or repeat", [e.id for e in part], [e.id for e in rest])
+    assert full[0][0].name == "queued", a
+    svc.figure("SSE resumed on the other api node after event %d: %d more events, none "
+               "missing or repeated" % (part[-1].id, len(rest)))
+
+
+def test_events_before_accept_ends(c):
+    """The accepting node hears of the job's first events (queued, started,
+    steps) from the stream before its own accept has ended
+    (TSR_TEST_ACCEPT_DELAY_MS): it applies them afterwards, in the stream's
+    order, so its event ids are those of the other api nodes."""
+    os.environ["TSR_TEST_ACCEPT_DELAY_MS"] = "600"
+    try:
+        slow = cluster.node(c["redis"].url, "api", "api-slow").start()
+    finally:
+        del os.environ["TSR_TEST_ACCEPT_DELAY_MS"]
+    try:
+        # its follower at the head of the stream first (it read it all from the start)
+        warm = c["apis"][0].submit(**cluster.spec(93))["id"]
+        assert slow.wait_job(warm)["state"] == "done"
+        jid = slow.submit(prompt=cluster.PROMPT, width=64, height=64, steps=6, seed=93)["id"]
+        full = [a.events("/v1/jobs/%s/events" % jid, timeout=60) for a in (slow, c["apis"][0])]
+        a, b = [[_comparable(e) for e in f] for f in full]
+        assert a == b, ("the api nodes disagree", a, b)
+        names = [e.name for e in full[0]]
+        assert names[0] == "queued" and "started" in names and names[-1] == "done", names
+    finally:
+        assert slow.stop(60) == 0, slow.output()
 
 
 def test_429_from_shared_queue(c):
@@ -139,6 +251,7 @@ def teardown(c):
 
 
 TESTS = [test_round_robin, test_cancel_everywhere, test_batch_on_other_node,
+         test_tiles_across_nodes, test_resume_on_other_node, test_events_before_accept_ends,
          test_429_from_shared_queue, test_worker_refuses_jobs, test_bad_queue_url]
 
 if __name__ == "__main__":

@@ -40,9 +40,9 @@ def worker(r, name):
 def setup():
     os.environ["TSR_TEST_POISON_PROMPT"] = POISON  # inherited by the nodes
     r = cluster.Redis().start()
-    # the 300 jobs go in at once, faster than workers may drain them on a
-    # slow machine: room for all of them in the shared queue
-    apis = [cluster.node(r.url, "api", "api%d" % i, ["--max-queue", "1024"]) for i in range(2)]
+    # 300 jobs are submitted at once: room for all of them in the shared
+    # queue whatever the workers' speed (a sanitizer build is ~5x slower)
+    apis = [cluster.node(r.url, "api", "api%d" % i, ["--max-queue", "1000"]) for i in range(2)]
     workers = [worker(r, "worker%d" % i) for i in range(3)]
     cluster.start_all(apis + workers)
     ctx.update(redis=r, apis=apis, workers=workers)
