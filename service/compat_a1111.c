@@ -21,13 +21,11 @@
  */
 #include "compat_a1111.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 
 #include <event2/buffer.h>
@@ -254,9 +252,8 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
 {
     (void)what;
     a1111_call *c = arg;
-    char b;
-    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+    const int peer = svc_peer_state(fd);
+    if (peer == SVC_PEER_CLOSED) {
         /* EOF: answer into the void (evhttp then sees the close) and end */
         detach_conn(c);
         if (c->r) {
@@ -271,7 +268,7 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
         return;
     }
     /* bytes (a pipelined request): stop watching; evhttp's close still tells */
-    if (n > 0 && c->rwatch)
+    if (peer == SVC_PEER_SENT && c->rwatch)
         event_del(c->rwatch);
 }
 

@@ -15,13 +15,11 @@
  */
 #include "compat_openai.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -200,14 +198,13 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
 {
     (void)what;
     oai_call *c = arg;
-    char b;
-    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+    const int peer = svc_peer_state(fd);
+    if (peer == SVC_PEER_CLOSED) {
         if (!c->done)
             client_gone(c);
         return;
     }
-    if (n > 0 && c->fdwatch)
+    if (peer == SVC_PEER_SENT && c->fdwatch)
         event_del(c->fdwatch); /* pipelined bytes: failed writes still tell */
 }
 

@@ -16,10 +16,8 @@
  */
 #include "sse.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -29,6 +27,7 @@
 #include "http.h"
 #include "log.h"
 #include "server.h"
+#include "util.h"
 
 #define CHUNK_BUDGET (64 * 1024)
 #define KEEPALIVE_S 15
@@ -177,16 +176,15 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
 {
     (void)what;
     svc_sse_client *c = arg;
-    char b;
-    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+    const int peer = svc_peer_state(fd);
+    if (peer == SVC_PEER_CLOSED) {
         /* the client closed: end here, evhttp sees the EOF and frees */
         end_stream(c);
         return;
     }
     /* the client sent bytes (a pipelined request?): stop watching, failed
      * writes still tell us when it goes */
-    if (n > 0 && c->watch)
+    if (peer == SVC_PEER_SENT && c->watch)
         event_del(c->watch);
 }
 

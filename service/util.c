@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -395,4 +396,15 @@ int svc_read_file(const char *path, char **out, size_t *len, size_t max_len)
     *out = buf;
     *len = got;
     return 0;
+}
+
+int svc_peer_state(int fd)
+{
+    char b;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0)
+        return SVC_PEER_SENT;
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+        return SVC_PEER_CLOSED;
+    return SVC_PEER_QUIET;
 }

@@ -16,6 +16,11 @@
 
 /* Seconds on the monotonic clock / since the Unix epoch. */
 double svc_now_mono(void);
+/* What a read watch on a client's socket saw, without consuming it:
+ * SVC_PEER_CLOSED (EOF or a socket error), SVC_PEER_SENT (bytes wait: a
+ * pipelined request) or SVC_PEER_QUIET (nothing yet). */
+enum { SVC_PEER_QUIET = 0, SVC_PEER_SENT = 1, SVC_PEER_CLOSED = 2 };
+int svc_peer_state(int fd);
 double svc_now_unix(void);
 
 /* 64 random bits from the kernel (getrandom); a time-based mix if that fails. */
