@@ -192,8 +192,8 @@ static int test_text_rejects(void)
     ASSERT_OK(tsr_image_alloc(&img, 2, 2, 1));
     memset(img.data, 0, 4);
     const char *bad_keys[] = {"", " lead", "trail ", "two  spaces", "k\xc3\xa9y",
-                              "0123456789012345678901234567890123456789"
-                              "0123456789012345678901234567890123456789"};
+                              ("0123456789012345678901234567890123456789"
+                               "0123456789012345678901234567890123456789")}; /* 80 bytes */
     for (size_t i = 0; i < sizeof(bad_keys) / sizeof(bad_keys[0]); i++) {
         tsr_png_text t = {bad_keys[i], "x"};
         ASSERT_EQ(tsr_png_write_memory(&img, &t, 1, &buf, &len), TSR_ERR_INVALID);
