@@ -29,7 +29,6 @@
 #include <time.h>
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 
@@ -274,17 +273,7 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
 
 static void watch_conn(a1111_call *c)
 {
-    c->evcon = evhttp_request_get_connection(c->r->req);
-    if (!c->evcon)
-        return;
-    evhttp_connection_set_closecb(c->evcon, on_conn_close, c);
-    struct bufferevent *bev = evhttp_connection_get_bufferevent(c->evcon);
-    evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
-    if (fd >= 0) {
-        c->rwatch = event_new(c->s->base, fd, EV_READ | EV_PERSIST, on_readable, c);
-        if (c->rwatch)
-            event_add(c->rwatch, NULL);
-    }
+    c->evcon = svc_req_watch_peer(c->r, on_conn_close, on_readable, c, &c->rwatch);
 }
 
 /* ------------------------------------------------------------------ answer */

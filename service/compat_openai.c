@@ -22,7 +22,6 @@
 #include <string.h>
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 
@@ -229,17 +228,7 @@ static void call_attach(oai_call *c)
     if (live_calls)
         live_calls->prev = c;
     live_calls = c;
-    c->evcon = evhttp_request_get_connection(c->r->req);
-    if (!c->evcon)
-        return;
-    evhttp_connection_set_closecb(c->evcon, on_close, c);
-    struct bufferevent *bev = evhttp_connection_get_bufferevent(c->evcon);
-    evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
-    if (fd >= 0) {
-        c->fdwatch = event_new(c->srv->base, fd, EV_READ | EV_PERSIST, on_readable, c);
-        if (c->fdwatch)
-            event_add(c->fdwatch, NULL);
-    }
+    c->evcon = svc_req_watch_peer(c->r, on_close, on_readable, c, &c->fdwatch);
 }
 
 void svc_openai_close_all(svc_server *s)

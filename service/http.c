@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -177,6 +178,26 @@ void svc_reply_error(svc_req *r, int status, const char *code, const char *field
     if (status >= 400 && status != 404)
         SVC_DEBUG("http: %s %s -> %d %s: %s", r->method, r->path, status, code, msg);
     svc_reply_json(r, status, o);
+}
+
+struct evhttp_connection *svc_req_watch_peer(svc_req *r,
+                                             void (*on_close)(struct evhttp_connection *, void *),
+                                             void (*on_readable)(int fd, short what, void *arg),
+                                             void *arg, struct event **watch)
+{
+    *watch = NULL;
+    struct evhttp_connection *evcon = evhttp_request_get_connection(r->req);
+    if (!evcon)
+        return NULL;
+    evhttp_connection_set_closecb(evcon, on_close, arg);
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(evcon);
+    evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
+    if (fd >= 0) {
+        *watch = event_new(r->srv->base, fd, EV_READ | EV_PERSIST, on_readable, arg);
+        if (*watch)
+            event_add(*watch, NULL);
+    }
+    return evcon;
 }
 
 void svc_reply_method_not_allowed(svc_req *r, const char *allow)

@@ -25,6 +25,7 @@ struct evbuffer;
 struct event_base;
 struct bufferevent;
 struct evhttp_connection;
+struct event;
 
 typedef struct svc_req {
     struct svc_server *srv;
@@ -58,6 +59,17 @@ void svc_req_add_header(svc_req *r, const char *name, const char *value);
 const char *svc_req_header(svc_req *r, const char *name);
 /* The body as bytes (NUL-terminated copy, owned by r's request). */
 const char *svc_req_body(svc_req *r, size_t *len);
+/* Watch r's connection for the client going away while its answer is
+ * pending (a stream, a call that waits for its job): on_close runs when
+ * evhttp closes the connection, and *watch (a read event on its socket,
+ * added; NULL when the socket is not available; the caller frees it) calls
+ * on_readable, which classifies with svc_peer_state, to see an EOF that
+ * evhttp would notice only at the next write.  Returns the connection, or
+ * NULL (nothing watched) when r has none. */
+struct evhttp_connection *svc_req_watch_peer(svc_req *r,
+                                             void (*on_close)(struct evhttp_connection *, void *),
+                                             void (*on_readable)(int fd, short what, void *arg),
+                                             void *arg, struct event **watch);
 /* Access log + metrics for a response that ends outside svc_reply_*
  * (streams), then free r. */
 void svc_req_finish(svc_req *r, int status);

@@ -20,7 +20,6 @@
 #include <string.h>
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 
@@ -302,17 +301,7 @@ static void open_stream(svc_server *s, svc_req *r, svc_job *j, svc_batch *b, uin
     svc_req_add_header(r, "Cache-Control", "no-cache");
     svc_req_add_header(r, "X-Accel-Buffering", "no");
     evhttp_send_reply_start(r->req, 200, "OK");
-    c->evcon = evhttp_request_get_connection(r->req);
-    if (c->evcon) {
-        evhttp_connection_set_closecb(c->evcon, on_close, c);
-        struct bufferevent *bev = evhttp_connection_get_bufferevent(c->evcon);
-        evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
-        if (fd >= 0) {
-            c->watch = event_new(s->base, fd, EV_READ | EV_PERSIST, on_readable, c);
-            if (c->watch)
-                event_add(c->watch, NULL);
-        }
-    }
+    c->evcon = svc_req_watch_peer(r, on_close, on_readable, c, &c->watch);
     c->keepalive = event_new(s->base, -1, EV_PERSIST, on_keepalive, c);
     if (c->keepalive) {
         struct timeval tv = {KEEPALIVE_S, 0};
