@@ -11,77 +11,76 @@
  * (tsr_cpu_epilogue): the residual is added after the bias, as the separate
  * add did, so the fused call rounds exactly like the two calls it replaces.
  */
-#include <cblas.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/gemm.h"
 #include "core/error.h"
 
-#define LINEAR_BLOCK 64
-
 /* y[r, :] = bias for every row. */
-static void fill_rows(float *y, const float *bias, int64_t rows, int64_t n)
-{
-    for (int64_t r = 0; r < rows; r++)
-        memcpy(y + r * n, bias, (size_t)n * sizeof(float));
+static void fill_rows(float *y, const float *bias, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; r++)
+    memcpy(y + r * n, bias, (size_t)n * sizeof(float));
 }
 
-int tsr_cpu_linear(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, const tsr_tensor *bias,
-                   const tsr_epilogue *e, tsr_tensor *y)
-{
-    cpu_ctx *c = cpu_ctx_of(b);
-    int64_t in = w->ne[1], out = w->ne[0];
-    int64_t m = tsr_cpu_rows(x);
-    float beta = 0.0f;
-    if (bias) {
-        fill_rows(y->data, bias->data, m, out);
-        beta = 1.0f;
-    }
-    /* Row blocks fixed by position, never by the batch: one GEMM per image
-     * when the input says where images begin ([N, L, C] or NHWC), and within
-     * that (or for a 2-D [rows, C] input) blocks of LINEAR_BLOCK rows from
-     * the start.  A token's result then depends only on its block, which is
-     * the same alone or batched whenever an image's rows are a multiple of
-     * the block (SD latents: 64x64 -> 4096, 1024, 256, 64 tokens); see
-     * "Batch independence" in ops_conv.c.  A block is big enough for
-     * OpenBLAS's kernels to run at full speed. */
-    int64_t nb = x->ndim >= 3 ? x->ne[0] : 1;
-    if (x->ndim < 3 && m <= LINEAR_BLOCK)
-        nb = m; /* a short 2-D input is rows of images (embeddings): one GEMM per row */
-    const int64_t mb = m / nb;
-    const float *xp = x->data;
-    float *yp = y->data;
-    for (int64_t i = 0; i < nb; i++)
-        for (int64_t r0 = 0; r0 < mb; r0 += LINEAR_BLOCK) {
-            const int64_t rows = mb - r0 < LINEAR_BLOCK ? mb - r0 : LINEAR_BLOCK;
-            const int64_t off = i * mb + r0;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)out, (int)in,
-                        1.0f, xp + off * in, (int)in, w->data, (int)in, beta, yp + off * out,
-                        (int)out);
-        }
-    if (tsr_cpu_epilogue_any(e))
-        tsr_cpu_epilogue(c, y, 0, m, e);
-    return TSR_OK;
+int tsr_cpu_linear(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w,
+                   const tsr_tensor *bias, const tsr_epilogue *e,
+                   tsr_tensor *y) {
+  cpu_ctx *c = cpu_ctx_of(b);
+  const int64_t in = w->ne[1], out = w->ne[0];
+  const int64_t m = tsr_cpu_rows(x);
+  if (bias)
+    fill_rows(y->data, bias->data, m, out);
+  /* one GEMM over every row: a row's result does not depend on the rows
+   * around it (gemm.h), so images in a batch cannot disturb each other */
+  tsr_gemm g = {.m = m,
+                .n = out,
+                .k = in,
+                .a = x->data,
+                .lda = in,
+                .b = w->data,
+                .ldb = in,
+                .c = y->data,
+                .ldc = out,
+                .alpha = 1.0f,
+                .accumulate = bias != NULL};
+  int rc = tsr_cpu_gemm(c, &g);
+  if (rc < 0)
+    return rc;
+  if (tsr_cpu_epilogue_any(e))
+    tsr_cpu_epilogue(c, y, 0, m, e);
+  return TSR_OK;
 }
 
-int tsr_cpu_matmul(tsr_backend *b, const tsr_tensor *a, const tsr_tensor *bm, bool trans_a,
-                   bool trans_b, float alpha, tsr_tensor *y)
-{
-    (void)b;
-    /* shapes validated by tsr_matmul: rank 2 or 3, batch 1 broadcasts */
-    int64_t ba = a->ndim == 3 ? a->ne[0] : 1, bb = bm->ndim == 3 ? bm->ne[0] : 1;
-    int64_t ar = a->ne[a->ndim - 2], ac = a->ne[a->ndim - 1];
-    int64_t br = bm->ne[bm->ndim - 2], bc = bm->ne[bm->ndim - 1];
-    int64_t m = trans_a ? ac : ar, k = trans_a ? ar : ac;
-    int64_t n = trans_b ? br : bc;
-    int64_t batch = ba > bb ? ba : bb;
-    const float *ap = a->data, *bp = bm->data;
-    float *yp = y->data;
-    for (int64_t i = 0; i < batch; i++) {
-        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                    trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha,
-                    ap + (ba > 1 ? i : 0) * ar * ac, (int)ac, bp + (bb > 1 ? i : 0) * br * bc,
-                    (int)bc, 0.0f, yp + i * m * n, (int)n);
-    }
-    return TSR_OK;
+int tsr_cpu_matmul(tsr_backend *b, const tsr_tensor *a, const tsr_tensor *bm,
+                   bool trans_a, bool trans_b, float alpha, tsr_tensor *y) {
+  cpu_ctx *c = cpu_ctx_of(b);
+  /* shapes validated by tsr_matmul: rank 2 or 3, batch 1 broadcasts */
+  int64_t ba = a->ndim == 3 ? a->ne[0] : 1, bb = bm->ndim == 3 ? bm->ne[0] : 1;
+  int64_t ar = a->ne[a->ndim - 2], ac = a->ne[a->ndim - 1];
+  int64_t br = bm->ne[bm->ndim - 2], bc = bm->ne[bm->ndim - 1];
+  int64_t m = trans_a ? ac : ar, k = trans_a ? ar : ac;
+  int64_t n = trans_b ? br : bc;
+  int64_t batch = ba > bb ? ba : bb;
+  const float *ap = a->data, *bp = bm->data;
+  float *yp = y->data;
+  for (int64_t i = 0; i < batch; i++) {
+    /* y = op(a) op(b): gemm.h's B(j, p) is op(b)'s column j, row p */
+    tsr_gemm g = {.m = m,
+                  .n = n,
+                  .k = k,
+                  .a = ap + (ba > 1 ? i : 0) * ar * ac,
+                  .lda = ac,
+                  .a_km = trans_a,
+                  .b = bp + (bb > 1 ? i : 0) * br * bc,
+                  .ldb = bc,
+                  .b_kn = !trans_b,
+                  .c = yp + i * m * n,
+                  .ldc = n,
+                  .alpha = alpha};
+    int rc = tsr_cpu_gemm(c, &g);
+    if (rc < 0)
+      return rc;
+  }
+  return TSR_OK;
 }

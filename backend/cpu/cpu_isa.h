@@ -1,0 +1,30 @@
+/*
+ * backend/cpu/cpu_isa.h - which vector instruction set the CPU kernels use.
+ *
+ * Why Tessera decides this itself: the kernels' speed must not hinge on how
+ * a library guesses the CPU (OpenBLAS reads OPENBLAS_CORETYPE, and some
+ * hosts pin it to an older core as a guard).  The level is read once from
+ * cpuid and xgetbv (the instructions and the OS's saving of their
+ * registers) and may be lowered, never raised, by the environment variable
+ * TESSERA_CPU_ISA=scalar|avx2|avx512: the tests use that to run the same
+ * data through every kernel a machine has and compare.
+ */
+#ifndef TSR_BACKEND_CPU_ISA_H
+#define TSR_BACKEND_CPU_ISA_H
+
+typedef enum tsr_cpu_isa_level {
+  TSR_CPU_ISA_SCALAR = 0, /* portable C (compiled FMA where the build allows) */
+  TSR_CPU_ISA_AVX2 = 1,   /* AVX2 + FMA, 8 floats per register */
+  TSR_CPU_ISA_AVX512 = 2, /* AVX-512 F/BW/DQ/VL, 16 floats per register */
+} tsr_cpu_isa_level;
+
+/* Detected once (thread-safe), then capped by TESSERA_CPU_ISA: a value
+ * above what the CPU has is capped to the CPU; an unknown value logs a
+ * warning and is ignored. */
+tsr_cpu_isa_level tsr_cpu_isa(void);
+/* What the CPU itself supports, before the environment's cap. */
+tsr_cpu_isa_level tsr_cpu_isa_detected(void);
+/* "scalar", "avx2", "avx512" */
+const char *tsr_cpu_isa_name(tsr_cpu_isa_level level);
+
+#endif

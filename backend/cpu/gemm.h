@@ -1,0 +1,72 @@
+/*
+ * backend/cpu/gemm.h - Tessera's own single-precision GEMM for the CPU
+ * backend: linear layers, 1x1 convs and KxK convs (with the im2col done
+ * inside the packing, never materialised), and batched matmul.
+ *
+ * Why its own and not OpenBLAS's: (1) speed that does not depend on how a
+ * library guesses the CPU: the micro-kernel is chosen from cpu_isa.h
+ * (AVX-512, AVX2, portable C), whatever OPENBLAS_CORETYPE says; (2) a KxK
+ * conv packs its GEMM operand straight from the NHWC image, which removes
+ * im2col's write and re-read of a 9x larger column matrix; (3) one fixed
+ * order of arithmetic: every C element is the sum over k in blocks of
+ * TSR_GEMM_KC, each block's partial sum formed with fused multiply-adds in
+ * k order from zero, scaled by alpha and added to C in block order.  Row
+ * and column tiling, thread count, matrix height and vector width change
+ * where an element is computed, never how, so an image's result is the
+ * same alone or in any batch, at any thread count, on AVX2 and on AVX-512
+ * (tests: cpu_gemm, batch_*).
+ *
+ * Layout (BLIS's): B is packed per k-block into NR-wide column panels
+ * shared by all threads; each task packs an MC x KC block of A into MR-row
+ * panels in its own scratch and runs the MR x NR micro-kernel over
+ * (B panel, A panel) pairs, B's panel staying in L1 and A's block in L2.
+ */
+#ifndef TSR_BACKEND_CPU_GEMM_H
+#define TSR_BACKEND_CPU_GEMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/cpu/cpu_internal.h"
+
+#define TSR_GEMM_KC 256 /* fixed: it decides the order of arithmetic */
+
+/* A as the implicit im2col of NHWC images under an OHWI kernel: row m is
+ * the output pixel m (flattened n*Ho*Wo + oh*Wo + ow), column k is
+ * (kernel row, kernel column, input channel) in that order. */
+typedef struct tsr_gemm_im2col {
+  const float *x; /* NHWC input */
+  int64_t h, w, ci;
+  int64_t kh, kw, ho, wo;
+  int sh, sw, pt, pl;
+} tsr_gemm_im2col;
+
+typedef struct tsr_gemm {
+  int64_t m, n, k;
+  /* A(i, p) = a_km ? a[p * lda + i] : a[i * lda + p], or the im2col */
+  const float *a;
+  int64_t lda;
+  bool a_km;
+  const tsr_gemm_im2col *conv; /* non-NULL: A is this im2col (a unused) */
+  /* B(j, p) = b_kn ? b[p * ldb + j] : b[j * ldb + p] */
+  const float *b;
+  int64_t ldb;
+  bool b_kn;
+  /* C(i, j) = c[i * ldc + j] = (accumulate ? C : 0) + alpha * sum_p A(i,p)
+   * B(j,p) */
+  float *c;
+  int64_t ldc;
+  float alpha;
+  bool accumulate;
+} tsr_gemm;
+
+/* Runs on the context's pool; scratch from the context (the shared buffer
+ * holds packed B, worker buffers packed A).  TSR_ERR_NOMEM when scratch
+ * cannot grow. */
+int tsr_cpu_gemm(cpu_ctx *c, const tsr_gemm *g);
+
+/* The micro-kernel in use, e.g. "avx2 6x16" (logged at debug level once,
+ * and printed by `tessera bench`). */
+const char *tsr_cpu_gemm_kernel(void);
+
+#endif
