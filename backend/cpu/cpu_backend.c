@@ -3,11 +3,9 @@
  * op table.  The ops themselves live in backend/cpu/ops_*.c, one file per
  * family.
  *
- * Threads: GEMMs run on OpenBLAS's own threads, whose count is set once,
- * when the backend is created (ops never change it, except attention, see
- * cpu_internal.h); everything else is split over the context's tsr_pool.
- * Where many small GEMMs run inside pool tasks (attention), OpenBLAS is
- * switched to one thread for the duration so the two never oversubscribe.
+ * Threads: every op, GEMMs included (gemm.h), is split over the context's
+ * tsr_pool.  The backend's name says which GEMM micro-kernel cpu_isa.h chose
+ * ("cpu (2 threads, avx2 6x16)"), so `tessera bench` and the logs show it.
  *
  * supports_op: the f32 backend runs every op with f32 activations and
  * parameters (and converts between any float dtypes); the storage variants
@@ -17,6 +15,10 @@
  * malloc.
  */
 #include "backend/cpu/cpu_backend.h"
+
+#include "backend/cpu/cpu_isa.h"
+#include "backend/cpu/gemm.h"
+#include "core/log.h"
 
 #include <cblas.h>
 #include <stdio.h>
@@ -229,10 +231,14 @@ int tsr_backend_cpu_create_ex(const tsr_cpu_options *o, tsr_backend **out)
     b->caps = o->round_rows ? TSR_BACKEND_CAP_ROUND_ROWS : 0;
     b->n_threads = c->n_threads;
     if (o->storage == TSR_F32)
-        snprintf(b->name, sizeof b->name, "cpu (%d threads)", c->n_threads);
+        snprintf(b->name, sizeof b->name, "cpu (%d threads, %s)", c->n_threads,
+                 tsr_cpu_gemm_kernel());
     else
-        snprintf(b->name, sizeof b->name, "cpu-%s (%d threads)", tsr_dtype_name(o->storage),
-                 c->n_threads);
+        snprintf(b->name, sizeof b->name, "cpu-%s (%d threads, %s)", tsr_dtype_name(o->storage),
+                 c->n_threads, tsr_cpu_gemm_kernel());
+    TSR_DEBUG("%s: gemm kernel %s, vector level %s (the CPU has %s)", b->name,
+              tsr_cpu_gemm_kernel(), tsr_cpu_isa_name(tsr_cpu_isa()),
+              tsr_cpu_isa_name(tsr_cpu_isa_detected()));
     *out = b;
     return TSR_OK;
 }

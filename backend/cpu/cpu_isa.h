@@ -13,9 +13,9 @@
 #define TSR_BACKEND_CPU_ISA_H
 
 typedef enum tsr_cpu_isa_level {
-  TSR_CPU_ISA_SCALAR = 0, /* portable C (compiled FMA where the build allows) */
-  TSR_CPU_ISA_AVX2 = 1,   /* AVX2 + FMA, 8 floats per register */
-  TSR_CPU_ISA_AVX512 = 2, /* AVX-512 F/BW/DQ/VL, 16 floats per register */
+    TSR_CPU_ISA_SCALAR = 0, /* portable C (compiled FMA where the build allows) */
+    TSR_CPU_ISA_AVX2 = 1,   /* AVX2 + FMA, 8 floats per register */
+    TSR_CPU_ISA_AVX512 = 2, /* AVX-512 F/BW/DQ/VL, 16 floats per register */
 } tsr_cpu_isa_level;
 
 /* Detected once (thread-safe), then capped by TESSERA_CPU_ISA: a value

@@ -35,29 +35,29 @@
  * the output pixel m (flattened n*Ho*Wo + oh*Wo + ow), column k is
  * (kernel row, kernel column, input channel) in that order. */
 typedef struct tsr_gemm_im2col {
-  const float *x; /* NHWC input */
-  int64_t h, w, ci;
-  int64_t kh, kw, ho, wo;
-  int sh, sw, pt, pl;
+    const float *x; /* NHWC input */
+    int64_t h, w, ci;
+    int64_t kh, kw, ho, wo;
+    int sh, sw, pt, pl;
 } tsr_gemm_im2col;
 
 typedef struct tsr_gemm {
-  int64_t m, n, k;
-  /* A(i, p) = a_km ? a[p * lda + i] : a[i * lda + p], or the im2col */
-  const float *a;
-  int64_t lda;
-  bool a_km;
-  const tsr_gemm_im2col *conv; /* non-NULL: A is this im2col (a unused) */
-  /* B(j, p) = b_kn ? b[p * ldb + j] : b[j * ldb + p] */
-  const float *b;
-  int64_t ldb;
-  bool b_kn;
-  /* C(i, j) = c[i * ldc + j] = (accumulate ? C : 0) + alpha * sum_p A(i,p)
-   * B(j,p) */
-  float *c;
-  int64_t ldc;
-  float alpha;
-  bool accumulate;
+    int64_t m, n, k;
+    /* A(i, p) = a_km ? a[p * lda + i] : a[i * lda + p], or the im2col */
+    const float *a;
+    int64_t lda;
+    bool a_km;
+    const tsr_gemm_im2col *conv; /* non-NULL: A is this im2col (a unused) */
+    /* B(j, p) = b_kn ? b[p * ldb + j] : b[j * ldb + p] */
+    const float *b;
+    int64_t ldb;
+    bool b_kn;
+    /* C(i, j) = c[i * ldc + j] = (accumulate ? C : 0) + alpha * sum_p A(i,p)
+     * B(j,p) */
+    float *c;
+    int64_t ldc;
+    float alpha;
+    bool accumulate;
 } tsr_gemm;
 
 /* Runs on the context's pool; scratch from the context (the shared buffer

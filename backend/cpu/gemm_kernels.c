@@ -33,27 +33,28 @@
 
 #define NR_C 16
 
-static void ukr_c(int64_t kc, const float *ap, const float *bp, float *c,
-                  int64_t ldc, float alpha, bool accumulate) {
-  float acc[MR][NR_C] = {{0}};
-  for (int64_t p = 0; p < kc; p++) {
-    const float *a = ap + p * MR, *b = bp + p * NR_C;
-    for (int i = 0; i < MR; i++)
-      for (int j = 0; j < NR_C; j++)
-        acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-  }
-  for (int i = 0; i < MR; i++)
-    for (int j = 0; j < NR_C; j++) {
-      const float t = alpha * acc[i][j];
-      c[i * ldc + j] = accumulate ? c[i * ldc + j] + t : t;
+static void ukr_c(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, float alpha,
+                  bool accumulate)
+{
+    float acc[MR][NR_C] = {{0}};
+    for (int64_t p = 0; p < kc; p++) {
+        const float *a = ap + p * MR, *b = bp + p * NR_C;
+        for (int i = 0; i < MR; i++)
+            for (int j = 0; j < NR_C; j++)
+                acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
     }
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR_C; j++) {
+            const float t = alpha * acc[i][j];
+            c[i * ldc + j] = accumulate ? c[i * ldc + j] + t : t;
+        }
 }
 
-static void pack_b_c(const float *b, int64_t ldb, int64_t kc, int nr,
-                     float *dst) {
-  for (int j = 0; j < nr; j++)
-    for (int64_t p = 0; p < kc; p++)
-      dst[p * nr + j] = b[j * ldb + p];
+static void pack_b_c(const float *b, int64_t ldb, int64_t kc, int nr, float *dst)
+{
+    for (int j = 0; j < nr; j++)
+        for (int64_t p = 0; p < kc; p++)
+            dst[p * nr + j] = b[j * ldb + p];
 }
 
 #ifdef TSR_GEMM_X86
@@ -62,175 +63,160 @@ static void pack_b_c(const float *b, int64_t ldb, int64_t kc, int nr,
 
 #define AVX2_TARGET __attribute__((target("avx2,fma")))
 
-#define AVX2_ROW(r)                                                            \
-  do {                                                                         \
-    const __m256 t = _mm256_broadcast_ss(ap + (r));                            \
-    c##r##0 = _mm256_fmadd_ps(t, b0, c##r##0);                                 \
-    c##r##1 = _mm256_fmadd_ps(t, b1, c##r##1);                                 \
-  } while (0)
+#define AVX2_ROW(r)                                                                                \
+    do {                                                                                           \
+        const __m256 t = _mm256_broadcast_ss(ap + (r));                                            \
+        c##r##0 = _mm256_fmadd_ps(t, b0, c##r##0);                                                 \
+        c##r##1 = _mm256_fmadd_ps(t, b1, c##r##1);                                                 \
+    } while (0)
 
-#define AVX2_STORE(r)                                                          \
-  do {                                                                         \
-    float *cr = c + (r)*ldc;                                                   \
-    __m256 x0 = _mm256_mul_ps(c##r##0, al), x1 = _mm256_mul_ps(c##r##1, al);   \
-    if (accumulate) {                                                          \
-      x0 = _mm256_add_ps(_mm256_loadu_ps(cr), x0);                             \
-      x1 = _mm256_add_ps(_mm256_loadu_ps(cr + 8), x1);                         \
-    }                                                                          \
-    _mm256_storeu_ps(cr, x0);                                                  \
-    _mm256_storeu_ps(cr + 8, x1);                                              \
-  } while (0)
+#define AVX2_STORE(r)                                                                              \
+    do {                                                                                           \
+        float *cr = c + (r)*ldc;                                                                   \
+        __m256 x0 = _mm256_mul_ps(c##r##0, al), x1 = _mm256_mul_ps(c##r##1, al);                   \
+        if (accumulate) {                                                                          \
+            x0 = _mm256_add_ps(_mm256_loadu_ps(cr), x0);                                           \
+            x1 = _mm256_add_ps(_mm256_loadu_ps(cr + 8), x1);                                       \
+        }                                                                                          \
+        _mm256_storeu_ps(cr, x0);                                                                  \
+        _mm256_storeu_ps(cr + 8, x1);                                                              \
+    } while (0)
 
-AVX2_TARGET static void ukr_avx2(int64_t kc, const float *ap, const float *bp,
-                                 float *c, int64_t ldc, float alpha,
-                                 bool accumulate) {
-  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00,
-         c21 = c00;
-  __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-  /* C's tile is read at the end: ask for it now, while the k loop runs */
-  for (int r = 0; r < MR; r++) {
-    _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
-    _mm_prefetch((const char *)(c + r * ldc + 15), _MM_HINT_T0);
-  }
+AVX2_TARGET static void ukr_avx2(int64_t kc, const float *ap, const float *bp, float *c,
+                                 int64_t ldc, float alpha, bool accumulate)
+{
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    /* C's tile is read at the end: ask for it now, while the k loop runs */
+    for (int r = 0; r < MR; r++) {
+        _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + r * ldc + 15), _MM_HINT_T0);
+    }
 #pragma GCC unroll 4
-  for (int64_t p = 0; p < kc; p++) {
-    const __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
-    AVX2_ROW(0);
-    AVX2_ROW(1);
-    AVX2_ROW(2);
-    AVX2_ROW(3);
-    AVX2_ROW(4);
-    AVX2_ROW(5);
-    ap += MR;
-    bp += 16;
-  }
-  const __m256 al = _mm256_set1_ps(alpha);
-  AVX2_STORE(0);
-  AVX2_STORE(1);
-  AVX2_STORE(2);
-  AVX2_STORE(3);
-  AVX2_STORE(4);
-  AVX2_STORE(5);
+    for (int64_t p = 0; p < kc; p++) {
+        const __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
+        AVX2_ROW(0);
+        AVX2_ROW(1);
+        AVX2_ROW(2);
+        AVX2_ROW(3);
+        AVX2_ROW(4);
+        AVX2_ROW(5);
+        ap += MR;
+        bp += 16;
+    }
+    const __m256 al = _mm256_set1_ps(alpha);
+    AVX2_STORE(0);
+    AVX2_STORE(1);
+    AVX2_STORE(2);
+    AVX2_STORE(3);
+    AVX2_STORE(4);
+    AVX2_STORE(5);
 }
 
 /* The B panel transpose in 8 x 8 blocks (eight rows of B, eight k): four
  * unpack/shuffle/permute steps instead of 64 scalar strided stores.  Used
  * by the AVX-512 kernel too (it only moves data). */
-AVX2_TARGET static void pack_b_avx2(const float *b, int64_t ldb, int64_t kc,
-                                    int nr, float *dst) {
-  int64_t p = 0;
-  for (; p + 8 <= kc; p += 8)
-    for (int j0 = 0; j0 < nr; j0 += 8) {
-      const float *s = b + j0 * ldb + p;
-      const __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + ldb);
-      const __m256 r2 = _mm256_loadu_ps(s + 2 * ldb),
-                   r3 = _mm256_loadu_ps(s + 3 * ldb);
-      const __m256 r4 = _mm256_loadu_ps(s + 4 * ldb),
-                   r5 = _mm256_loadu_ps(s + 5 * ldb);
-      const __m256 r6 = _mm256_loadu_ps(s + 6 * ldb),
-                   r7 = _mm256_loadu_ps(s + 7 * ldb);
-      const __m256 t0 = _mm256_unpacklo_ps(r0, r1),
-                   t1 = _mm256_unpackhi_ps(r0, r1);
-      const __m256 t2 = _mm256_unpacklo_ps(r2, r3),
-                   t3 = _mm256_unpackhi_ps(r2, r3);
-      const __m256 t4 = _mm256_unpacklo_ps(r4, r5),
-                   t5 = _mm256_unpackhi_ps(r4, r5);
-      const __m256 t6 = _mm256_unpacklo_ps(r6, r7),
-                   t7 = _mm256_unpackhi_ps(r6, r7);
-      const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44),
-                   s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-      const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44),
-                   s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-      const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44),
-                   s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-      const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44),
-                   s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-      float *d = dst + p * nr + j0;
-      _mm256_store_ps(d, _mm256_permute2f128_ps(s0, s4, 0x20));
-      _mm256_store_ps(d + nr, _mm256_permute2f128_ps(s1, s5, 0x20));
-      _mm256_store_ps(d + 2 * nr, _mm256_permute2f128_ps(s2, s6, 0x20));
-      _mm256_store_ps(d + 3 * nr, _mm256_permute2f128_ps(s3, s7, 0x20));
-      _mm256_store_ps(d + 4 * nr, _mm256_permute2f128_ps(s0, s4, 0x31));
-      _mm256_store_ps(d + 5 * nr, _mm256_permute2f128_ps(s1, s5, 0x31));
-      _mm256_store_ps(d + 6 * nr, _mm256_permute2f128_ps(s2, s6, 0x31));
-      _mm256_store_ps(d + 7 * nr, _mm256_permute2f128_ps(s3, s7, 0x31));
-    }
-  for (; p < kc; p++)
-    for (int j = 0; j < nr; j++)
-      dst[p * nr + j] = b[j * ldb + p];
+AVX2_TARGET static void pack_b_avx2(const float *b, int64_t ldb, int64_t kc, int nr, float *dst)
+{
+    int64_t p = 0;
+    for (; p + 8 <= kc; p += 8)
+        for (int j0 = 0; j0 < nr; j0 += 8) {
+            const float *s = b + j0 * ldb + p;
+            const __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + ldb);
+            const __m256 r2 = _mm256_loadu_ps(s + 2 * ldb), r3 = _mm256_loadu_ps(s + 3 * ldb);
+            const __m256 r4 = _mm256_loadu_ps(s + 4 * ldb), r5 = _mm256_loadu_ps(s + 5 * ldb);
+            const __m256 r6 = _mm256_loadu_ps(s + 6 * ldb), r7 = _mm256_loadu_ps(s + 7 * ldb);
+            const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+            const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+            const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+            const __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+            const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+            const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+            const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+            const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+            float *d = dst + p * nr + j0;
+            _mm256_store_ps(d, _mm256_permute2f128_ps(s0, s4, 0x20));
+            _mm256_store_ps(d + nr, _mm256_permute2f128_ps(s1, s5, 0x20));
+            _mm256_store_ps(d + 2 * nr, _mm256_permute2f128_ps(s2, s6, 0x20));
+            _mm256_store_ps(d + 3 * nr, _mm256_permute2f128_ps(s3, s7, 0x20));
+            _mm256_store_ps(d + 4 * nr, _mm256_permute2f128_ps(s0, s4, 0x31));
+            _mm256_store_ps(d + 5 * nr, _mm256_permute2f128_ps(s1, s5, 0x31));
+            _mm256_store_ps(d + 6 * nr, _mm256_permute2f128_ps(s2, s6, 0x31));
+            _mm256_store_ps(d + 7 * nr, _mm256_permute2f128_ps(s3, s7, 0x31));
+        }
+    for (; p < kc; p++)
+        for (int j = 0; j < nr; j++)
+            dst[p * nr + j] = b[j * ldb + p];
 }
 
 /* ---- AVX-512: 6 x 32 ---- */
 
-#define AVX512_TARGET                                                          \
-  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
+#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
 
-#define AVX512_ROW(r)                                                          \
-  do {                                                                         \
-    const __m512 t = _mm512_set1_ps(ap[(r)]);                                  \
-    c##r##0 = _mm512_fmadd_ps(t, b0, c##r##0);                                 \
-    c##r##1 = _mm512_fmadd_ps(t, b1, c##r##1);                                 \
-  } while (0)
+#define AVX512_ROW(r)                                                                              \
+    do {                                                                                           \
+        const __m512 t = _mm512_set1_ps(ap[(r)]);                                                  \
+        c##r##0 = _mm512_fmadd_ps(t, b0, c##r##0);                                                 \
+        c##r##1 = _mm512_fmadd_ps(t, b1, c##r##1);                                                 \
+    } while (0)
 
-#define AVX512_STORE(r)                                                        \
-  do {                                                                         \
-    float *cr = c + (r)*ldc;                                                   \
-    __m512 x0 = _mm512_mul_ps(c##r##0, al), x1 = _mm512_mul_ps(c##r##1, al);   \
-    if (accumulate) {                                                          \
-      x0 = _mm512_add_ps(_mm512_loadu_ps(cr), x0);                             \
-      x1 = _mm512_add_ps(_mm512_loadu_ps(cr + 16), x1);                        \
-    }                                                                          \
-    _mm512_storeu_ps(cr, x0);                                                  \
-    _mm512_storeu_ps(cr + 16, x1);                                             \
-  } while (0)
+#define AVX512_STORE(r)                                                                            \
+    do {                                                                                           \
+        float *cr = c + (r)*ldc;                                                                   \
+        __m512 x0 = _mm512_mul_ps(c##r##0, al), x1 = _mm512_mul_ps(c##r##1, al);                   \
+        if (accumulate) {                                                                          \
+            x0 = _mm512_add_ps(_mm512_loadu_ps(cr), x0);                                           \
+            x1 = _mm512_add_ps(_mm512_loadu_ps(cr + 16), x1);                                      \
+        }                                                                                          \
+        _mm512_storeu_ps(cr, x0);                                                                  \
+        _mm512_storeu_ps(cr + 16, x1);                                                             \
+    } while (0)
 
-AVX512_TARGET static void ukr_avx512(int64_t kc, const float *ap,
-                                     const float *bp, float *c, int64_t ldc,
-                                     float alpha, bool accumulate) {
-  __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00,
-         c21 = c00;
-  __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-  for (int r = 0; r < MR; r++) {
-    _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
-    _mm_prefetch((const char *)(c + r * ldc + 31), _MM_HINT_T0);
-  }
+AVX512_TARGET static void ukr_avx512(int64_t kc, const float *ap, const float *bp, float *c,
+                                     int64_t ldc, float alpha, bool accumulate)
+{
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    for (int r = 0; r < MR; r++) {
+        _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + r * ldc + 31), _MM_HINT_T0);
+    }
 #pragma GCC unroll 4
-  for (int64_t p = 0; p < kc; p++) {
-    const __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
-    AVX512_ROW(0);
-    AVX512_ROW(1);
-    AVX512_ROW(2);
-    AVX512_ROW(3);
-    AVX512_ROW(4);
-    AVX512_ROW(5);
-    ap += MR;
-    bp += 32;
-  }
-  const __m512 al = _mm512_set1_ps(alpha);
-  AVX512_STORE(0);
-  AVX512_STORE(1);
-  AVX512_STORE(2);
-  AVX512_STORE(3);
-  AVX512_STORE(4);
-  AVX512_STORE(5);
+    for (int64_t p = 0; p < kc; p++) {
+        const __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
+        AVX512_ROW(0);
+        AVX512_ROW(1);
+        AVX512_ROW(2);
+        AVX512_ROW(3);
+        AVX512_ROW(4);
+        AVX512_ROW(5);
+        ap += MR;
+        bp += 32;
+    }
+    const __m512 al = _mm512_set1_ps(alpha);
+    AVX512_STORE(0);
+    AVX512_STORE(1);
+    AVX512_STORE(2);
+    AVX512_STORE(3);
+    AVX512_STORE(4);
+    AVX512_STORE(5);
 }
 #endif
 
 static const tsr_gemm_kernel k_c = {MR, NR_C, ukr_c, pack_b_c, "c 6x16"};
 #ifdef TSR_GEMM_X86
-static const tsr_gemm_kernel k_avx2 = {MR, 16, ukr_avx2, pack_b_avx2,
-                                       "avx2 6x16"};
-static const tsr_gemm_kernel k_avx512 = {MR, 32, ukr_avx512, pack_b_avx2,
-                                         "avx512 6x32"};
+static const tsr_gemm_kernel k_avx2 = {MR, 16, ukr_avx2, pack_b_avx2, "avx2 6x16"};
+static const tsr_gemm_kernel k_avx512 = {MR, 32, ukr_avx512, pack_b_avx2, "avx512 6x32"};
 #endif
 
-const tsr_gemm_kernel *tsr_gemm_kernel_for(tsr_cpu_isa_level level) {
+const tsr_gemm_kernel *tsr_gemm_kernel_for(tsr_cpu_isa_level level)
+{
 #ifdef TSR_GEMM_X86
-  if (level >= TSR_CPU_ISA_AVX512)
-    return &k_avx512;
-  if (level >= TSR_CPU_ISA_AVX2)
-    return &k_avx2;
+    if (level >= TSR_CPU_ISA_AVX512)
+        return &k_avx512;
+    if (level >= TSR_CPU_ISA_AVX2)
+        return &k_avx2;
 #endif
-  (void)level;
-  return &k_c;
+    (void)level;
+    return &k_c;
 }

@@ -18,21 +18,19 @@
 
 #include "backend/cpu/cpu_isa.h"
 
-typedef void (*tsr_gemm_ukr)(int64_t kc, const float *ap, const float *bp,
-                             float *c, int64_t ldc, float alpha,
-                             bool accumulate);
+typedef void (*tsr_gemm_ukr)(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
+                             float alpha, bool accumulate);
 
 /* Pack a full B panel from B stored [N][K] (row j of the panel at b + j * ldb):
  * dst[p * nr + j] = b[j * ldb + p] for p < kc, j < nr (a transpose; copies
  * only). */
-typedef void (*tsr_gemm_pack_fn)(const float *b, int64_t ldb, int64_t kc,
-                                 int nr, float *dst);
+typedef void (*tsr_gemm_pack_fn)(const float *b, int64_t ldb, int64_t kc, int nr, float *dst);
 
 typedef struct tsr_gemm_kernel {
-  int mr, nr;
-  tsr_gemm_ukr fn;
-  tsr_gemm_pack_fn pack_b_nk;
-  const char *name;
+    int mr, nr;
+    tsr_gemm_ukr fn;
+    tsr_gemm_pack_fn pack_b_nk;
+    const char *name;
 } tsr_gemm_kernel;
 
 /* The kernel for a vector level (the best one the level allows). */

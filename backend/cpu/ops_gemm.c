@@ -1,15 +1,14 @@
 /*
- * backend/cpu/ops_gemm.c - linear and batched matmul on OpenBLAS sgemm.
+ * backend/cpu/ops_gemm.c - linear and batched matmul on Tessera's GEMM.
  *
- * Why OpenBLAS and no hand-written kernel: its sgemm is within a few percent
- * of the machine's FMA peak on every x86 core we target, it threads itself,
- * and every conv and attention in the model bottoms out here or in the same
- * call.  Row-major views map directly: linear is x[M,in] @ w[out,in]^T,
- * matmul is a loop over the batch.  A bias is written into y first and the
- * GEMM accumulates onto it (beta = 1), saving a pass over the output.  A
- * fused residual and activation then run as one pass over y
- * (tsr_cpu_epilogue): the residual is added after the bias, as the separate
- * add did, so the fused call rounds exactly like the two calls it replaces.
+ * Row-major views map directly onto gemm.h: linear is x[M,in] @ w[out,in]^T
+ * over every row at once (a row's result does not depend on the others),
+ * matmul is a loop over the batch with the transposes folded into packing.
+ * A bias is written into y first and the GEMM accumulates onto it, saving a
+ * pass over the output.  A fused residual and activation then run as one
+ * pass over y (tsr_cpu_epilogue): the residual is added after the bias, as
+ * the separate add did, so the fused call rounds exactly like the two calls
+ * it replaces.
  */
 #include <string.h>
 
@@ -18,69 +17,71 @@
 #include "core/error.h"
 
 /* y[r, :] = bias for every row. */
-static void fill_rows(float *y, const float *bias, int64_t rows, int64_t n) {
-  for (int64_t r = 0; r < rows; r++)
-    memcpy(y + r * n, bias, (size_t)n * sizeof(float));
+static void fill_rows(float *y, const float *bias, int64_t rows, int64_t n)
+{
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(y + r * n, bias, (size_t)n * sizeof(float));
 }
 
-int tsr_cpu_linear(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w,
-                   const tsr_tensor *bias, const tsr_epilogue *e,
-                   tsr_tensor *y) {
-  cpu_ctx *c = cpu_ctx_of(b);
-  const int64_t in = w->ne[1], out = w->ne[0];
-  const int64_t m = tsr_cpu_rows(x);
-  if (bias)
-    fill_rows(y->data, bias->data, m, out);
-  /* one GEMM over every row: a row's result does not depend on the rows
-   * around it (gemm.h), so images in a batch cannot disturb each other */
-  tsr_gemm g = {.m = m,
-                .n = out,
-                .k = in,
-                .a = x->data,
-                .lda = in,
-                .b = w->data,
-                .ldb = in,
-                .c = y->data,
-                .ldc = out,
-                .alpha = 1.0f,
-                .accumulate = bias != NULL};
-  int rc = tsr_cpu_gemm(c, &g);
-  if (rc < 0)
-    return rc;
-  if (tsr_cpu_epilogue_any(e))
-    tsr_cpu_epilogue(c, y, 0, m, e);
-  return TSR_OK;
-}
-
-int tsr_cpu_matmul(tsr_backend *b, const tsr_tensor *a, const tsr_tensor *bm,
-                   bool trans_a, bool trans_b, float alpha, tsr_tensor *y) {
-  cpu_ctx *c = cpu_ctx_of(b);
-  /* shapes validated by tsr_matmul: rank 2 or 3, batch 1 broadcasts */
-  int64_t ba = a->ndim == 3 ? a->ne[0] : 1, bb = bm->ndim == 3 ? bm->ne[0] : 1;
-  int64_t ar = a->ne[a->ndim - 2], ac = a->ne[a->ndim - 1];
-  int64_t br = bm->ne[bm->ndim - 2], bc = bm->ne[bm->ndim - 1];
-  int64_t m = trans_a ? ac : ar, k = trans_a ? ar : ac;
-  int64_t n = trans_b ? br : bc;
-  int64_t batch = ba > bb ? ba : bb;
-  const float *ap = a->data, *bp = bm->data;
-  float *yp = y->data;
-  for (int64_t i = 0; i < batch; i++) {
-    /* y = op(a) op(b): gemm.h's B(j, p) is op(b)'s column j, row p */
+int tsr_cpu_linear(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, const tsr_tensor *bias,
+                   const tsr_epilogue *e, tsr_tensor *y)
+{
+    cpu_ctx *c = cpu_ctx_of(b);
+    const int64_t in = w->ne[1], out = w->ne[0];
+    const int64_t m = tsr_cpu_rows(x);
+    if (bias)
+        fill_rows(y->data, bias->data, m, out);
+    /* one GEMM over every row: a row's result does not depend on the rows
+     * around it (gemm.h), so images in a batch cannot disturb each other */
     tsr_gemm g = {.m = m,
-                  .n = n,
-                  .k = k,
-                  .a = ap + (ba > 1 ? i : 0) * ar * ac,
-                  .lda = ac,
-                  .a_km = trans_a,
-                  .b = bp + (bb > 1 ? i : 0) * br * bc,
-                  .ldb = bc,
-                  .b_kn = !trans_b,
-                  .c = yp + i * m * n,
-                  .ldc = n,
-                  .alpha = alpha};
+                  .n = out,
+                  .k = in,
+                  .a = x->data,
+                  .lda = in,
+                  .b = w->data,
+                  .ldb = in,
+                  .c = y->data,
+                  .ldc = out,
+                  .alpha = 1.0f,
+                  .accumulate = bias != NULL};
     int rc = tsr_cpu_gemm(c, &g);
     if (rc < 0)
-      return rc;
-  }
-  return TSR_OK;
+        return rc;
+    if (tsr_cpu_epilogue_any(e))
+        tsr_cpu_epilogue(c, y, 0, m, e);
+    return TSR_OK;
+}
+
+int tsr_cpu_matmul(tsr_backend *b, const tsr_tensor *a, const tsr_tensor *bm, bool trans_a,
+                   bool trans_b, float alpha, tsr_tensor *y)
+{
+    cpu_ctx *c = cpu_ctx_of(b);
+    /* shapes validated by tsr_matmul: rank 2 or 3, batch 1 broadcasts */
+    int64_t ba = a->ndim == 3 ? a->ne[0] : 1, bb = bm->ndim == 3 ? bm->ne[0] : 1;
+    int64_t ar = a->ne[a->ndim - 2], ac = a->ne[a->ndim - 1];
+    int64_t br = bm->ne[bm->ndim - 2], bc = bm->ne[bm->ndim - 1];
+    int64_t m = trans_a ? ac : ar, k = trans_a ? ar : ac;
+    int64_t n = trans_b ? br : bc;
+    int64_t batch = ba > bb ? ba : bb;
+    const float *ap = a->data, *bp = bm->data;
+    float *yp = y->data;
+    for (int64_t i = 0; i < batch; i++) {
+        /* y = op(a) op(b): gemm.h's B(j, p) is op(b)'s column j, row p */
+        tsr_gemm g = {.m = m,
+                      .n = n,
+                      .k = k,
+                      .a = ap + (ba > 1 ? i : 0) * ar * ac,
+                      .lda = ac,
+                      .a_km = trans_a,
+                      .b = bp + (bb > 1 ? i : 0) * br * bc,
+                      .ldb = bc,
+                      .b_kn = !trans_b,
+                      .c = yp + i * m * n,
+                      .ldc = n,
+                      .alpha = alpha};
+        int rc = tsr_cpu_gemm(c, &g);
+        if (rc < 0)
+            return rc;
+    }
+    return TSR_OK;
 }
