@@ -98,68 +98,105 @@ static void pack_b_task(void *ctx_, int64_t begin, int64_t end, int worker)
 
 /* ---- packing A ---- */
 
-/* Row `row` of the implicit im2col, columns [k0, k0 + kc), into dst. */
-static void gather_conv_row(const tsr_gemm_im2col *cv, int64_t row, int64_t k0, int64_t kc,
-                            float *dst)
+static const float zeros[TSR_GEMM_KC]; /* the rows past A's edge, and the image's border */
+
+/* Where row `row` of the implicit im2col has its columns [p, p + run):
+ * run = as many as lie in one kernel tap (contiguous in the image), at most
+ * `want`.  Returns the address of the first, or `zeros` off the image. */
+static const float *conv_run(const tsr_gemm_im2col *cv, int64_t row, int64_t p, int64_t want,
+                             int64_t *run)
 {
     const int64_t per_img = cv->ho * cv->wo;
     const int64_t n = row / per_img, rem = row % per_img;
     const int64_t oh = rem / cv->wo, ow = rem % cv->wo;
-    int64_t p = k0;
-    const int64_t end = k0 + kc;
-    while (p < end) {
-        const int64_t tap = p / cv->ci, ch = p % cv->ci;
-        const int64_t run = min64(cv->ci - ch, end - p);
-        const int64_t ih = oh * cv->sh - cv->pt + tap / cv->kw;
-        const int64_t iw = ow * cv->sw - cv->pl + tap % cv->kw;
-        if (ih < 0 || ih >= cv->h || iw < 0 || iw >= cv->w)
-            memset(dst + (p - k0), 0, (size_t)run * sizeof(float));
-        else
-            memcpy(dst + (p - k0), cv->x + ((n * cv->h + ih) * cv->w + iw) * cv->ci + ch,
-                   (size_t)run * sizeof(float));
-        p += run;
-    }
+    const int64_t tap = p / cv->ci, ch = p % cv->ci;
+    *run = min64(cv->ci - ch, want);
+    const int64_t ih = oh * cv->sh - cv->pt + tap / cv->kw;
+    const int64_t iw = ow * cv->sw - cv->pl + tap % cv->kw;
+    if (ih < 0 || ih >= cv->h || iw < 0 || iw >= cv->w)
+        return zeros;
+    return cv->x + ((n * cv->h + ih) * cv->w + iw) * cv->ci + ch;
 }
 
-/* Rows [i0, i0 + mc) of A's k-block into MR-row panels at ap.  Each row
- * of a panel is first made contiguous (a pointer into A when it already
- * is, else gathered into `rows`), then the panel is written in one
- * sequential pass. */
+/* Interleave `len` columns of MR rows (row i at src[i]) into a panel. */
+static void interleave(const float *const *src, int mr, int64_t len, float *dst)
+{
+    if (mr == 6) {
+        const float *s0 = src[0], *s1 = src[1], *s2 = src[2], *s3 = src[3], *s4 = src[4],
+                    *s5 = src[5];
+        for (int64_t p = 0; p < len; p++, dst += 6) {
+            dst[0] = s0[p], dst[1] = s1[p], dst[2] = s2[p];
+            dst[3] = s3[p], dst[4] = s4[p], dst[5] = s5[p];
+        }
+        return;
+    }
+    for (int64_t p = 0; p < len; p++)
+        for (int i = 0; i < mr; i++)
+            dst[p * mr + i] = src[i][p];
+}
+
+/* Whether every row's columns [k0, k0 + kc) lie contiguous in memory, so
+ * the micro-kernel can read A where it lies (no packing). */
+static bool rows_direct(const gemm_run *r)
+{
+    const tsr_gemm *g = r->g;
+    if (g->a_km)
+        return false;
+    return !g->conv || r->k0 % g->conv->ci + r->kc <= g->conv->ci;
+}
+
+/* Row `row`'s columns [k0, k0 + kc) when rows_direct() holds. */
+static const float *row_direct(const gemm_run *r, int64_t row)
+{
+    const tsr_gemm *g = r->g;
+    if (row >= g->m)
+        return zeros;
+    if (!g->conv)
+        return g->a + row * g->lda + r->k0;
+    int64_t run;
+    return conv_run(g->conv, row, r->k0, r->kc, &run);
+}
+
+/* Rows [i0, i0 + mc) of A's k-block into MR-row panels at ap, a run of
+ * contiguous columns (a kernel tap of a conv) at a time. */
 static void pack_a(const gemm_run *r, int64_t i0, int64_t mc, float *ap)
 {
     const tsr_gemm *g = r->g;
     const int mr = r->kr->mr;
     const int64_t kc = r->kc, k0 = r->k0;
-    _Alignas(64) float rows[TSR_GEMM_MAX_MR][TSR_GEMM_KC];
-    const float *rp[TSR_GEMM_MAX_MR];
+    _Alignas(64) float gathered[TSR_GEMM_MAX_MR][TSR_GEMM_KC];
+    const float *src[TSR_GEMM_MAX_MR];
     for (int64_t ip = 0; ip * mr < mc; ip++) {
-        for (int ii = 0; ii < mr; ii++) {
-            const int64_t row = i0 + ip * mr + ii;
-            rp[ii] = rows[ii];
-            if (row >= g->m || ip * mr + ii >= mc) {
-                memset(rows[ii], 0, (size_t)kc * sizeof(float));
-            } else if (g->conv) {
-                gather_conv_row(g->conv, row, k0, kc, rows[ii]);
-            } else if (g->a_km) {
-                const float *s = g->a + k0 * g->lda + row;
-                for (int64_t p = 0; p < kc; p++)
-                    rows[ii][p] = s[p * g->lda];
-            } else {
-                rp[ii] = g->a + row * g->lda + k0;
-            }
-        }
         float *dst = ap + ip * mr * kc;
-        if (mr == 6) {
-            const float *s0 = rp[0], *s1 = rp[1], *s2 = rp[2], *s3 = rp[3], *s4 = rp[4],
-                        *s5 = rp[5];
-            for (int64_t p = 0; p < kc; p++, dst += 6) {
-                dst[0] = s0[p], dst[1] = s1[p], dst[2] = s2[p];
-                dst[3] = s3[p], dst[4] = s4[p], dst[5] = s5[p];
+        const int64_t base = i0 + ip * mr;
+        const int64_t valid = min64(mr, mc - ip * mr);
+        if (g->a_km) {
+            for (int i = 0; i < mr; i++) {
+                src[i] = zeros;
+                if (i < valid && base + i < g->m) {
+                    const float *s = g->a + k0 * g->lda + base + i;
+                    for (int64_t p = 0; p < kc; p++)
+                        gathered[i][p] = s[p * g->lda];
+                    src[i] = gathered[i];
+                }
             }
-        } else {
-            for (int64_t p = 0; p < kc; p++)
-                for (int ii = 0; ii < mr; ii++)
-                    dst[p * mr + ii] = rp[ii][p];
+            interleave(src, mr, kc, dst);
+            continue;
+        }
+        int64_t p = k0;
+        while (p < k0 + kc) {
+            int64_t run = k0 + kc - p;
+            for (int i = 0; i < mr; i++) {
+                const int64_t row = base + i;
+                if (i >= valid || row >= g->m)
+                    src[i] = zeros;
+                else if (g->conv)
+                    src[i] = conv_run(g->conv, row, p, k0 + kc - p, &run);
+                else
+                    src[i] = g->a + row * g->lda + p;
+            }
+            interleave(src, mr, run, dst + (p - k0) * mr);
+            p += run;
         }
     }
 }
@@ -176,6 +213,9 @@ static void gemm_task(void *ctx_, int64_t begin, int64_t end, int worker)
     const bool acc = g->accumulate || r->k0 > 0;
     float *ap = r->ctx->worker[worker].ptr;
     _Alignas(64) float tile[TSR_GEMM_MAX_MR * TSR_GEMM_MAX_NR];
+    /* A's rows, read in place (rows_direct); MC + MR so a short last panel
+     * reads `zeros` past the block's end */
+    const float *rowp[MC + TSR_GEMM_MAX_MR];
     const int64_t npanels = (r->nc + nr - 1) / nr;
     for (int64_t t = begin; t < end; t++) {
         const int64_t mb = t / r->nsub, sb = t % r->nsub;
@@ -183,7 +223,12 @@ static void gemm_task(void *ctx_, int64_t begin, int64_t end, int worker)
         const int64_t jp0 = sb * r->spanel, jp1 = min64(npanels, jp0 + r->spanel);
         if (jp0 >= jp1)
             continue;
-        pack_a(r, i0, mc, ap);
+        const bool direct = rows_direct(r);
+        if (direct)
+            for (int64_t i = 0; i < MC + TSR_GEMM_MAX_MR; i++)
+                rowp[i] = i < mc ? row_direct(r, i0 + i) : zeros;
+        else
+            pack_a(r, i0, mc, ap);
         for (int64_t jp = jp0; jp < jp1; jp++) {
             const int64_t j = r->n0 + jp * nr;
             const int64_t cols = min64(nr, g->n - j);
@@ -192,11 +237,18 @@ static void gemm_task(void *ctx_, int64_t begin, int64_t end, int worker)
                 const int64_t rows = min64(mr, mc - ip * mr);
                 float *cp = g->c + (i0 + ip * mr) * g->ldc + j;
                 const float *app = ap + ip * mr * kc;
+                const float *const *rpp = rowp + ip * mr;
                 if (rows == mr && cols == nr) {
-                    kr->fn(kc, app, bpp, cp, g->ldc, g->alpha, acc);
+                    if (direct)
+                        kr->fn_rows(kc, rpp, bpp, cp, g->ldc, g->alpha, acc);
+                    else
+                        kr->fn(kc, app, bpp, cp, g->ldc, g->alpha, acc);
                     continue;
                 }
-                kr->fn(kc, app, bpp, tile, nr, g->alpha, false);
+                if (direct)
+                    kr->fn_rows(kc, rpp, bpp, tile, nr, g->alpha, false);
+                else
+                    kr->fn(kc, app, bpp, tile, nr, g->alpha, false);
                 for (int64_t i = 0; i < rows; i++)
                     for (int64_t jj = 0; jj < cols; jj++) {
                         const float v = tile[i * nr + jj];

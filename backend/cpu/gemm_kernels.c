@@ -50,6 +50,23 @@ static void ukr_c(int64_t kc, const float *ap, const float *bp, float *c, int64_
         }
 }
 
+static void ukr_c_rows(int64_t kc, const float *const *a, const float *bp, float *c, int64_t ldc,
+                       float alpha, bool accumulate)
+{
+    float acc[MR][NR_C] = {{0}};
+    for (int64_t p = 0; p < kc; p++) {
+        const float *b = bp + p * NR_C;
+        for (int i = 0; i < MR; i++)
+            for (int j = 0; j < NR_C; j++)
+                acc[i][j] = fmaf(a[i][p], b[j], acc[i][j]);
+    }
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR_C; j++) {
+            const float t = alpha * acc[i][j];
+            c[i * ldc + j] = accumulate ? c[i * ldc + j] + t : t;
+        }
+}
+
 static void pack_b_c(const float *b, int64_t ldb, int64_t kc, int nr, float *dst)
 {
     for (int j = 0; j < nr; j++)
@@ -63,9 +80,9 @@ static void pack_b_c(const float *b, int64_t ldb, int64_t kc, int nr, float *dst
 
 #define AVX2_TARGET __attribute__((target("avx2,fma")))
 
-#define AVX2_ROW(r)                                                                                \
+#define AVX2_ROW(r, addr)                                                                          \
     do {                                                                                           \
-        const __m256 t = _mm256_broadcast_ss(ap + (r));                                            \
+        const __m256 t = _mm256_broadcast_ss(addr);                                                \
         c##r##0 = _mm256_fmadd_ps(t, b0, c##r##0);                                                 \
         c##r##1 = _mm256_fmadd_ps(t, b1, c##r##1);                                                 \
     } while (0)
@@ -82,35 +99,53 @@ static void pack_b_c(const float *b, int64_t ldb, int64_t kc, int nr, float *dst
         _mm256_storeu_ps(cr + 8, x1);                                                              \
     } while (0)
 
-AVX2_TARGET static void ukr_avx2(int64_t kc, const float *ap, const float *bp, float *c,
-                                 int64_t ldc, float alpha, bool accumulate)
-{
-    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
-    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-    /* C's tile is read at the end: ask for it now, while the k loop runs */
-    for (int r = 0; r < MR; r++) {
-        _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
-        _mm_prefetch((const char *)(c + r * ldc + 15), _MM_HINT_T0);
+/* The k loop over one A source: FETCH(r) is the address of A(row r, k). */
+#define AVX2_KLOOP(FETCH, ADVANCE)                                                                 \
+    _Pragma("GCC unroll 4") for (int64_t p = 0; p < kc; p++)                                       \
+    {                                                                                              \
+        const __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);                         \
+        AVX2_ROW(0, FETCH(0));                                                                     \
+        AVX2_ROW(1, FETCH(1));                                                                     \
+        AVX2_ROW(2, FETCH(2));                                                                     \
+        AVX2_ROW(3, FETCH(3));                                                                     \
+        AVX2_ROW(4, FETCH(4));                                                                     \
+        AVX2_ROW(5, FETCH(5));                                                                     \
+        ADVANCE;                                                                                   \
+        bp += 16;                                                                                  \
     }
-#pragma GCC unroll 4
-    for (int64_t p = 0; p < kc; p++) {
-        const __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
-        AVX2_ROW(0);
-        AVX2_ROW(1);
-        AVX2_ROW(2);
-        AVX2_ROW(3);
-        AVX2_ROW(4);
-        AVX2_ROW(5);
-        ap += MR;
-        bp += 16;
+
+#define AVX2_BEGIN                                                                                 \
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;       \
+    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;                       \
+    /* C's tile is read at the end: ask for it now, while the k loop runs */                       \
+    for (int r = 0; r < MR; r++) {                                                                 \
+        _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);                                    \
+        _mm_prefetch((const char *)(c + r * ldc + 15), _MM_HINT_T0);                               \
     }
-    const __m256 al = _mm256_set1_ps(alpha);
-    AVX2_STORE(0);
-    AVX2_STORE(1);
-    AVX2_STORE(2);
-    AVX2_STORE(3);
-    AVX2_STORE(4);
+
+#define AVX2_END                                                                                   \
+    const __m256 al = _mm256_set1_ps(alpha);                                                       \
+    AVX2_STORE(0);                                                                                 \
+    AVX2_STORE(1);                                                                                 \
+    AVX2_STORE(2);                                                                                 \
+    AVX2_STORE(3);                                                                                 \
+    AVX2_STORE(4);                                                                                 \
     AVX2_STORE(5);
+
+#define PACKED(r) (ap + (r))
+#define ROWS(r) (a##r + p)
+
+AVX2_TARGET static void ukr_avx2(int64_t kc, const float *ap, const float *bp, float *c,
+                                 int64_t ldc, float alpha,
+                                 bool accumulate){AVX2_BEGIN AVX2_KLOOP(PACKED, ap += MR) AVX2_END}
+
+AVX2_TARGET static void ukr_avx2_rows(int64_t kc, const float *const *a, const float *bp, float *c,
+                                      int64_t ldc, float alpha, bool accumulate)
+{
+    const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
+    AVX2_BEGIN
+    AVX2_KLOOP(ROWS, (void)0)
+    AVX2_END
 }
 
 /* The B panel transpose in 8 x 8 blocks (eight rows of B, eight k): four
@@ -153,9 +188,9 @@ AVX2_TARGET static void pack_b_avx2(const float *b, int64_t ldb, int64_t kc, int
 
 #define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
 
-#define AVX512_ROW(r)                                                                              \
+#define AVX512_ROW(r, addr)                                                                        \
     do {                                                                                           \
-        const __m512 t = _mm512_set1_ps(ap[(r)]);                                                  \
+        const __m512 t = _mm512_set1_ps(*(addr));                                                  \
         c##r##0 = _mm512_fmadd_ps(t, b0, c##r##0);                                                 \
         c##r##1 = _mm512_fmadd_ps(t, b1, c##r##1);                                                 \
     } while (0)
@@ -172,41 +207,56 @@ AVX2_TARGET static void pack_b_avx2(const float *b, int64_t ldb, int64_t kc, int
         _mm512_storeu_ps(cr + 16, x1);                                                             \
     } while (0)
 
-AVX512_TARGET static void ukr_avx512(int64_t kc, const float *ap, const float *bp, float *c,
-                                     int64_t ldc, float alpha, bool accumulate)
-{
-    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
-    __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-    for (int r = 0; r < MR; r++) {
-        _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
-        _mm_prefetch((const char *)(c + r * ldc + 31), _MM_HINT_T0);
+#define AVX512_KLOOP(FETCH, ADVANCE)                                                               \
+    _Pragma("GCC unroll 4") for (int64_t p = 0; p < kc; p++)                                       \
+    {                                                                                              \
+        const __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);                        \
+        AVX512_ROW(0, FETCH(0));                                                                   \
+        AVX512_ROW(1, FETCH(1));                                                                   \
+        AVX512_ROW(2, FETCH(2));                                                                   \
+        AVX512_ROW(3, FETCH(3));                                                                   \
+        AVX512_ROW(4, FETCH(4));                                                                   \
+        AVX512_ROW(5, FETCH(5));                                                                   \
+        ADVANCE;                                                                                   \
+        bp += 32;                                                                                  \
     }
-#pragma GCC unroll 4
-    for (int64_t p = 0; p < kc; p++) {
-        const __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
-        AVX512_ROW(0);
-        AVX512_ROW(1);
-        AVX512_ROW(2);
-        AVX512_ROW(3);
-        AVX512_ROW(4);
-        AVX512_ROW(5);
-        ap += MR;
-        bp += 32;
+
+#define AVX512_BEGIN                                                                               \
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;       \
+    __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;                       \
+    for (int r = 0; r < MR; r++) {                                                                 \
+        _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);                                    \
+        _mm_prefetch((const char *)(c + r * ldc + 31), _MM_HINT_T0);                               \
     }
-    const __m512 al = _mm512_set1_ps(alpha);
-    AVX512_STORE(0);
-    AVX512_STORE(1);
-    AVX512_STORE(2);
-    AVX512_STORE(3);
-    AVX512_STORE(4);
+
+#define AVX512_END                                                                                 \
+    const __m512 al = _mm512_set1_ps(alpha);                                                       \
+    AVX512_STORE(0);                                                                               \
+    AVX512_STORE(1);                                                                               \
+    AVX512_STORE(2);                                                                               \
+    AVX512_STORE(3);                                                                               \
+    AVX512_STORE(4);                                                                               \
     AVX512_STORE(5);
+
+AVX512_TARGET static void ukr_avx512(int64_t kc, const float *ap, const float *bp, float *c,
+                                     int64_t ldc, float alpha, bool accumulate){
+    AVX512_BEGIN AVX512_KLOOP(PACKED, ap += MR) AVX512_END}
+
+AVX512_TARGET static void ukr_avx512_rows(int64_t kc, const float *const *a, const float *bp,
+                                          float *c, int64_t ldc, float alpha, bool accumulate)
+{
+    const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
+    AVX512_BEGIN
+    AVX512_KLOOP(ROWS, (void)0)
+    AVX512_END
 }
 #endif
 
-static const tsr_gemm_kernel k_c = {MR, NR_C, ukr_c, pack_b_c, "c 6x16"};
+static const tsr_gemm_kernel k_c = {MR, NR_C, ukr_c, ukr_c_rows, pack_b_c, "c 6x16"};
 #ifdef TSR_GEMM_X86
-static const tsr_gemm_kernel k_avx2 = {MR, 16, ukr_avx2, pack_b_avx2, "avx2 6x16"};
-static const tsr_gemm_kernel k_avx512 = {MR, 32, ukr_avx512, pack_b_avx2, "avx512 6x32"};
+static const tsr_gemm_kernel k_avx2 = {MR, 16, ukr_avx2, ukr_avx2_rows, pack_b_avx2, "avx2 6x16"};
+static const tsr_gemm_kernel k_avx512 = {MR,          32,           ukr_avx512, ukr_avx512_rows,
+                                         pack_b_avx2, "avx512 6x32"};
 #endif
 
 const tsr_gemm_kernel *tsr_gemm_kernel_for(tsr_cpu_isa_level level)

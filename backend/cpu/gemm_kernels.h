@@ -21,6 +21,11 @@
 typedef void (*tsr_gemm_ukr)(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
                              float alpha, bool accumulate);
 
+/* The same tile with A unpacked: row i of the panel is the kc contiguous
+ * floats at a[i] (MR pointers).  Same roundings as tsr_gemm_ukr. */
+typedef void (*tsr_gemm_ukr_rows)(int64_t kc, const float *const *a, const float *bp, float *c,
+                                  int64_t ldc, float alpha, bool accumulate);
+
 /* Pack a full B panel from B stored [N][K] (row j of the panel at b + j * ldb):
  * dst[p * nr + j] = b[j * ldb + p] for p < kc, j < nr (a transpose; copies
  * only). */
@@ -29,6 +34,7 @@ typedef void (*tsr_gemm_pack_fn)(const float *b, int64_t ldb, int64_t kc, int nr
 typedef struct tsr_gemm_kernel {
     int mr, nr;
     tsr_gemm_ukr fn;
+    tsr_gemm_ukr_rows fn_rows;
     tsr_gemm_pack_fn pack_b_nk;
     const char *name;
 } tsr_gemm_kernel;
