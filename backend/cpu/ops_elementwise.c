@@ -6,8 +6,8 @@
  * Why: these are memory-bound, so each is one pass over its data split into
  * row ranges over the thread pool, with the innermost (channel) dimension as
  * a contiguous inner loop the compiler vectorises.  Activations that need
- * exp use the AVX2 tsr_exp8 (cpu_simd.h); GELU (erf) calls erff, as exactness
- * matters more than speed there.  Broadcasting reduces every b to "inner
+ * exp or erf use the AVX2 tsr_exp8 / tsr_erf8 (cpu_simd.h), whose scalar
+ * twins finish a row's tail with the same operations.  Broadcasting reduces every b to "inner
  * stride 0 or 1 plus an offset per outer row", which covers a bias [C], a
  * per-image [N,1,1,C] and full shapes with one loop.  The conv/linear
  * epilogue (residual, activation) reuses that loop and the row functions,
@@ -101,8 +101,18 @@ static void gelu_tanh_row(float *y, const float *x, int64_t n)
 
 static void gelu_row(float *y, const float *x, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++)
-        y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+    int64_t i = 0;
+#ifdef TSR_CPU_AVX2
+    const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+    const __m256 rs2 = _mm256_set1_ps(0.70710678118654752f);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        const __m256 e = tsr_erf8(_mm256_mul_ps(v, rs2));
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, e)));
+    }
+#endif
+    for (; i < n; i++)
+        y[i] = 0.5f * x[i] * (1.0f + tsr_erf1(x[i] * 0.70710678118654752f));
 }
 
 static void act_row(tsr_unary_kind kind, float *y, const float *x, int64_t n)
@@ -229,8 +239,8 @@ int tsr_cpu_binary(tsr_backend *b, tsr_binary_kind kind, const tsr_tensor *a, co
     binary_job j = {.a = a->data, .b = bt->data, .y = y->data, .kind = kind};
     bcast_setup(a, bt, j.ae, j.bstride);
     int64_t rows = j.ae[0] * j.ae[1] * j.ae[2];
-    tsr_pool_parallel_for(cpu_ctx_of(b)->pool, rows, tsr_cpu_grain(j.ae[3], ELEM_GRAIN), binary_task,
-                          &j);
+    tsr_pool_parallel_for(cpu_ctx_of(b)->pool, rows, tsr_cpu_grain(j.ae[3], ELEM_GRAIN),
+                          binary_task, &j);
     return TSR_OK;
 }
 
@@ -364,7 +374,10 @@ static void concat_task(void *ctx_, int64_t begin, int64_t end, int worker)
 
 int tsr_cpu_concat(tsr_backend *b, const tsr_tensor *a, const tsr_tensor *bt, tsr_tensor *y)
 {
-    concat_job j = {.a = a->data, .b = bt->data, .y = y->data, .ca = a->ne[a->ndim - 1],
+    concat_job j = {.a = a->data,
+                    .b = bt->data,
+                    .y = y->data,
+                    .ca = a->ne[a->ndim - 1],
                     .cb = bt->ne[bt->ndim - 1]};
     tsr_pool_parallel_for(cpu_ctx_of(b)->pool, tsr_cpu_rows(a),
                           tsr_cpu_grain(j.ca + j.cb, ELEM_GRAIN), concat_task, &j);
@@ -398,8 +411,13 @@ static void up_task(void *ctx_, int64_t begin, int64_t end, int worker)
 
 int tsr_cpu_upsample_nearest(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y)
 {
-    up_job j = {.x = x->data, .y = y->data, .h = x->ne[1], .w = x->ne[2], .c = x->ne[3],
-                .ho = y->ne[1], .wo = y->ne[2]};
+    up_job j = {.x = x->data,
+                .y = y->data,
+                .h = x->ne[1],
+                .w = x->ne[2],
+                .c = x->ne[3],
+                .ho = y->ne[1],
+                .wo = y->ne[2]};
     tsr_pool_parallel_for(cpu_ctx_of(b)->pool, x->ne[0] * j.ho,
                           tsr_cpu_grain(j.wo * j.c, ELEM_GRAIN), up_task, &j);
     return TSR_OK;
@@ -439,16 +457,16 @@ int tsr_cpu_timestep_embedding(tsr_backend *b, const tsr_tensor *t, const tsr_ti
 
 /* ---- embedding lookup ---- */
 
-int tsr_cpu_embedding(tsr_backend *b, const tsr_tensor *ids, const tsr_tensor *table,
-                      tsr_tensor *y)
+int tsr_cpu_embedding(tsr_backend *b, const tsr_tensor *ids, const tsr_tensor *table, tsr_tensor *y)
 {
     (void)b;
     int64_t n = tsr_tensor_numel(ids), v = table->ne[0], d = table->ne[1];
     const int32_t *ip = ids->data;
     for (int64_t i = 0; i < n; i++)
         if (ip[i] < 0 || ip[i] >= v)
-            return tsr_errorf(TSR_ERR_RANGE, "embedding: id %d at position %lld is outside [0, %lld)",
-                              (int)ip[i], (long long)i, (long long)v);
+            return tsr_errorf(TSR_ERR_RANGE,
+                              "embedding: id %d at position %lld is outside [0, %lld)", (int)ip[i],
+                              (long long)i, (long long)v);
     const float *tb = table->data;
     float *yp = y->data;
     for (int64_t i = 0; i < n; i++)
