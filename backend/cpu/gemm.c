@@ -3,15 +3,19 @@
  * (see gemm.h for why Tessera has its own, gemm_kernels.c for the
  * micro-kernels).
  *
- * Loop nest, for each block of up to NC_MAX columns and each k-block of
- * TSR_GEMM_KC:
+ * Loop nest, for each block of up to NC_MAX columns and each k-block
+ * (tsr_gemm_kblock: at most TSR_GEMM_KC, never straddling a conv tap of
+ * 192 channels or more):
  *   1. pack B's k-block into NR-wide panels (shared scratch, panels split
  *      over the pool);
  *   2. run tasks of (MC rows of A) x (a run of B panels) on the pool; a
  *      task packs its rows of A into MR-row panels (its worker's scratch;
  *      for a conv the im2col happens here, from the NHWC image) and calls
  *      the micro-kernel for every (B panel, A panel) pair, B panel outer so
- *      it stays in L1 while the A block (MC x KC, 96 KiB) stays in L2.
+ *      it stays in L1 (24 KiB at 16 x 384) while the A block (MC x KC, at
+ *      most 144 KiB) stays in L2.  Where a k-block's rows lie contiguous
+ *      (linear, 1x1 convs, a block inside one tap) A is not packed at all:
+ *      the micro-kernel reads it in place through MR row pointers.
  * A tile that C's edge cuts is computed into a local tile and then added
  * with the same roundings, so edge elements are computed like all others.
  */
@@ -259,6 +263,17 @@ static void gemm_task(void *ctx_, int64_t begin, int64_t end, int worker)
     }
 }
 
+int64_t tsr_gemm_kblock(const tsr_gemm *g, int64_t k0)
+{
+    const int64_t unit = g->conv ? g->conv->ci : g->k;
+    if (unit * 2 < TSR_GEMM_KC) /* short runs: as many whole ones as fit */
+        return min64(unit * (TSR_GEMM_KC / unit), g->k - k0);
+    const int64_t parts = (unit + TSR_GEMM_KC - 1) / TSR_GEMM_KC;
+    const int64_t len = (unit + parts - 1) / parts;
+    const int64_t pos = k0 % unit;
+    return min64(min64(len - pos % len, unit - pos), g->k - k0);
+}
+
 int tsr_cpu_gemm(cpu_ctx *c, const tsr_gemm *g)
 {
     if (g->m <= 0 || g->n <= 0)
@@ -294,8 +309,8 @@ int tsr_cpu_gemm(cpu_ctx *c, const tsr_gemm *g)
             nsub = 1;
         r.spanel = (npanels + nsub - 1) / nsub;
         r.nsub = (npanels + r.spanel - 1) / r.spanel;
-        for (r.k0 = 0; r.k0 < g->k; r.k0 += TSR_GEMM_KC) {
-            r.kc = min64(TSR_GEMM_KC, g->k - r.k0);
+        for (r.k0 = 0; r.k0 < g->k; r.k0 += r.kc) {
+            r.kc = tsr_gemm_kblock(g, r.k0);
             tsr_pool_parallel_for(c->pool, npanels, tsr_cpu_grain(r.kc * nr, 1 << 14), pack_b_task,
                                   &r);
             tsr_pool_parallel_for(c->pool, mblocks * r.nsub, 1, gemm_task, &r);

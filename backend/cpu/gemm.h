@@ -8,9 +8,10 @@
  * (AVX-512, AVX2, portable C), whatever OPENBLAS_CORETYPE says; (2) a KxK
  * conv packs its GEMM operand straight from the NHWC image, which removes
  * im2col's write and re-read of a 9x larger column matrix; (3) one fixed
- * order of arithmetic: every C element is the sum over k in blocks of
- * TSR_GEMM_KC, each block's partial sum formed with fused multiply-adds in
- * k order from zero, scaled by alpha and added to C in block order.  Row
+ * order of arithmetic: every C element is the sum over k in blocks whose
+ * bounds follow from the problem's shape alone (tsr_gemm_kblock), each
+ * block's partial sum formed with fused multiply-adds in k order from
+ * zero, scaled by alpha and added to C in block order.  Row
  * and column tiling, thread count, matrix height and vector width change
  * where an element is computed, never how, so an image's result is the
  * same alone or in any batch, at any thread count, on AVX2 and on AVX-512
@@ -29,7 +30,9 @@
 
 #include "backend/cpu/cpu_internal.h"
 
-#define TSR_GEMM_KC 256 /* fixed: it decides the order of arithmetic */
+/* The longest k-block.  The blocks themselves follow from the problem's
+ * shape alone (tsr_gemm_kblock), which fixes the order of arithmetic. */
+#define TSR_GEMM_KC 384
 
 /* A as the implicit im2col of NHWC images under an OHWI kernel: row m is
  * the output pixel m (flattened n*Ho*Wo + oh*Wo + ow), column k is
@@ -59,6 +62,14 @@ typedef struct tsr_gemm {
     float alpha;
     bool accumulate;
 } tsr_gemm;
+
+/* The length of the k-block that starts at k0.  Blocks split the run of
+ * columns that lie contiguous in memory (a conv's kernel tap of Ci
+ * channels, else the whole row of K) into equal parts of at most
+ * TSR_GEMM_KC, or group whole runs when they are short, so a block never
+ * straddles two taps unless taps are short: then the micro-kernel can read
+ * A where it lies.  A function of the shape only. */
+int64_t tsr_gemm_kblock(const tsr_gemm *g, int64_t k0);
 
 /* Runs on the context's pool; scratch from the context (the shared buffer
  * holds packed B, worker buffers packed A).  TSR_ERR_NOMEM when scratch
