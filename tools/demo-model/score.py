@@ -24,6 +24,13 @@ Usage:
   python tools/demo-model/score.py --images DIR                 # score NNN.png files
   python tools/demo-model/score.py --generate DIR --model models/demo --cfg 7.5 --steps 20
   python tools/demo-model/score.py --tessera build/bin/tessera --tessera-out DIR [--tessera-cfg 1]
+  python tools/demo-model/score.py --v2 --heldout tools/demo-model/heldout2.json --images DIR
+  python tools/demo-model/score.py --sheet tests/data/demo/shape_sheet.png tests/data/demo/shape_sheet.json
+
+With --v2 (issue 15's bars; prompts from captions_eval.py) it also names the
+shape of the named colour's largest region by geometry, counts its separate
+regions and measures the background's flatness (see "geometry" below; the
+C port is tests/demo/demo_shapes.c).
 """
 
 import argparse
@@ -70,6 +77,176 @@ def score_image(img, item):
     return fg >= FG_MIN and bg >= BG_MIN, fg, bg
 
 
+# ---------------------------------------------------------------- geometry (v2 bars)
+#
+# The shape scorer classifies the named colour's largest 4-connected region by
+# its geometry alone, so that a round blob of the right colour is not a star.
+# Every quantity is an exact count or an exact area on the pixel grid (the
+# convex hull is taken over pixel corners, integer coordinates), so the C port
+# (tests/demo/demo_shapes.c) computes the same numbers bit for bit:
+#
+#   area      pixels in the region
+#   filled    area + every enclosed non-region pixel (holes filled)
+#   hole      the largest enclosed hole (4-connected non-region pixels that do
+#             not reach the image border) / filled
+#   solidity  filled / convex hull area (hull of the pixel squares)
+#   fill      filled / bounding-box area
+#   top       filled pixels in the rows above the box's middle / those above
+#             and below it (the middle row of an odd box left out)
+#
+# and classify_shape() applies thresholds chosen on the renderer's own images
+# (docs/demo-model.md, "v2"): a ring has a hole; a star is the least convex
+# (solidity ~0.56), a cross next (~0.74); among the convex shapes the
+# renderer's triangle (always point up) has a quarter of its area in the top
+# half (top 0.25, every other shape >= 0.41) and fills half its box, a
+# square fills its box (~1.0), a circle ~0.79.  "top" is there because a
+# softened triangle (the demo VAE's round trip of a clean one) fills ~0.7 of
+# its box, like a circle, but stays bottom-heavy (0.31-0.52).
+
+HOLE_MIN = 0.12      # largest hole / filled area: a ring (clean: ~0.38)
+STAR_SOLIDITY = 0.66  # below: a star (clean ~0.56)
+CROSS_SOLIDITY = 0.86  # below: a cross (clean ~0.74)
+SQUARE_FILL = 0.88   # box fill at or above: a square (clean ~0.99)
+CIRCLE_FILL = 0.64   # at or above: a circle (clean ~0.79); below: a triangle (~0.5)
+TRIANGLE_TOP = 0.37  # top below this: a triangle (clean 0.25; others >= 0.41)
+MIN_REGION = 40      # pixels (at 128x128) for a region to count in "two X"
+FLAT_MAX = 6.0       # background std bar, in /255
+
+
+def components(mask):
+    """4-connected components of a bool HxW mask in raster order of their
+    first pixel: returns (labels HxW int, -1 outside; sizes list)."""
+    h, w = mask.shape
+    lab = np.full((h, w), -1, dtype=np.int32)
+    m = mask.tolist()
+    lb = lab.tolist()
+    sizes = []
+    for y0 in range(h):
+        for x0 in range(w):
+            if not m[y0][x0] or lb[y0][x0] >= 0:
+                continue
+            k = len(sizes)
+            lb[y0][x0] = k
+            stack = [(y0, x0)]
+            n = 0
+            while stack:
+                y, x = stack.pop()
+                n += 1
+                for yy, xx in ((y - 1, x), (y + 1, x), (y, x - 1), (y, x + 1)):
+                    if 0 <= yy < h and 0 <= xx < w and m[yy][xx] and lb[yy][xx] < 0:
+                        lb[yy][xx] = k
+                        stack.append((yy, xx))
+            sizes.append(n)
+    return np.array(lb, dtype=np.int32), sizes
+
+
+def _hull_area2(region):
+    """Twice the area of the convex hull of the region's pixel squares
+    (corner coordinates are integers, so the result is an exact integer).
+    Per row only the leftmost and rightmost pixel matter."""
+    pts = []
+    for y in np.nonzero(region.any(1))[0]:
+        xs = np.nonzero(region[y])[0]
+        x0, x1 = int(xs[0]), int(xs[-1]) + 1
+        pts += [(x0, int(y)), (x0, int(y) + 1), (x1, int(y)), (x1, int(y) + 1)]
+    pts = sorted(set(pts))
+    if len(pts) < 3:
+        return 0
+
+    def cross(o, a, b):
+        return (a[0] - o[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (b[0] - o[0])
+
+    lower, upper = [], []
+    for p in pts:
+        while len(lower) >= 2 and cross(lower[-2], lower[-1], p) <= 0:
+            lower.pop()
+        lower.append(p)
+    for p in reversed(pts):
+        while len(upper) >= 2 and cross(upper[-2], upper[-1], p) <= 0:
+            upper.pop()
+        upper.append(p)
+    hull = lower[:-1] + upper[:-1]
+    a2 = 0
+    for i in range(len(hull)):
+        (x0, y0), (x1, y1) = hull[i], hull[(i + 1) % len(hull)]
+        a2 += x0 * y1 - x1 * y0
+    return abs(a2)
+
+
+def shape_features(lab, colour):
+    """Geometry of the largest 4-connected region of palette index `colour`
+    in the label image `lab`; None when the colour is absent."""
+    cl, sizes = components(lab == colour)
+    if not sizes:
+        return None
+    big = int(np.argmax(sizes))  # first of the largest, as the C port
+    region = cl == big
+    # Holes: non-region pixels that cannot reach the border through
+    # non-region pixels (4-connected).
+    ol, osz = components(~region)
+    h, w = region.shape
+    border = set(ol[0, :].tolist() + ol[-1, :].tolist() + ol[:, 0].tolist() + ol[:, -1].tolist())
+    holes = [n for k, n in enumerate(osz) if k not in border]
+    area = int(sizes[big])
+    filled = area + sum(holes)
+    ys, xs = np.nonzero(region)
+    y0 = int(ys.min())
+    bw, bh = int(xs.max() - xs.min() + 1), int(ys.max() - y0 + 1)
+    hull2 = _hull_area2(region)
+    inside = region | ((ol >= 0) & ~np.isin(ol, sorted(border)))
+    rows = inside.sum(1)
+    top = sum(int(rows[y]) for y in range(h) if 2 * (y - y0) + 1 < bh)
+    bottom = sum(int(rows[y]) for y in range(h) if 2 * (y - y0) + 1 > bh)
+    return {"area": area, "filled": filled,
+            "hole": (max(holes) if holes else 0) / filled,
+            "solidity": 2.0 * filled / hull2 if hull2 else 0.0,
+            "fill": filled / float(bw * bh), "aspect": min(bw, bh) / float(max(bw, bh)),
+            "top": top / float(top + bottom) if top + bottom else 0.5}
+
+
+def classify_shape(f):
+    """One of dataset.SHAPES from shape_features(), or "none"."""
+    if f is None:
+        return "none"
+    if f["hole"] >= HOLE_MIN:
+        return "ring"
+    if f["solidity"] < STAR_SOLIDITY:
+        return "star"
+    if f["solidity"] < CROSS_SOLIDITY:
+        return "cross"
+    if f["top"] < TRIANGLE_TOP or f["fill"] < CIRCLE_FILL:
+        return "triangle"
+    if f["fill"] >= SQUARE_FILL:
+        return "square"
+    return "circle"
+
+
+def count_regions(lab, colour):
+    """Separate 4-connected regions of `colour` of at least MIN_REGION
+    pixels (scaled to the image size)."""
+    h, w = lab.shape
+    _, sizes = components(lab == colour)
+    least = MIN_REGION * h * w / float(dataset.SIZE * dataset.SIZE)
+    return sum(1 for n in sizes if n >= least)
+
+
+def flatness(img, centres):
+    """Background flatness in /255: the RMS over R, G, B of each channel's
+    standard deviation over the pixels farther than REST (Chebyshev,
+    128-pixel units) from every centre in `centres` (the shapes' places)."""
+    h, w = img.shape[:2]
+    ys, xs = np.mgrid[0:h, 0:w]
+    xs = (xs + 0.5) * dataset.SIZE / float(w)
+    ys = (ys + 0.5) * dataset.SIZE / float(h)
+    away = np.ones((h, w), dtype=bool)
+    for cx, cy in centres:
+        away &= np.maximum(np.abs(xs - cx), np.abs(ys - cy)) > REST
+    px = img[away].astype(np.float64)
+    if len(px) == 0:
+        return 0.0
+    return float(np.sqrt(px.var(0).mean()))
+
+
 def score_dir(d, items):
     passed = 0
     for i, it in enumerate(items):
@@ -84,6 +261,75 @@ def score_dir(d, items):
     rate = passed / len(items)
     print(f"pass rate: {passed}/{len(items)} = {rate:.3f}")
     return rate
+
+
+def measure_v2(img, item):
+    """The v2 measurements of one image for a heldout2.json item (or a
+    shape_sheet.json tile): place pass (single shapes), shape class, region
+    count, background flatness.  As tests/demo/test_demo_v2.c."""
+    regions = item.get("regions") or [item["region"]]
+    centres = [dataset.region_centre(r) for r in regions]
+    lab = classify(img)
+    c = NAMES.index(item["colour"])
+    f = shape_features(lab, c)
+    place = score_image(img, dict(item, region=regions[0]))[0] if len(regions) == 1 else None
+    return {"place": place, "shape": classify_shape(f), "features": f,
+            "regions": count_regions(lab, c), "flat": flatness(img, centres)}
+
+
+def score_v2_dir(d, items, tag="default"):
+    """Prints the v2 bars for NNN.png (or TAG-NNN.png) in `d`; returns the
+    per-image measurements."""
+    out = []
+    for i, it in enumerate(items):
+        path = os.path.join(d, f"{i:03d}.png")
+        if not os.path.exists(path):
+            path = os.path.join(d, f"{tag}-{i:03d}.png")
+        m = measure_v2(np.asarray(Image.open(path).convert("RGB")), it)
+        out.append(m)
+        pl = "-   " if m["place"] is None else ("PASS" if m["place"] else "FAIL")
+        print(f"{tag} {i:03d} place {pl} shape {m['shape']:<8} ({it['shape']:<8}) "
+              f"regions {m['regions']} flat {m['flat']:5.1f}  {it['prompt']}")
+    singles = [(it, m) for it, m in zip(items, out) if it.get("kind", "single") == "single"]
+    twos = [(it, m) for it, m in zip(items, out) if it.get("kind") == "two"]
+    for s in dataset.SHAPES:
+        xs = [m["shape"] == s for it, m in singles if it["shape"] == s]
+        if xs:
+            print(f"shape {s:<8} {sum(xs)}/{len(xs)} = {sum(xs) / len(xs):.2f}")
+    if singles:
+        p = [m["place"] for _, m in singles]
+        print(f"colour/place/background {sum(p)}/{len(p)} = {sum(p) / len(p):.2f}")
+    for b in dataset.COLOUR_NAMES:
+        fl = [m["flat"] for it, m in singles if it["background"] == b]
+        if fl:
+            ok = sum(x < FLAT_MAX for x in fl)
+            print(f"background {b:<7} flat {ok}/{len(fl)}, mean {np.mean(fl):5.1f} "
+                  f"max {max(fl):5.1f} /255")
+    if twos:
+        t = [m["regions"] == 2 for _, m in twos]
+        print(f"two X as two regions {sum(t)}/{len(t)} = {sum(t) / len(t):.2f}")
+    return out
+
+
+def score_sheet(png, facts_path):
+    """The shape scorer on the clean renders of shape_sheet.py."""
+    with open(facts_path) as f:
+        facts = json.load(f)
+    sheet = np.asarray(Image.open(png).convert("RGB"))
+    t, cols = facts["tile"], facts["cols"]
+    right = {s: [0, 0] for s in dataset.SHAPES}
+    for i, it in enumerate(facts["tiles"]):
+        y, x = divmod(i, cols)
+        m = measure_v2(sheet[y * t:(y + 1) * t, x * t:(x + 1) * t], it)
+        if len(it["regions"]) == 1:
+            right[it["shape"]][0] += m["shape"] == it["shape"]
+            right[it["shape"]][1] += 1
+        f = m["features"]
+        print(f"tile {i:3d} {it['shape']:<8} {it['size']:<5} -> {m['shape']:<8} regions "
+              f"{m['regions']}/{len(it['regions'])} hole {f['hole']:.3f} solidity "
+              f"{f['solidity']:.3f} fill {f['fill']:.3f} top {f['top']:.3f} flat {m['flat']:.3f}")
+    for s, (r, n) in right.items():
+        print(f"{s:<8} {r}/{n}")
 
 
 def generate(a, items):
@@ -132,19 +378,28 @@ def main():
     ap.add_argument("--tessera-out", help="with --tessera: render into this folder, then score")
     ap.add_argument("--tessera-steps", type=int, default=0, help="default: tessera's own")
     ap.add_argument("--tessera-cfg", type=float, default=None, help="default: tessera's own")
+    ap.add_argument("--v2", action="store_true",
+                    help="v2 bars (shape, flatness, two X) for a heldout2.json")
+    ap.add_argument("--sheet", nargs=2, metavar=("PNG", "JSON"),
+                    help="the shape scorer on a shape_sheet.py sheet")
+    ap.add_argument("--tag", default="default", help="with --v2 --images: TAG-NNN.png names")
     a = ap.parse_args()
+    if a.sheet:
+        score_sheet(*a.sheet)
+        return
     with open(a.heldout) as f:
         items = json.load(f)["prompts"]
     if a.limit > 0:
         items = items[:a.limit]
+    score = (lambda d: score_v2_dir(d, items, a.tag)) if a.v2 else (lambda d: score_dir(d, items))
     if a.tessera and a.tessera_out:
         generate_tessera(a, items)
-        score_dir(a.tessera_out, items)
+        score(a.tessera_out)
     elif a.generate:
         generate(a, items)
-        score_dir(a.generate, items)
+        score(a.generate)
     elif a.images:
-        score_dir(a.images, items)
+        score(a.images)
     else:
         ap.error("give --images DIR or --generate DIR")
 

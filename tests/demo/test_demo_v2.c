@@ -1,0 +1,377 @@
+/*
+ * tests/demo/test_demo_v2.c - the instruments for issue 15's v2 demo model:
+ * a shape scorer checked on the training renderer's own images, and the v2
+ * bars measured on the committed model through the C engine.
+ *
+ * Why it is built this way: the v2 bars (shapes told apart by geometry,
+ * flat backgrounds of every colour, "two X" drawn as two regions, new
+ * phrasings, guidance that matters) must be measurable before a v2 model is
+ * trained against them, and a scorer must first be shown right where the
+ * answer is known.  So:
+ *
+ *   shape_scorer_self  the geometry of demo_shapes.c on the clean renders in
+ *                      tests/data/demo/shape_sheet.png (written by
+ *                      tools/demo-model/shape_sheet.py from dataset.render;
+ *                      facts in shape_sheet.json): every shape is named
+ *                      right on >= 97% of its tiles, backgrounds are flat
+ *                      (< 0.5/255), a single shape is one region and a pair
+ *                      two (unit; no model, no Python)
+ *   v2_bars_report     every prompt of tools/demo-model/heldout2.json (a
+ *                      second caption template set training never uses,
+ *                      tools/demo-model/captions_eval.py) through `tessera
+ *                      generate` at the default settings and at cfg 1.0; it
+ *                      prints every v2 bar with PASS/FAIL for the record,
+ *                      but asserts only the floors today's model holds
+ *                      (FLOOR_*), so it guards the instruments and the model
+ *                      against regressions without failing on the bars v2
+ *                      has yet to meet (golden)
+ *
+ * The rules are those of tools/demo-model/score.py (--v2); see
+ * docs/demo-model.md, "v2".  TSR_DEMO_KEEP=1 keeps the generated images.
+ */
+#include "test.h"
+
+#include <cJSON.h>
+#include <limits.h>
+#include <stdlib.h>
+
+#include "demo_common.h"
+#include "image/image.h"
+
+#define N_SHAPES 6
+static const char *const k_shapes[N_SHAPES] = {"circle", "square", "triangle",
+                                               "star",   "ring",   "cross"};
+
+/* The v2 bars (issue 15). */
+#define BAR_SHAPE 0.80      /* per shape */
+#define BAR_PLACE 0.95      /* colour, place and background */
+#define BAR_FLAT_SHARE 0.90 /* of a background's images under DEMO_FLAT_MAX */
+#define BAR_TWO 0.70
+#define BAR_DROP 0.25
+
+/* Floors the committed v1 model holds (measured 2026-12-01 with these
+ * instruments: colour/place 0.73, cfg 1.0 drop 0.39, circles 0.80, two X
+ * 0.42; docs/demo-model.md): asserted, so that a regression of the model,
+ * the engine or the instruments fails, while the v2 bars are only printed. */
+#define FLOOR_PLACE 0.65
+#define FLOOR_PLACE_DROP 0.25
+#define FLOOR_CIRCLE 0.60
+#define FLOOR_TWO 0.30
+
+#define SELF_MIN 0.97
+#define MAX_PROMPTS 256
+
+static int shape_index(const char *name)
+{
+    for (int i = 0; name && i < N_SHAPES; i++)
+        if (strcmp(k_shapes[i], name) == 0)
+            return i;
+    return -1;
+}
+
+/* Everything measured on one image. */
+typedef struct measure {
+    int place_ok; /* colour/place/background rule (single shapes) */
+    const char *shape;
+    demo_shape_features f;
+    int regions;
+    double flat;
+} measure;
+
+/* Labels `img` and measures it for `colour` with the shapes at `centres`. */
+static int measure_image(const tsr_image *img, const demo_palette *p, int colour, int background,
+                         const double (*centres)[2], int n, measure *m)
+{
+    memset(m, 0, sizeof *m);
+    uint8_t *lab = malloc((size_t)img->width * img->height);
+    if (!lab)
+        return -1;
+    demo_label(img, p, lab);
+    int w = (int)img->width, h = (int)img->height;
+    int rc = demo_shape_features_of(lab, w, h, colour, &m->f);
+    m->regions = rc == 0 ? demo_count_regions(lab, w, h, colour) : -1;
+    free(lab);
+    if (rc != 0 || m->regions < 0)
+        return -1;
+    m->shape = demo_classify_shape(&m->f);
+    m->flat = demo_flatness(img, centres, n);
+    double fg = 0, bg = 0;
+    m->place_ok = n == 1 ? demo_score_place(img, p, colour, background, centres[0][0],
+                                            centres[0][1], &fg, &bg) == 1
+                         : 0;
+    return 0;
+}
+
+/* ---- shape_scorer_self ---- */
+
+static int test_shape_scorer_self(void)
+{
+    cJSON *held = demo_load_json("tools/demo-model/heldout2.json");
+    ASSERT_TRUE(held != NULL);
+    demo_palette p;
+    ASSERT_OK(demo_load_palette(held, &p));
+    char path[PATH_MAX];
+    size_t len = 0;
+    char *text =
+        tsr_test_read_file(tsr_test_path("demo/shape_sheet.json", path, sizeof path), &len);
+    ASSERT_TRUE(text != NULL);
+    cJSON *facts = cJSON_ParseWithLength(text, len);
+    free(text);
+    ASSERT_TRUE(facts != NULL);
+    const cJSON *tiles = cJSON_GetObjectItemCaseSensitive(facts, "tiles");
+    const cJSON *cols_j = cJSON_GetObjectItemCaseSensitive(facts, "cols");
+    const cJSON *tile_j = cJSON_GetObjectItemCaseSensitive(facts, "tile");
+    ASSERT_TRUE(cJSON_IsArray(tiles) && cJSON_IsNumber(cols_j) && cJSON_IsNumber(tile_j));
+    int cols = cols_j->valueint, t = tile_j->valueint;
+    tsr_image sheet = {0};
+    ASSERT_OK(
+        tsr_png_read(tsr_test_path("demo/shape_sheet.png", path, sizeof path), 3, &sheet, NULL));
+
+    int right[N_SHAPES] = {0}, total[N_SHAPES] = {0}, count_bad = 0, n = 0, bad = 0;
+    double flat_max = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, tiles)
+    {
+        int s = shape_index(demo_jstr(it, "shape"));
+        int colour = demo_colour_index(&p, demo_jstr(it, "colour"));
+        int background = demo_colour_index(&p, demo_jstr(it, "background"));
+        const cJSON *regs = cJSON_GetObjectItemCaseSensitive(it, "regions");
+        int nreg = cJSON_GetArraySize(regs);
+        double centres[2][2];
+        int ok = s >= 0 && colour >= 0 && background >= 0 && nreg >= 1 && nreg <= 2;
+        for (int k = 0; ok && k < nreg; k++)
+            ok = demo_region_centre(held, cJSON_GetArrayItem(regs, k)->valuestring, &centres[k][0],
+                                    &centres[k][1]) == 0;
+        int tx = (n % cols) * t, ty = (n / cols) * t;
+        if (!ok || (uint32_t)(ty + t) > sheet.height || (uint32_t)(tx + t) > sheet.width) {
+            fprintf(stderr, "shape_sheet.json: tile %d is malformed\n", n);
+            bad = 1;
+            break;
+        }
+        tsr_image tile = {0};
+        if (tsr_image_alloc(&tile, (uint32_t)t, (uint32_t)t, 3) != 0) {
+            bad = 1;
+            break;
+        }
+        for (int y = 0; y < t; y++)
+            memcpy(tile.data + (size_t)y * t * 3,
+                   sheet.data + ((size_t)(ty + y) * sheet.width + tx) * 3, (size_t)t * 3);
+        measure m;
+        int rc =
+            measure_image(&tile, &p, colour, background, (const double(*)[2])centres, nreg, &m);
+        tsr_image_free(&tile);
+        if (rc != 0) {
+            bad = 1;
+            break;
+        }
+        flat_max = m.flat > flat_max ? m.flat : flat_max;
+        if (m.regions != nreg)
+            count_bad++;
+        if (nreg == 1) {
+            total[s]++;
+            right[s] += strcmp(m.shape, k_shapes[s]) == 0;
+        }
+        if ((nreg == 1 && strcmp(m.shape, k_shapes[s]) != 0) || m.regions != nreg)
+            printf("tile %3d %-8s %-5s -> %-8s regions %d/%d  hole %.3f solidity %.3f fill "
+                   "%.3f top %.3f\n",
+                   n, k_shapes[s], demo_jstr(it, "size"), m.shape, m.regions, nreg, m.f.hole,
+                   m.f.solidity, m.f.fill, m.f.top);
+        n++;
+    }
+    tsr_image_free(&sheet);
+    cJSON_Delete(facts);
+    cJSON_Delete(held);
+    ASSERT_EQ(bad, 0);
+    int fails = 0;
+    for (int s = 0; s < N_SHAPES; s++) {
+        double acc = total[s] ? (double)right[s] / total[s] : 0.0;
+        printf("%-8s %2d/%2d = %.2f\n", k_shapes[s], right[s], total[s], acc);
+        fails += total[s] < 5 || acc < SELF_MIN;
+    }
+    printf("tiles %d, region count wrong on %d, background flatness max %.3f/255\n", n, count_bad,
+           flat_max);
+    ASSERT_EQ(fails, 0);
+    ASSERT_EQ(count_bad, 0);
+    ASSERT_TRUE(flat_max < 0.5);
+    return 0;
+}
+
+/* ---- v2_bars_report ---- */
+
+typedef struct tally {
+    int place, place_n;                           /* single shapes */
+    int shape_right[N_SHAPES], shape_n[N_SHAPES]; /* single shapes */
+    int two, two_n;                               /* "two X" */
+    int flat_ok[DEMO_MAX_COLOURS], flat_n[DEMO_MAX_COLOURS];
+    double flat_sum[DEMO_MAX_COLOURS], flat_max[DEMO_MAX_COLOURS];
+} tally;
+
+/* Renders and measures every prompt at one setting (cfg < 0: defaults). */
+static int run_setting(const cJSON *j, const demo_palette *p, const char *dir, double cfg,
+                       const char *tag, tally *t)
+{
+    memset(t, 0, sizeof *t);
+    int i = 0;
+    double secs_sum = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(j, "prompts"))
+    {
+        const char *prompt = demo_jstr(it, "prompt"), *kind = demo_jstr(it, "kind");
+        int colour = demo_colour_index(p, demo_jstr(it, "colour"));
+        int background = demo_colour_index(p, demo_jstr(it, "background"));
+        int s = shape_index(demo_jstr(it, "shape"));
+        const cJSON *seed = cJSON_GetObjectItemCaseSensitive(it, "seed");
+        int two = kind && strcmp(kind, "two") == 0;
+        double centres[2][2];
+        int ok = prompt && kind && colour >= 0 && background >= 0 && s >= 0 &&
+                 cJSON_IsNumber(seed) && i < MAX_PROMPTS;
+        if (ok && two) {
+            const cJSON *regs = cJSON_GetObjectItemCaseSensitive(it, "regions");
+            ok = cJSON_GetArraySize(regs) == 2;
+            for (int k = 0; ok && k < 2; k++)
+                ok = demo_region_centre(j, cJSON_GetArrayItem(regs, k)->valuestring, &centres[k][0],
+                                        &centres[k][1]) == 0;
+        } else if (ok) {
+            ok =
+                demo_region_centre(j, demo_jstr(it, "region"), &centres[0][0], &centres[0][1]) == 0;
+        }
+        if (!ok) {
+            fprintf(stderr, "heldout2.json: prompt %d is malformed\n", i);
+            return -1;
+        }
+        char out[PATH_MAX], log[PATH_MAX];
+        snprintf(out, sizeof out, "%s/%s-%03d.png", dir, tag, i);
+        snprintf(log, sizeof log, "%s/log.txt", dir);
+        double secs = 0;
+        if (demo_generate(prompt, (long long)seed->valuedouble, cfg, out, log, &secs) != 0)
+            return -1;
+        secs_sum += secs;
+        tsr_image img = {0};
+        if (tsr_png_read(out, 3, &img, NULL) != 0) {
+            fprintf(stderr, "%s: cannot read: %s\n", out, tsr_last_error());
+            return -1;
+        }
+        measure m;
+        int rc = measure_image(&img, p, colour, background, (const double(*)[2])centres,
+                               two ? 2 : 1, &m);
+        tsr_image_free(&img);
+        if (rc != 0)
+            return -1;
+        if (!getenv("TSR_DEMO_KEEP"))
+            remove(out);
+        if (two) {
+            t->two_n++;
+            t->two += m.regions == 2;
+        } else {
+            t->place_n++;
+            t->place += m.place_ok;
+            t->shape_n[s]++;
+            t->shape_right[s] += strcmp(m.shape, k_shapes[s]) == 0;
+            t->flat_n[background]++;
+            t->flat_ok[background] += m.flat < DEMO_FLAT_MAX;
+            t->flat_sum[background] += m.flat;
+            if (m.flat > t->flat_max[background])
+                t->flat_max[background] = m.flat;
+        }
+        printf("%s %03d place %s shape %-8s (%-8s) regions %d flat %5.1f  %s\n", tag, i,
+               two          ? "-   "
+               : m.place_ok ? "PASS"
+                            : "FAIL",
+               m.shape, k_shapes[s], m.regions, m.flat, prompt);
+        i++;
+    }
+    printf("%s: %d images, %.2f s per image\n", tag, i, i ? secs_sum / i : 0.0);
+    return i;
+}
+
+static double rate(int a, int n)
+{
+    return n ? (double)a / n : 0.0;
+}
+
+static const char *verdict(int ok)
+{
+    return ok ? "PASS" : "FAIL";
+}
+
+static void report(const demo_palette *p, const tally *d, const tally *o)
+{
+    printf("\n== v2 bars (issue 15) on the committed model: default settings | cfg 1.0 ==\n");
+    double shape_all = 0, shape_all1 = 0;
+    int right = 0, right1 = 0, n = 0;
+    for (int s = 0; s < N_SHAPES; s++) {
+        double r = rate(d->shape_right[s], d->shape_n[s]);
+        printf("shape %-8s %2d/%2d = %.2f | %.2f   bar %.2f %s\n", k_shapes[s], d->shape_right[s],
+               d->shape_n[s], r, rate(o->shape_right[s], o->shape_n[s]), BAR_SHAPE,
+               verdict(r >= BAR_SHAPE));
+        right += d->shape_right[s];
+        right1 += o->shape_right[s];
+        n += d->shape_n[s];
+    }
+    shape_all = rate(right, n);
+    shape_all1 = rate(right1, n);
+    double pl = rate(d->place, d->place_n), pl1 = rate(o->place, o->place_n);
+    printf("shapes overall %.2f | %.2f\n", shape_all, shape_all1);
+    printf("colour/place/background %d/%d = %.2f | %.2f   bar %.2f %s\n", d->place, d->place_n, pl,
+           pl1, BAR_PLACE, verdict(pl >= BAR_PLACE));
+    for (int b = 0; b < p->n; b++) {
+        if (!d->flat_n[b])
+            continue;
+        double share = rate(d->flat_ok[b], d->flat_n[b]);
+        printf("background %-7s flat (< %.0f/255) %2d/%2d, mean %5.1f max %5.1f /255 | mean "
+               "%5.1f   bar %.2f %s\n",
+               p->names[b], DEMO_FLAT_MAX, d->flat_ok[b], d->flat_n[b],
+               d->flat_sum[b] / d->flat_n[b], d->flat_max[b],
+               o->flat_n[b] ? o->flat_sum[b] / o->flat_n[b] : 0.0, BAR_FLAT_SHARE,
+               verdict(share >= BAR_FLAT_SHARE));
+    }
+    double tw = rate(d->two, d->two_n), tw1 = rate(o->two, o->two_n);
+    printf("two X as two regions %d/%d = %.2f | %.2f   bar %.2f %s\n", d->two, d->two_n, tw, tw1,
+           BAR_TWO, verdict(tw >= BAR_TWO));
+    printf("cfg 1.0 drop: colour/place %.2f, shapes %.2f, two X %.2f   bar %.2f %s\n", pl - pl1,
+           shape_all - shape_all1, tw - tw1, BAR_DROP, verdict(pl - pl1 >= BAR_DROP));
+}
+
+static int test_v2_bars_report(void)
+{
+    cJSON *j = demo_load_json("tools/demo-model/heldout2.json");
+    ASSERT_TRUE(j != NULL);
+    demo_palette p;
+    if (demo_load_palette(j, &p) != 0) {
+        cJSON_Delete(j);
+        TSR_FAIL("palette");
+    }
+    char dir[PATH_MAX];
+    if (demo_make_tmp(dir, sizeof dir) != 0) {
+        cJSON_Delete(j);
+        TSR_FAIL("tmp");
+    }
+    static tally d, o;
+    int n_def = run_setting(j, &p, dir, -1.0, "default", &d);
+    int n_one = n_def > 0 ? run_setting(j, &p, dir, 1.0, "cfg1", &o) : -1;
+    const char *names[] = {"log.txt"};
+    demo_cleanup(dir, names, 1);
+    cJSON_Delete(j);
+    ASSERT_TRUE(n_def >= 100 && n_one == n_def);
+    report(&p, &d, &o);
+    double pl = rate(d.place, d.place_n), pl1 = rate(o.place, o.place_n);
+    int circle = shape_index("circle");
+    printf("asserted floors (today's model): colour/place >= %.2f, cfg 1.0 drop >= %.2f, "
+           "circles >= %.2f, two X >= %.2f\n",
+           FLOOR_PLACE, FLOOR_PLACE_DROP, FLOOR_CIRCLE, FLOOR_TWO);
+    ASSERT_TRUE(pl >= FLOOR_PLACE);
+    ASSERT_TRUE(pl - pl1 >= FLOOR_PLACE_DROP);
+    ASSERT_TRUE(rate(d.shape_right[circle], d.shape_n[circle]) >= FLOOR_CIRCLE);
+    ASSERT_TRUE(rate(d.two, d.two_n) >= FLOOR_TWO);
+    return 0;
+}
+
+static const tsr_test_entry k_tests[] = {
+    {"shape_scorer_self", test_shape_scorer_self},
+    {"v2_bars_report", test_v2_bars_report},
+};
+
+int main(int argc, char **argv)
+{
+    return tsr_test_main(argc, argv, k_tests, sizeof k_tests / sizeof k_tests[0]);
+}

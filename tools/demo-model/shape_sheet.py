@@ -1,0 +1,89 @@
+"""tools/demo-model/shape_sheet.py - the training renderer's own clean images,
+as one sprite sheet, for testing the shape scorer without Python.
+
+Why it is built this way: the v2 shape scorer (score.py, and its C port in
+tests/demo/demo_shapes.c) must first be shown to name the right shape on the
+images the model is trained to imitate; a scorer that misreads clean renders
+cannot judge a model.  The renderer is Python (dataset.render), but the ctest
+that checks the C scorer (demo_shape_scorer_self) must need no Python, so
+this script renders a fixed set of scenes once and stores them compactly:
+one PNG sheet of 128x128 tiles (flat colours compress to a few hundred KB)
+plus a JSON of each tile's facts.  Tiles: every shape at both sizes on
+random backgrounds, colours and places, without outlines (an outline is
+drawn over the fill's edge and eats a small star's points: 0/25 small
+outlined stars keep a star's geometry in the fill colour, measured), and
+"two X" pairs for the region counter.  Deterministic (fixed seed).
+
+Usage: python tools/demo-model/shape_sheet.py [--out tests/data/demo/shape_sheet]
+       (writes shape_sheet.png and shape_sheet.json)
+"""
+
+import argparse
+import json
+import os
+import random
+import sys
+
+import numpy as np
+from PIL import Image
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dataset  # noqa: E402
+
+COLS = 12
+PER_SHAPE = {"large": 10, "small": 6}  # single-shape tiles per shape and size
+PAIRS = 24                             # "two X" tiles
+
+
+def scenes(seed=4321):
+    rng = random.Random(seed)
+    out = []
+    for shape in dataset.SHAPES:
+        for size, n in PER_SHAPE.items():
+            for _ in range(n):
+                bg = rng.choice(dataset.COLOUR_NAMES)
+                c = rng.choice([x for x in dataset.COLOUR_NAMES if x != bg])
+                r = rng.choice(dataset.REGION_NAMES)
+                out.append({"background": bg, "shapes": [
+                    {"shape": shape, "colour": c, "size": size, "region": r}]})
+    for i in range(PAIRS):
+        bg = rng.choice(dataset.COLOUR_NAMES)
+        c = rng.choice([x for x in dataset.COLOUR_NAMES if x != bg])
+        shape = dataset.SHAPES[i % len(dataset.SHAPES)]
+        size = rng.choice(["large", "small"])
+        regs = rng.sample(dataset.REGION_NAMES, 2)
+        out.append({"background": bg, "shapes": [
+            {"shape": shape, "colour": c, "size": size, "region": r} for r in regs]})
+    return out, rng
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(here, "..", "..", "tests", "data", "demo",
+                                                  "shape_sheet"))
+    a = ap.parse_args()
+    sc, rng = scenes()
+    rows = (len(sc) + COLS - 1) // COLS
+    t = dataset.SIZE
+    sheet = np.zeros((rows * t, COLS * t, 3), dtype=np.uint8)
+    tiles = []
+    for i, s in enumerate(sc):
+        y, x = divmod(i, COLS)
+        sheet[y * t:(y + 1) * t, x * t:(x + 1) * t] = dataset.render(s, rng)
+        sh = s["shapes"]
+        tiles.append({"shape": sh[0]["shape"], "colour": sh[0]["colour"],
+                      "size": sh[0]["size"], "background": s["background"],
+                      "regions": [x["region"] for x in sh], "count": len(sh)})
+    Image.fromarray(sheet).save(a.out + ".png", optimize=True)
+    with open(a.out + ".json", "w") as f:
+        json.dump({"note": "clean renders of tools/demo-model/dataset.py, written by "
+                           "tools/demo-model/shape_sheet.py; tile i is at column i % cols, "
+                           "row i / cols",
+                   "tile": t, "cols": COLS, "tiles": tiles}, f, indent=0)
+        f.write("\n")
+    print(f"{len(tiles)} tiles, {os.path.getsize(a.out + '.png')} bytes")
+
+
+if __name__ == "__main__":
+    main()
