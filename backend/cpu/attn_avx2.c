@@ -11,6 +11,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "backend/cpu/attn_flash.h"
 #include "backend/cpu/cpu_simd.h"
 
 #ifndef TSR_CPU_AVX2
@@ -58,7 +59,25 @@ static inline v16 v16_max(v16 a, v16 b)
 {
     return (v16){_mm256_max_ps(a.lo, b.lo), _mm256_max_ps(a.hi, b.hi)};
 }
-static inline v16 v16_exp(v16 a) { return (v16){tsr_exp8(a.lo), tsr_exp8(a.hi)}; }
+/* attn_exp2_1 (attn_flash.h) on 8 lanes, step for step */
+static inline __m256 exp2_8(__m256 x)
+{
+    const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(ATTN_EXP2_LO), _CMP_LT_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(ATTN_EXP2_LO));
+    const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 r = _mm256_sub_ps(x, n);
+    __m256 p = _mm256_set1_ps(ATTN_EXP2_C6);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ATTN_EXP2_C5));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ATTN_EXP2_C4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ATTN_EXP2_C3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ATTN_EXP2_C2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ATTN_EXP2_C1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+    p = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+    return _mm256_andnot_ps(under, p);
+}
+static inline v16 v16_exp2(v16 a) { return (v16){exp2_8(a.lo), exp2_8(a.hi)}; }
 static inline float v16_hsum(v16 a) { return tsr_hsum8(_mm256_add_ps(a.lo, a.hi)); }
 static inline float v16_hmax(v16 a) { return tsr_hmax8(_mm256_max_ps(a.lo, a.hi)); }
 
@@ -70,6 +89,8 @@ static inline v8 v8_fma(v8 a, v8 b, v8 c) { return _mm256_fmadd_ps(a, b, c); }
 static inline v8 v8_mul(v8 a, v8 b) { return _mm256_mul_ps(a, b); }
 
 #define ATTN_FN tsr_cpu_attn_flash_avx2
+#ifndef ATTN_R
 #define ATTN_R 6
+#endif
 #include "backend/cpu/attn_flash_impl.h"
 #endif

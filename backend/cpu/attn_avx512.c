@@ -6,7 +6,7 @@
  * (CMakeLists.txt), and called only when tsr_cpu_isa() says the CPU and OS
  * support it.  It is the AVX2 kernel's text with another vector type: the
  * same blocking, and per lane the same operations in the same order (the
- * exp below is tsr_exp8's, step for step; the horizontal sum adds the two
+ * exp2 below is attn_exp2_1's, step for step; the horizontal sum adds the two
  * 256-bit halves and then runs tsr_hsum8's tree), so it should give the
  * AVX2 kernel's bits.  Eight rows: eight ZMM accumulators cover the FMA
  * latency of two pipes; 32 registers leave room.
@@ -14,6 +14,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "backend/cpu/attn_flash.h"
 #include "backend/cpu/cpu_simd.h"
 
 #if !defined(__AVX512F__) || !defined(__AVX512DQ__) || !defined(__AVX512VL__)
@@ -34,27 +35,23 @@ static inline v16 v16_sub(v16 a, v16 b) { return _mm512_sub_ps(a, b); }
 static inline v16 v16_add(v16 a, v16 b) { return _mm512_add_ps(a, b); }
 static inline v16 v16_max(v16 a, v16 b) { return _mm512_max_ps(a, b); }
 
-/* tsr_exp8 (cpu_simd.h) on 16 lanes, operation for operation. */
-static inline v16 v16_exp(v16 x)
+/* attn_exp2_1 (attn_flash.h) on 16 lanes, step for step */
+static inline v16 v16_exp2(v16 x)
 {
-    const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(TSR_EXP_LO), _CMP_LT_OQ);
-    x = _mm512_min_ps(x, _mm512_set1_ps(TSR_EXP_HI));
-    x = _mm512_max_ps(x, _mm512_set1_ps(TSR_EXP_LO));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), x);
-    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
-    p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
-    const __m512i e =
-        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mul_ps((__mmask16)~under, p, _mm512_castsi512_ps(e));
+    const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(ATTN_EXP2_LO), _CMP_LT_OQ);
+    x = _mm512_max_ps(x, _mm512_set1_ps(ATTN_EXP2_LO));
+    const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_sub_ps(x, n);
+    __m512 p = _mm512_set1_ps(ATTN_EXP2_C6);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTN_EXP2_C5));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTN_EXP2_C4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTN_EXP2_C3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTN_EXP2_C2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTN_EXP2_C1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    const __m512i e = _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23);
+    p = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), e));
+    return _mm512_maskz_mov_ps((__mmask16)~under, p);
 }
 
 static inline float v16_hsum(v16 a)

@@ -7,7 +7,8 @@
  *   ATTN_R         query rows held in registers (<= ATTN_RMAX)
  *   v16            16 floats: v16_zero, v16_set1(x), v16_bcast(const float *),
  *                  v16_load / v16_store (unaligned), v16_fma(a, b, c) = a*b+c
- *                  fused, v16_mul, v16_sub, v16_add, v16_max, v16_exp,
+ *                  fused, v16_mul, v16_sub, v16_add, v16_max, v16_exp2
+ *                  (attn_exp2_1's steps, attn_flash.h),
  *                  v16_hsum (lanes i and i+8 added, then tsr_hsum8's tree),
  *                  v16_hmax
  *   v8             8 floats: v8_zero, v8_bcast, v8_load, v8_store, v8_fma,
@@ -47,7 +48,17 @@
 #include "backend/cpu/attn_flash.h"
 #include "backend/cpu/cpu_simd.h"
 
-/* S[r][0 .. 16 * nch) = scale * q_r . k for the group's rows. */
+/* The FMA loops run 40+ times with a dozen FMAs each: unrolled by 4, their
+ * counter and branch stop costing a sixth of the instructions. */
+#ifndef ATTN_UNROLL_N
+#define ATTN_UNROLL_N 4
+#endif
+#define ATTN_PRAGMA(x) _Pragma(#x)
+#define ATTN_UNROLL_(n) ATTN_PRAGMA(GCC unroll n)
+#define ATTN_UNROLL ATTN_UNROLL_(ATTN_UNROLL_N)
+
+/* S[r][0 .. 16 * nch) = scale * q_r . k for the group's rows (the scale
+ * includes log2(e): scores in log2 units, see attn_exp2_1). */
 static inline void attn_qk(const float *const *qr, const float *kc, int64_t d, int64_t nch,
                            float scale, float *s, int64_t kb)
 {
@@ -57,6 +68,7 @@ static inline void attn_qk(const float *const *qr, const float *kc, int64_t d, i
         v16 acc[ATTN_R];
         for (int r = 0; r < ATTN_R; r++)
             acc[r] = v16_zero();
+        ATTN_UNROLL
         for (int64_t c = 0; c < d; c++) {
             const v16 kv = v16_load(kp + c * ATTN_KCHUNK);
             for (int r = 0; r < ATTN_R; r++)
@@ -84,8 +96,8 @@ static inline void attn_softmax_row(float *s, int64_t nch, int64_t vis, float *m
         vm = v16_max(vm, v16_load(s + ch * ATTN_KCHUNK));
     const float bm = v16_hmax(vm);
     if (bm > *m) {
-        /* exp(-inf) is 0: the first block zeroes the (already zero) O */
-        const float alpha = tsr_exp1(*m - bm);
+        /* 2^-inf is 0: the first block zeroes the (already zero) O */
+        const float alpha = attn_exp2_1(*m - bm);
         *l *= alpha;
         const v8 va = v8_set1(alpha);
         for (int64_t c = 0; c < dp; c += 8)
@@ -96,7 +108,7 @@ static inline void attn_softmax_row(float *s, int64_t nch, int64_t vis, float *m
     v16 sum = v16_zero();
     for (int64_t ch = 0; ch < nch; ch++) {
         float *sp = s + ch * ATTN_KCHUNK;
-        const v16 p = v16_exp(v16_sub(v16_load(sp), vmax));
+        const v16 p = v16_exp2(v16_sub(v16_load(sp), vmax));
         v16_store(sp, p);
         sum = v16_add(sum, p);
     }
@@ -112,6 +124,7 @@ static inline void attn_pv(float *const *out, const float *s, int64_t kb, const 
         v16 acc[ATTN_R];
         for (int r = 0; r < ATTN_R; r++)
             acc[r] = v16_load(out[r] + ct);
+        ATTN_UNROLL
         for (int64_t j = 0; j < n; j++) {
             const v16 vv = v16_load(vb + j * dp + ct);
             for (int r = 0; r < ATTN_R; r++)
@@ -124,6 +137,7 @@ static inline void attn_pv(float *const *out, const float *s, int64_t kb, const 
         v8 acc[ATTN_R];
         for (int r = 0; r < ATTN_R; r++)
             acc[r] = v8_load(out[r] + ct);
+        ATTN_UNROLL
         for (int64_t j = 0; j < n; j++) {
             const v8 vv = v8_load(vb + j * dp + ct);
             for (int r = 0; r < ATTN_R; r++)

@@ -8,11 +8,12 @@
  * kernel does: fused multiply-adds where the C library's fmaf is a single
  * instruction (FP_FAST_FMAF, as on a -march=native x86 build or AArch64;
  * then the two kernels agree bit for bit), a multiply and an add otherwise
- * (a software fmaf would cost ~10x); tsr_exp1 is tsr_exp8 lane by lane;
+ * (a software fmaf would cost ~10x); exp2 is attn_exp2_1 lane by lane;
  * and the horizontal sum follows tsr_hsum8's tree.
  */
 #include <math.h>
 
+#include "backend/cpu/attn_flash.h"
 #include "backend/cpu/cpu_simd.h"
 
 typedef struct v16 {
@@ -73,9 +74,28 @@ static inline v16 v16_max(v16 a, v16 b)
     LANES(16, a.v[i_] = a.v[i_] > b.v[i_] ? a.v[i_] : b.v[i_]);
     return a;
 }
-static inline v16 v16_exp(v16 a)
+/* attn_exp2_1 with ATTN_FMA */
+static inline float exp2_lane(float x)
 {
-    LANES(16, a.v[i_] = tsr_exp1(a.v[i_]));
+    if (x < ATTN_EXP2_LO)
+        return 0.0f;
+    const float n = nearbyintf(x), r = x - n;
+    float p = ATTN_EXP2_C6;
+    p = ATTN_FMA(p, r, ATTN_EXP2_C5);
+    p = ATTN_FMA(p, r, ATTN_EXP2_C4);
+    p = ATTN_FMA(p, r, ATTN_EXP2_C3);
+    p = ATTN_FMA(p, r, ATTN_EXP2_C2);
+    p = ATTN_FMA(p, r, ATTN_EXP2_C1);
+    p = ATTN_FMA(p, r, 1.0f);
+    uint32_t bits;
+    memcpy(&bits, &p, sizeof bits);
+    bits += (uint32_t)((int32_t)n * (1 << 23));
+    memcpy(&p, &bits, sizeof p);
+    return p;
+}
+static inline v16 v16_exp2(v16 a)
+{
+    LANES(16, a.v[i_] = exp2_lane(a.v[i_]));
     return a;
 }
 /* lanes i + (i+8), then tsr_hsum8: (0+4, 1+5, 2+6, 3+7), (0+2, 1+3), 0+1 */

@@ -45,8 +45,12 @@
 #include "core/error.h"
 #include "core/log.h"
 
-#define ATTN_QB 64                /* query rows per task */
+#ifndef ATTN_QB
+#define ATTN_QB 64 /* query rows per task */
+#endif
+#ifndef ATTN_KV_BYTES
 #define ATTN_KV_BYTES (128 << 10) /* target size of one K block + V block */
+#endif
 #define ATTN_KB_MAX 256
 
 typedef struct attn_run {
@@ -137,7 +141,7 @@ int tsr_cpu_attention_isa(tsr_backend *b, const tsr_tensor *q, const tsr_tensor 
     j->d = q->ne[2] / p->heads;
     j->dp = (j->d + 7) / 8 * 8;
     j->lkp = (j->lk + ATTN_KCHUNK - 1) / ATTN_KCHUNK * ATTN_KCHUNK;
-    j->scale = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)j->d);
+    j->scale = (p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)j->d)) * ATTN_LOG2E;
     j->qb = j->lq < ATTN_QB ? j->lq : ATTN_QB;
     j->nqb = (j->lq + j->qb - 1) / j->qb;
     int64_t kb = ATTN_KV_BYTES / (2 * j->dp * (int64_t)sizeof(float));
