@@ -10,8 +10,12 @@
  * Packed layout, per (batch, head) bh = b * heads + h, keys padded with
  * zeros to lkp = a multiple of ATTN_KCHUNK:
  *   K: kp + bh * lkp * d,  chunks of 16 keys, each [d][16] (key in the lane)
- *   V: vp + bh * lkp * dp, rows [lkp][dp] with dp = d rounded up to 8
- *      (padding columns zero).
+ *   V: vp + bh * lkp * dp, dp = d rounded up to 8 (padding columns zero),
+ *      by tiles of 16 columns (the last 8 wide when dp is 8 mod 16): the
+ *      tile at column ct starts at ct * lkp and holds [lkp][16] (or [lkp][8]),
+ *      so P V's loop over keys reads one contiguous stream per tile (rows
+ *      of dp floats would put a 512-wide head's keys 2 KiB apart, all in
+ *      the same two L1 sets).
  */
 #ifndef TSR_BACKEND_CPU_ATTN_FLASH_H
 #define TSR_BACKEND_CPU_ATTN_FLASH_H

@@ -35,7 +35,8 @@
  *      if it grew, the running sum l and the accumulator O are scaled by
  *      exp(m - m'); then P = exp(S - m), l += sum P.
  *   3. O += P V, ATTN_R rows x 16 columns of O in registers, one broadcast
- *      of P per row and key (V packed [key][dp]).
+ *      of P per row and key (V packed by tiles of 16 columns, each tile's
+ *      keys contiguous, so the loop over keys streams).
  * At the end y = O / l (a row that saw no key is zero).  Each row's result
  * depends only on its own q, the keys and the fixed block boundaries, never
  * on the other rows of its group or its task, so batch composition, thread
@@ -115,18 +116,21 @@ static inline void attn_softmax_row(float *s, int64_t nch, int64_t vis, float *m
     *l += v16_hsum(sum);
 }
 
-/* O[r] += P[r] V over n keys of the block, 16 (then 8) columns at a time. */
-static inline void attn_pv(float *const *out, const float *s, int64_t kb, const float *vb,
+/* O[r] += P[r] V over the n keys from k0 (vh: the head's packed V, tiles of
+ * lkp keys), 16 (then 8) columns at a time. */
+static inline void attn_pv(float *const *out, const float *s, int64_t kb, const float *vh,
+                           int64_t k0, int64_t lkp,
                            int64_t n, int64_t dp)
 {
     int64_t ct = 0;
     for (; ct + 16 <= dp; ct += 16) {
+        const float *vt = vh + ct * lkp + k0 * 16; /* this tile's keys, contiguous */
         v16 acc[ATTN_R];
         for (int r = 0; r < ATTN_R; r++)
             acc[r] = v16_load(out[r] + ct);
         ATTN_UNROLL
         for (int64_t j = 0; j < n; j++) {
-            const v16 vv = v16_load(vb + j * dp + ct);
+            const v16 vv = v16_load(vt + j * 16);
             for (int r = 0; r < ATTN_R; r++)
                 acc[r] = v16_fma(v16_bcast(s + r * kb + j), vv, acc[r]);
         }
@@ -134,12 +138,13 @@ static inline void attn_pv(float *const *out, const float *s, int64_t kb, const 
             v16_store(out[r] + ct, acc[r]);
     }
     if (ct < dp) { /* dp is a multiple of 8 */
+        const float *vt = vh + ct * lkp + k0 * 8;
         v8 acc[ATTN_R];
         for (int r = 0; r < ATTN_R; r++)
             acc[r] = v8_load(out[r] + ct);
         ATTN_UNROLL
         for (int64_t j = 0; j < n; j++) {
-            const v8 vv = v8_load(vb + j * dp + ct);
+            const v8 vv = v8_load(vt + j * 8);
             for (int r = 0; r < ATTN_R; r++)
                 acc[r] = v8_fma(v8_bcast(s + r * kb + j), vv, acc[r]);
         }
@@ -194,7 +199,7 @@ void ATTN_FN(const attn_flash_job *j, int64_t task, float *scratch)
             attn_qk(qr, kp + k0 * d, d, nch, j->scale, s, kb);
             for (int r = 0; r < ATTN_R; r++)
                 attn_softmax_row(s + r * kb, nch, vis[r], &m[g + r], &l[g + r], out[r], dp);
-            attn_pv(out, s, kb, vp + k0 * dp, nch * ATTN_KCHUNK, dp);
+            attn_pv(out, s, kb, vp, k0, j->lkp, nch * ATTN_KCHUNK, dp);
         }
     }
     for (int64_t r = 0; r < rows; r++) {

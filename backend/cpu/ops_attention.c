@@ -11,7 +11,7 @@
  *
  *   1. K and V of each (batch, head) are packed once, in parallel, into the
  *      shared scratch (attn_flash.h: K as chunks of 16 keys [d][16], V as
- *      rows padded to a multiple of 8 columns).  Extra memory: about the
+ *      tiles of 16 columns, each tile's keys contiguous).  Extra memory: about the
  *      size of K and V, independent of Lq, never Lq * Lk.
  *   2. Tasks of (batch, head, block of qb queries) run the kernel
  *      (attn_flash_impl.h): scores for a few rows at a time in registers,
@@ -100,12 +100,12 @@ static void pack_task(void *ctx_, int64_t begin, int64_t end, int worker)
                     chunk[c * ATTN_KCHUNK + lane] = key < lk ? k[key * hd + c] : 0.0f;
             }
         }
-        for (int64_t key = 0; key < lkp; key++) {
-            float *row = vp + key * dp;
-            const int64_t n = key < lk ? d : 0;
-            if (n)
-                memcpy(row, v + key * hd, (size_t)n * sizeof(float));
-            memset(row + n, 0, (size_t)(dp - n) * sizeof(float));
+        for (int64_t ct = 0; ct < dp; ct += 16) {
+            const int64_t w = dp - ct < 16 ? dp - ct : 16; /* 16, or 8 for the last */
+            float *tile = vp + ct * lkp;
+            for (int64_t key = 0; key < lkp; key++)
+                for (int64_t c = 0; c < w; c++)
+                    tile[key * w + c] = key < lk && ct + c < d ? v[key * hd + ct + c] : 0.0f;
         }
     }
 }
