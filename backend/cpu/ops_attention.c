@@ -20,11 +20,13 @@
  *      written; the K/V block of kb keys is reused by all qb rows while it
  *      sits in L2.
  *
- * Blocking: qb = 64 query rows (fewer for a short Lq), so an image's 4096
- * queries give 64 tasks per head, enough to balance even the VAE's single
- * head; kb keys so that a K block plus a V block is ~128 KiB (256 keys at
- * head size 40, 32 at 512).  Both were measured (docs/perf.md, "Attention
- * kernel").
+ * Blocking: qb = 128 query rows (fewer for a short Lq, and halved down to
+ * 32 while there are fewer than 4 tasks per thread), so the O block of a
+ * 512-wide head (256 KiB) and a K/V block share L2, and each K/V byte is
+ * fetched from L3 once per 128 queries (64 rows cost the VAE's head ~9%
+ * more time); kb keys so that a K block plus a V block is ~128 KiB (256
+ * keys at head size 40, 32 at 512; 64 KiB was slower).  Measured in
+ * docs/perf.md, "Attention kernel".
  *
  * Kernels: AVX-512, AVX2 or plain C, by tsr_cpu_isa() (cpu_isa.h; cap with
  * TESSERA_CPU_ISA), each compiled for its ISA alone.  Batch independence
@@ -45,9 +47,8 @@
 #include "core/error.h"
 #include "core/log.h"
 
-#ifndef ATTN_QB
-#define ATTN_QB 64 /* query rows per task */
-#endif
+#define ATTN_QB 128   /* query rows per task, at most */
+#define ATTN_QB_MIN 32 /* ... and at least, when halving for more tasks */
 #ifndef ATTN_KV_BYTES
 #define ATTN_KV_BYTES (128 << 10) /* target size of one K block + V block */
 #endif
@@ -142,13 +143,16 @@ int tsr_cpu_attention_isa(tsr_backend *b, const tsr_tensor *q, const tsr_tensor 
     j->dp = (j->d + 7) / 8 * 8;
     j->lkp = (j->lk + ATTN_KCHUNK - 1) / ATTN_KCHUNK * ATTN_KCHUNK;
     j->scale = (p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)j->d)) * ATTN_LOG2E;
+    const int64_t bh = q->ne[0] * j->heads; /* every ne >= 1 (tsr_attention checks) */
+    /* ~4 tasks per thread at least, for balance (rows do not care: see above) */
     j->qb = j->lq < ATTN_QB ? j->lq : ATTN_QB;
+    while (j->qb > ATTN_QB_MIN && bh * ((j->lq + j->qb - 1) / j->qb) < 4 * (int64_t)c->n_threads)
+        j->qb /= 2;
     j->nqb = (j->lq + j->qb - 1) / j->qb;
     int64_t kb = ATTN_KV_BYTES / (2 * j->dp * (int64_t)sizeof(float));
     kb = kb / ATTN_KCHUNK * ATTN_KCHUNK;
     kb = kb < ATTN_KCHUNK ? ATTN_KCHUNK : (kb > ATTN_KB_MAX ? ATTN_KB_MAX : kb);
     j->kb = kb < j->lkp ? kb : j->lkp;
-    const int64_t bh = q->ne[0] * j->heads; /* every ne >= 1 (tsr_attention checks) */
     const size_t packed = (size_t)(bh * j->lkp * (j->d + j->dp)) * sizeof(float);
     float *shared = tsr_cpu_scratch_shared(c, packed);
     if (!shared)
