@@ -222,7 +222,8 @@ static int test_batch_independent(void)
 /* Every ISA level this CPU runs gives what the best one gives: bit for bit
  * where the plain C kernel's fmaf is an instruction (FP_FAST_FMAF: the
  * kernels are one source doing the same operations per lane), within a
- * float rounding or two where it multiplies and adds instead. */
+ * float rounding or two where it multiplies and adds instead (~10x that with
+ * scale 8, where exp amplifies a score's rounding). */
 static int test_isa_agree(void)
 {
     tsr_backend *be = NULL;
@@ -249,7 +250,7 @@ static int test_isa_agree(void)
 #ifdef FP_FAST_FMAF
             failed |= tsr_test_check_close(what, x.y, x.ref, n, 0.0); /* bit for bit */
 #else
-            failed |= tsr_test_check_close(what, x.y, x.ref, n, 1e-6);
+            failed |= tsr_test_check_close(what, x.y, x.ref, n, s->scale != 0.0f ? 1e-5 : 1e-6);
 #endif
         }
         bufs_free(&x);
