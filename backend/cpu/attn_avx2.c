@@ -89,8 +89,6 @@ static inline v8 v8_fma(v8 a, v8 b, v8 c) { return _mm256_fmadd_ps(a, b, c); }
 static inline v8 v8_mul(v8 a, v8 b) { return _mm256_mul_ps(a, b); }
 
 #define ATTN_FN tsr_cpu_attn_flash_avx2
-#ifndef ATTN_R
 #define ATTN_R 6
-#endif
 #include "backend/cpu/attn_flash_impl.h"
 #endif

@@ -51,9 +51,7 @@
 
 /* The FMA loops run 40+ times with a dozen FMAs each: unrolled by 4, their
  * counter and branch stop costing a sixth of the instructions. */
-#ifndef ATTN_UNROLL_N
 #define ATTN_UNROLL_N 4
-#endif
 #define ATTN_PRAGMA(x) _Pragma(#x)
 #define ATTN_UNROLL_(n) ATTN_PRAGMA(GCC unroll n)
 #define ATTN_UNROLL ATTN_UNROLL_(ATTN_UNROLL_N)
@@ -119,8 +117,7 @@ static inline void attn_softmax_row(float *s, int64_t nch, int64_t vis, float *m
 /* O[r] += P[r] V over the n keys from k0 (vh: the head's packed V, tiles of
  * lkp keys), 16 (then 8) columns at a time. */
 static inline void attn_pv(float *const *out, const float *s, int64_t kb, const float *vh,
-                           int64_t k0, int64_t lkp,
-                           int64_t n, int64_t dp)
+                           int64_t k0, int64_t lkp, int64_t n, int64_t dp)
 {
     int64_t ct = 0;
     for (; ct + 16 <= dp; ct += 16) {

@@ -47,11 +47,9 @@
 #include "core/error.h"
 #include "core/log.h"
 
-#define ATTN_QB 128   /* query rows per task, at most */
-#define ATTN_QB_MIN 32 /* ... and at least, when halving for more tasks */
-#ifndef ATTN_KV_BYTES
+#define ATTN_QB 128               /* query rows per task, at most */
+#define ATTN_QB_MIN 32            /* ... and at least, when halving for more tasks */
 #define ATTN_KV_BYTES (128 << 10) /* target size of one K block + V block */
-#endif
 #define ATTN_KB_MAX 256
 
 typedef struct attn_run {
