@@ -37,7 +37,9 @@
  *   3. O += P V, ATTN_R rows x 16 columns of O in registers, one broadcast
  *      of P per row and key (V packed by tiles of 16 columns, each tile's
  *      keys contiguous, so the loop over keys streams).
- * At the end y = O / l (a row that saw no key is zero).  Each row's result
+ * After a group's last key block, y = O / l for its rows (while O is in L1,
+ * so the stores to y overlap the next group's work; a row that saw no key
+ * is zero), and the next group's q rows are prefetched during the first.  Each row's result
  * depends only on its own q, the keys and the fixed block boundaries, never
  * on the other rows of its group or its task, so batch composition, thread
  * count and query blocking cannot change a bit of it.
@@ -150,6 +152,14 @@ static inline void attn_pv(float *const *out, const float *s, int64_t kb, const 
     }
 }
 
+/* y = O / l for one row (a row that saw no key keeps l = 0: zeros). */
+static inline void attn_store_row(float *y, const float *o, float l, int64_t d)
+{
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int64_t c = 0; c < d; c++)
+        y[c] = o[c] * inv;
+}
+
 void ATTN_FN(const attn_flash_job *j, int64_t task, float *scratch)
 {
     const int64_t blk = task % j->nqb, bh = task / j->nqb;
@@ -197,13 +207,20 @@ void ATTN_FN(const attn_flash_job *j, int64_t task, float *scratch)
             for (int r = 0; r < ATTN_R; r++)
                 attn_softmax_row(s + r * kb, nch, vis[r], &m[g + r], &l[g + r], out[r], dp);
             attn_pv(out, s, kb, vp, k0, j->lkp, nch * ATTN_KCHUNK, dp);
+            if (k0 == 0 && g + ATTN_R < rows) /* the next group's q, ahead of use */
+                for (int r = 0; r < ATTN_R && g + ATTN_R + r < rows; r++)
+                    for (int64_t c = 0; c < d; c += 16)
+                        __builtin_prefetch(q + (g + ATTN_R + r) * hd + c);
+            if (vis[ATTN_R - 1] <= kn) /* the group's last block: y = O / l now */
+                for (int r = 0; r < ATTN_R && g + r < rows; r++)
+                    attn_store_row(y + (g + r) * hd, out[r], l[g + r], d);
         }
     }
-    for (int64_t r = 0; r < rows; r++) {
-        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-        const float *orow = o + r * dp;
-        float *yr = y + r * hd;
-        for (int64_t c = 0; c < d; c++)
-            yr[c] = orow[c] * inv;
+    /* rows of groups that saw no key at all were never stored */
+    for (int64_t g = 0; g < rows; g += ATTN_R) {
+        const int64_t last = g + ATTN_R - 1 < rows ? g + ATTN_R - 1 : rows - 1;
+        if (attn_flash_visible(j, q0 + last) <= 0)
+            for (int64_t r = g; r <= last; r++)
+                memset(y + r * hd, 0, (size_t)d * sizeof(float));
     }
 }
