@@ -9,17 +9,17 @@
  * every chunk and the scores for P V, 7% zeroing, and with head sizes of 40
  * the GEMMs themselves are too thin to run well.  Now:
  *
- *   1. K and V of each (batch, head) are packed once, in parallel over
- *      (batch, 16 keys) with all heads read in one pass, into the
- *      shared scratch (attn_flash.h: K as chunks of 16 keys [d][16], V as
- *      tiles of 16 columns, each tile's keys contiguous).  Extra memory: about the
- *      size of K and V, independent of Lq, never Lq * Lk.
+ *   1. K and V of each (batch, head) are packed once into the shared
+ *      scratch, in parallel over (batch, 16 keys) with all heads read in
+ *      one pass (attn_flash.h: K as chunks of 16 keys [d][16], V as tiles
+ *      of 16 columns, each tile's keys contiguous).  Extra memory: about
+ *      the size of K and V, independent of Lq, never Lq * Lk.
  *   2. Tasks of (batch, head, block of qb queries) run the kernel
- *      (attn_flash_impl.h): scores for a few rows at a time in registers,
- *      an online softmax, P V accumulated into a [qb][dp] block in the
- *      worker's scratch, normalised at the end.  Nothing of size Lk is
- *      written; the K/V block of kb keys is reused by all qb rows while it
- *      sits in L2.
+ *      (attn_flash_impl.h): scores for 6 rows x 16 keys at a time in
+ *      registers, an online softmax, P V accumulated into a [qb][dp] block
+ *      in the worker's scratch, y = O / l per group of rows after its last
+ *      key block.  Nothing of size Lk is written; the K/V block of kb keys
+ *      is reused by all qb rows while it sits in L2.
  *
  * Blocking: qb = 128 query rows (fewer for a short Lq, and halved down to
  * 32 while there are fewer than 4 tasks per thread), so the O block of a
