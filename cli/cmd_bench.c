@@ -6,7 +6,8 @@
  * ResNet blocks at 64x64x320 .. 8x8x1280, the 1x1 projections, the GEMMs of
  * attention and feed-forward (4096 tokens x 320 at the top level) and
  * self-attention over 4096 tokens, all at batch 2 (classifier-free
- * guidance).  Benchmarking exactly those, with a warm-up call (scratch
+ * guidance), plus the VAE decoder's single-head attention over the same
+ * 4096 positions (one image).  Benchmarking exactly those, with a warm-up call (scratch
  * growth, page faults) and the median of --iters timed calls, gives numbers
  * that predict a real step; tools/bench/bench_ops.py runs the same list
  * through PyTorch for comparison (keep the two lists in sync).
@@ -62,6 +63,8 @@ static const bench_shape shapes[] = {
     {"attention cross 4096x77 8x40", B_ATTN, 2, 4096, 77, 8, 40, 0, 0, 0},
     {"attention self 1024x1024 8x80", B_ATTN, 2, 1024, 1024, 8, 80, 0, 0, 0},
     {"attention self 256x256 8x160", B_ATTN, 2, 256, 256, 8, 160, 0, 0, 0},
+    /* the VAE decoder's mid-block attention at 512x512: one head of 512, one image */
+    {"attention self 4096x4096 1x512 (VAE mid)", B_ATTN, 1, 4096, 4096, 1, 512, 0, 0, 0},
 };
 
 

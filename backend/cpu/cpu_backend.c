@@ -80,20 +80,6 @@ int tsr_cpu_scratch_workers_reserve(cpu_ctx *c, size_t bytes)
     return TSR_OK;
 }
 
-int tsr_cpu_blas_single_begin(void)
-{
-    int previous = openblas_get_num_threads();
-    if (previous != 1)
-        openblas_set_num_threads(1);
-    return previous;
-}
-
-void tsr_cpu_blas_single_end(int previous)
-{
-    if (previous != 1)
-        openblas_set_num_threads(previous);
-}
-
 void tsr_cpu_destroy(tsr_backend *b)
 {
     cpu_ctx *c = b->ctx;

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_isa.h"
 #include "core/pool.h"
 
 typedef struct cpu_buf {
@@ -52,13 +53,6 @@ void *tsr_cpu_scratch_worker(cpu_ctx *c, int worker, size_t bytes);
  * workers never allocate). */
 int tsr_cpu_scratch_workers_reserve(cpu_ctx *c, size_t bytes);
 
-/* OpenBLAS's thread count is process-wide (0.3.21 has no per-thread
- * setting).  The backend sets it once, at creation; only attention, whose
- * many small GEMMs run inside pool tasks, drops it to one thread for its
- * duration and puts back what it found. */
-int tsr_cpu_blas_single_begin(void);
-void tsr_cpu_blas_single_end(int previous);
-
 /* The f32 table and the memory functions the storage variants share. */
 extern const tsr_backend_iface tsr_cpu_iface;
 extern const tsr_backend_iface tsr_cpu_wide_iface; /* cpu_wide.c */
@@ -81,6 +75,11 @@ int tsr_cpu_layer_norm(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *ga
 int tsr_cpu_softmax(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y);
 int tsr_cpu_attention(tsr_backend *b, const tsr_tensor *q, const tsr_tensor *k,
                       const tsr_tensor *v, const tsr_attention_params *p, tsr_tensor *y);
+/* tsr_cpu_attention with the kernel of a given ISA level (capped at
+ * tsr_cpu_isa()), for tests that compare the kernels. */
+int tsr_cpu_attention_isa(tsr_backend *b, const tsr_tensor *q, const tsr_tensor *k,
+                          const tsr_tensor *v, const tsr_attention_params *p, tsr_tensor *y,
+                          tsr_cpu_isa_level isa);
 int tsr_cpu_unary(tsr_backend *b, tsr_unary_kind kind, const tsr_tensor *x, tsr_tensor *y);
 int tsr_cpu_geglu(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y);
 int tsr_cpu_binary(tsr_backend *b, tsr_binary_kind kind, const tsr_tensor *a, const tsr_tensor *bt,

@@ -270,6 +270,7 @@ static int case_dump(const char *path)
     fclose(f);
     printf("kernel %s\n", tsr_cpu_gemm_kernel());
     tsr_backend_destroy(b);
+    free(a), free(bm), free(cm);
     return 0;
 }
 
@@ -279,10 +280,12 @@ static int case_kernels_agree(void)
 {
     const char *self = self_path;
     const char *levels[] = {"scalar", "avx2", "avx512"};
-    char cmd[1024], path[3][256];
+    char cmd[1200], path[3][512];
     int ran = 0;
     for (int i = 0; i < 3; i++) {
-        snprintf(path[i], sizeof path[i], "gemm_dump_%s_%d.bin", levels[i], (int)getpid());
+        const char *tmp = getenv("TMPDIR");
+        snprintf(path[i], sizeof path[i], "%s/tsr_gemm_dump_%s_%d.bin", tmp && *tmp ? tmp : "/tmp",
+                 levels[i], (int)getpid());
         snprintf(cmd, sizeof cmd, "TESSERA_CPU_ISA=%s '%s' dump %s", levels[i], self, path[i]);
         ASSERT_TRUE(system(cmd) == 0);
     }
@@ -352,6 +355,7 @@ static int case_bench(int argc, char **argv)
            (long long)m, (long long)n, (long long)k, threads, tsr_cpu_gemm_kernel(), best_t * 1e3,
            gf / best_t, best_o * 1e3, gf / best_o);
     tsr_backend_destroy(b);
+    free(a), free(bm), free(cm);
     return 0;
 }
 

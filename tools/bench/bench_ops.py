@@ -46,6 +46,7 @@ SHAPES = [
     ("attention cross 4096x77 8x40", ATTN, (2, 4096, 77, 8, 40)),
     ("attention self 1024x1024 8x80", ATTN, (2, 1024, 1024, 8, 80)),
     ("attention self 256x256 8x160", ATTN, (2, 256, 256, 8, 160)),
+    ("attention self 4096x4096 1x512 (VAE mid)", ATTN, (1, 4096, 4096, 1, 512)),
 ]
 
 
