@@ -10,7 +10,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
-  libopenblas-dev   # optimised BLAS for the CPU backend
+  libopenblas-dev   # the yardstick of the CPU GEMM benchmark (tests/cpu); the engine has its own GEMM
   libcjson-dev      # JSON (configs, HTTP API)
   libevent-dev      # HTTP server
   libpng-dev        # PNG output

@@ -20,7 +20,6 @@
 #include "backend/cpu/gemm.h"
 #include "core/log.h"
 
-#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,7 +205,6 @@ int tsr_backend_cpu_create_ex(const tsr_cpu_options *o, tsr_backend **out)
         free(c);
         return tsr_errorf(TSR_ERR_NOMEM, "cannot allocate the CPU backend");
     }
-    openblas_set_num_threads(c->n_threads); /* once, here: ops never change it */
     c->storage = o->storage;
     b->iface = o->storage == TSR_F32 ? &tsr_cpu_iface : &tsr_cpu_wide_iface;
     b->ctx = c;
