@@ -100,8 +100,18 @@ def run_child(cmd, env=None):
     for t in th:
         t.join()
     p.returncode = os.waitstatus_to_exitcode(status)
-    return (p.returncode, "".join(bufs["out"]), "".join(bufs["err"]), ru.ru_maxrss / 1024.0,
-            time.time() - t0)
+    wall = time.time() - t0
+    run_child.cpu_s = ru.ru_utime + ru.ru_stime     # read by note_cpu()
+    return p.returncode, "".join(bufs["out"]), "".join(bufs["err"]), ru.ru_maxrss / 1024.0, wall
+
+
+def note_cpu(res):
+    """CPU seconds of the process and its share of the wall time (threads * 100 % = no
+    contention): on a shared machine a low share says the figure is the load's."""
+    res["cpu_s"] = run_child.cpu_s
+    if res.get("wall_s"):
+        res["cpu_share"] = run_child.cpu_s / res["wall_s"]
+    return res
 
 
 def last_json(text):
@@ -252,7 +262,9 @@ def run_sdcpp(args, case, model_dir):
         cmd += ["--vae-tiling"]     # keep the untimed decode's memory out of the UNet's peak
     rc, out, err, peak, wall = run_child(cmd)
     text = out + "\n" + err
-    res = {"cmd": " ".join(cmd), "peak_rss_mib": peak, "wall_s": wall, "rc": rc}
+    res = {"cmd": " ".join(cmd), "peak_rss_mib": peak, "wall_s": wall, "rc": rc,
+           "log": [l for l in text.replace("\r", "\n").splitlines()
+                   if l.strip() and not STEP_RE.search(l)][-60:]}
     if rc != 0:
         tail = [l for l in text.replace("\r", "\n").splitlines() if l.strip()][-3:]
         res["error"] = f"sd-cli exit {rc}: " + " | ".join(tail)[-300:]
@@ -362,6 +374,8 @@ def run_case(args, case):
                 res = run_pytorch(args, case, case["dir"])
             else:
                 res = run_sdcpp(args, case, case["dir"])
+            if "wall_s" in res:
+                note_cpu(res)
             res["loadavg_after"] = os.getloadavg()
             log(f"  -> {side}: " + (f"{res['s']:.3f} s" if "s" in res else res.get("error", "?"))
                 + (f", peak {res['peak_rss_mib']:.0f} MiB" if "peak_rss_mib" in res else ""))
@@ -375,7 +389,8 @@ def run_case(args, case):
         if ok:
             summary[side] = {"s": statistics.median(x["s"] for x in ok),
                              "rounds_s": [x["s"] for x in ok],
-                             "peak_rss_mib": max(x["peak_rss_mib"] for x in ok)}
+                             "peak_rss_mib": max(x["peak_rss_mib"] for x in ok),
+                             "cpu_share": statistics.median(x.get("cpu_share", 0) for x in ok)}
         elif runs:
             summary[side] = {"error": runs[-1].get("error", "failed")}
     return {"case": case, "runs": per_side, "summary": summary, "loadavg_before": loads[0],
@@ -409,18 +424,20 @@ def table(info, results):
     lines.append("")
     lines.append("| case | Tessera s | Tessera s, OPENBLAS_CORETYPE=Haswell | PyTorch s | "
                  "sd.cpp s | Tessera/PyTorch | peak RSS MiB: Tessera / Haswell / PyTorch / "
-                 "sd.cpp | load avg before -> after |")
-    lines.append("|---|---:|---:|---:|---:|---:|---|---|")
+                 "sd.cpp | CPU share (cores busy / wall) | load avg before -> after |")
+    lines.append("|---|---:|---:|---:|---:|---:|---|---|---|")
     for r in results:
         s = r["summary"]
         t, p = s.get("tessera", {}), s.get("pytorch", {})
         ratio = f"{t['s'] / p['s']:.2f}" if "s" in t and "s" in p else "-"
         rss = " / ".join(f"{s[x]['peak_rss_mib']:.0f}" if "peak_rss_mib" in s.get(x, {})
                          else "-" for x in SIDES)
+        share = " / ".join(f"{s[x]['cpu_share']:.2f}" if "cpu_share" in s.get(x, {})
+                           else "-" for x in SIDES)
         la, lb = r["loadavg_before"], r["loadavg_after"]
         lines.append(f"| {r['case']['name']} | {fmt_s(s, 'tessera')} | "
                      f"{fmt_s(s, 'tessera-haswell')} | {fmt_s(s, 'pytorch')} | "
-                     f"{fmt_s(s, 'sdcpp')} | {ratio} | {rss} | {la[0]:.2f} -> {lb[0]:.2f} |")
+                     f"{fmt_s(s, 'sdcpp')} | {ratio} | {rss} | {share} | {la[0]:.2f} -> {lb[0]:.2f} |")
     lines.append("")
     lines.append("unet-*: s per UNet call at batch 2 (one image with CFG), median of the "
                  "iterations after warm-up, for Tessera and PyTorch; for sd.cpp s per euler "
@@ -428,7 +445,10 @@ def table(info, results):
                  "line, steps after the first.  vae-*: s per decode of one image; sd.cpp's is "
                  "its 'decode_first_stage completed' log line, a first call (one per process).  "
                  "Peak RSS: ru_maxrss of each process (with loading; sd.cpp's holds the whole "
-                 "pipeline).  With several rounds, the median of the rounds.")
+                 "pipeline).  CPU share: the process's CPU seconds (wait4) over its wall time, "
+                 "loading included; near the thread count on an idle machine, well below it "
+                 "when other work took the cores.  With several rounds, the median of the "
+                 "rounds.")
     return "\n".join(lines)
 
 
