@@ -38,8 +38,8 @@ out in PATH/ggml).  Unless --sdcpp-bin is given or BUILD/bin/sd-cli exists,
 the script configures and builds it (cmake, Release, GGML_NATIVE=ON, CPU
 only, nice, -j --jobs) into --sdcpp-build (default out/sdcpp-build).  Nothing
 of sd.cpp is vendored here.  Without --sdcpp the sd.cpp column says "not
-given".  sd.cpp runs with --type f32 (weights widened at load, as Tessera and
-PyTorch do) unless --sdcpp-type says otherwise.
+given".  sd.cpp gets an f32 checkpoint (weights in f32, as Tessera and
+PyTorch do) unless --sdcpp-dtype f16.
 
 Usage (from the repository root, venv with torch 2.9.1 and diffusers 0.35.2):
   . .venv/bin/activate
@@ -151,6 +151,7 @@ def machine_info(args):
         info["sdcpp_commit"] = sh(["git", "-C", args.sdcpp, "rev-parse", "HEAD"]) or "?"
         info["ggml_commit"] = sh(["git", "-C", os.path.join(args.sdcpp, "ggml"), "rev-parse",
                                   "HEAD"]) or "?"
+        info["sdcpp_dtype"] = args.sdcpp_dtype
     return info
 
 
@@ -220,14 +221,15 @@ def sdcpp_checkpoint(args, model_dir):
     """Single-file LDM checkpoint of a diffusers folder for sd.cpp (cached under out/)."""
     name = os.path.basename(os.path.normpath(model_dir))
     os.makedirs(args.work, exist_ok=True)
-    dst = os.path.join(args.work, f"{name}-single.safetensors")
+    dst = os.path.join(args.work, f"{name}-{args.sdcpp_dtype}-single.safetensors")
     src_m = os.path.getmtime(os.path.join(model_dir, "model_index.json"))
     if os.path.exists(dst) and os.path.getmtime(dst) >= src_m:
         return dst
-    log(f"writing {dst} with tessera convert --to single")
+    log(f"writing {dst} with tessera convert --to single --dtype {args.sdcpp_dtype}")
     if os.path.exists(dst):
         os.remove(dst)
-    p = subprocess.run(["nice", args.bin, "convert", "--to", "single", model_dir, dst],
+    p = subprocess.run(["nice", args.bin, "convert", "--to", "single", "--dtype",
+                        args.sdcpp_dtype, model_dir, dst],
                        capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"tessera convert failed: {p.stderr.strip()[-500:]}")
@@ -256,8 +258,6 @@ def run_sdcpp(args, case, model_dir):
            "-W", str(case["size"]), "-H", str(case["size"]), "--steps", str(steps),
            "--cfg-scale", "7", "--sampling-method", "euler", "--seed", "1",
            "-t", str(args.threads), "-o", outpng]
-    if args.sdcpp_type:
-        cmd += ["--type", args.sdcpp_type]
     if case["kind"] == "unet":
         cmd += ["--vae-tiling"]     # keep the untimed decode's memory out of the UNet's peak
     rc, out, err, peak, wall = run_child(cmd)
@@ -269,6 +269,9 @@ def run_sdcpp(args, case, model_dir):
         tail = [l for l in text.replace("\r", "\n").splitlines() if l.strip()][-3:]
         res["error"] = f"sd-cli exit {rc}: " + " | ".join(tail)[-300:]
         return res
+    m = re.search(r"Diffusion model weight type stat:\s*(.*)", text)
+    if m:
+        res["unet_weight_types"] = m.group(1).strip()
     m = re.search(r"sampling completed, taking ([0-9.]+)s", text)
     if m:
         res["sampling_s"] = float(m.group(1))
@@ -418,7 +421,8 @@ def table(info, results):
     lines.append(f"PyTorch {info['torch']}, diffusers {info['diffusers']} (fp32, SDPA), "
                  f"Python {info['python']}")
     if "sdcpp_commit" in info:
-        lines.append(f"stable-diffusion.cpp {info['sdcpp_commit']}, ggml {info['ggml_commit']}")
+        lines.append(f"stable-diffusion.cpp {info['sdcpp_commit']}, ggml {info['ggml_commit']}, "
+                     f"{info.get('sdcpp_dtype', '?')} single-file checkpoint from tessera convert")
     else:
         lines.append("stable-diffusion.cpp: not given")
     lines.append("")
@@ -468,8 +472,9 @@ def main():
     ap.add_argument("--sdcpp-build", default=os.path.join(ROOT, "out", "sdcpp-build"),
                     help="sd.cpp build folder (default out/sdcpp-build)")
     ap.add_argument("--sdcpp-bin", help="an sd.cpp sd-cli binary to use as is (skips the build)")
-    ap.add_argument("--sdcpp-type", default="f32",
-                    help="sd.cpp --type for the weights (default f32; '' = as in the file, f16)")
+    ap.add_argument("--sdcpp-dtype", default="f32", choices=["f32", "f16"],
+                    help="dtype of the checkpoint written for sd.cpp (default f32, as Tessera "
+                         "and PyTorch compute; sd-cli's --type f32 does not widen f16 weights)")
     ap.add_argument("--jobs", type=int, default=2, help="build jobs for sd.cpp (default 2)")
     ap.add_argument("--threads", type=int, default=2, help="threads for every side (default 2)")
     ap.add_argument("--cases", default="unet-sd15-512,vae-sd15-512,unet-sdxl-1024",
