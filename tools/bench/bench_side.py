@@ -281,7 +281,12 @@ def run_sdcpp(args, case, model_dir):
         res["decode_s"] = float(m.group(1))
     if case["kind"] == "unet":
         per = {}
-        for k, n, v, unit in STEP_RE.findall(text.replace("\r", "\n")):
+        # only the sampler's progress lines: the tiled decode after it prints its own
+        # "k/N - X s/it" lines per tile
+        head = text.split("sampling completed", 1)[0]
+        for k, n, v, unit in STEP_RE.findall(head.replace("\r", "\n")):
+            if int(n) != steps:
+                continue
             v = float(v)
             if v > 0:
                 per[int(k)] = v if unit == "s/it" else 1.0 / v
