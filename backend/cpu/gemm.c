@@ -3,7 +3,7 @@
  * (see gemm.h for why Tessera has its own, gemm_kernels.c for the
  * micro-kernels).
  *
- * Loop nest, for each block of up to NC_MAX columns and each k-block
+ * Loop nest, for each block of up to NC_BYTES / KC columns and each k-block
  * (tsr_gemm_kblock: at most TSR_GEMM_KC, never straddling a conv tap of
  * 192 channels or more):
  *   1. pack B's k-block into NR-wide panels (shared scratch, panels split
@@ -29,7 +29,9 @@
 #include "core/log.h"
 
 #define MC 96       /* rows per task: a multiple of every kernel's MR (6) */
-#define NC_MAX 4096 /* columns of B packed at once (4 MiB at KC = 256) */
+/* Columns of B packed at once: a k-block of them (NC x KC floats) should
+ * share L2 with the task's A block, so half of a 1 MiB L2 at most. */
+#define NC_BYTES ((int64_t)512 << 10)
 
 static pthread_once_t kernel_once = PTHREAD_ONCE_INIT;
 static const tsr_gemm_kernel *kernel_sel;
@@ -287,7 +289,10 @@ int tsr_cpu_gemm(cpu_ctx *c, const tsr_gemm *g)
     gemm_run r = {.g = g, .kr = kernel(), .ctx = c};
     const int nr = r.kr->nr;
     const int threads = c->n_threads > 0 ? c->n_threads : 1;
-    const int64_t nc_max = min64(NC_MAX, ((g->n + nr - 1) / nr) * nr);
+    int64_t nc_blk = NC_BYTES / (TSR_GEMM_KC * (int64_t)sizeof(float)) / nr * nr;
+    if (nc_blk < nr)
+        nc_blk = nr;
+    const int64_t nc_max = min64(nc_blk, ((g->n + nr - 1) / nr) * nr);
     const int64_t kc_max = min64(TSR_GEMM_KC, g->k);
     float *bp = tsr_cpu_scratch_shared(c, (size_t)(nc_max * kc_max) * sizeof(float));
     if (!bp)
@@ -297,8 +302,8 @@ int tsr_cpu_gemm(cpu_ctx *c, const tsr_gemm *g)
         return rc;
     r.bp = bp;
     const int64_t mblocks = (g->m + MC - 1) / MC;
-    for (r.n0 = 0; r.n0 < g->n; r.n0 += NC_MAX) {
-        r.nc = min64(NC_MAX, g->n - r.n0);
+    for (r.n0 = 0; r.n0 < g->n; r.n0 += nc_blk) {
+        r.nc = min64(nc_blk, g->n - r.n0);
         const int64_t npanels = (r.nc + nr - 1) / nr;
         /* enough tasks for every thread to get ~4: split columns when rows are few
          */
