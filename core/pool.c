@@ -129,10 +129,9 @@ void tsr_pool_destroy(tsr_pool *p)
     free(p);
 }
 
-int tsr_pool_size(const tsr_pool *p)
-{
-    return p ? p->n_threads : 1;
-}
+int tsr_pool_size(const tsr_pool *p) { return p ? p->n_threads : 1; }
+
+static void run_split(tsr_pool *p, int64_t n, int64_t chunk, tsr_pool_fn fn, void *ctx);
 
 void tsr_pool_parallel_for(tsr_pool *p, int64_t n, int64_t grain, tsr_pool_fn fn, void *ctx)
 {
@@ -148,6 +147,24 @@ void tsr_pool_parallel_for(tsr_pool *p, int64_t n, int64_t grain, tsr_pool_fn fn
     int64_t chunk = n / ((int64_t)p->n_threads * 4);
     if (chunk < grain)
         chunk = grain;
+    run_split(p, n, chunk, fn, ctx);
+}
+
+void tsr_pool_parallel_for_chunk(tsr_pool *p, int64_t n, int64_t chunk, tsr_pool_fn fn, void *ctx)
+{
+    if (n <= 0)
+        return;
+    if (chunk < 1)
+        chunk = 1;
+    if (!p || p->n_threads == 1 || n <= chunk) {
+        fn(ctx, 0, n, 0);
+        return;
+    }
+    run_split(p, n, chunk, fn, ctx);
+}
+
+static void run_split(tsr_pool *p, int64_t n, int64_t chunk, tsr_pool_fn fn, void *ctx)
+{
     pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;

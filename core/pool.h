@@ -26,6 +26,12 @@ int tsr_pool_size(const tsr_pool *pool);
  * NULL pool, or when n is small, runs inline on the caller. */
 void tsr_pool_parallel_for(tsr_pool *pool, int64_t n, int64_t grain, tsr_pool_fn fn, void *ctx);
 
+/* The same with chunks of exactly `chunk` items (the last may be shorter),
+ * for items so heavy (a GEMM task) that the four-chunks-per-thread rule
+ * would leave a thread idle for a large share of the call. */
+void tsr_pool_parallel_for_chunk(tsr_pool *pool, int64_t n, int64_t chunk, tsr_pool_fn fn,
+                                 void *ctx);
+
 /* Number of online CPUs (at least 1). */
 int tsr_cpu_count(void);
 

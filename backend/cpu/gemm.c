@@ -318,7 +318,9 @@ int tsr_cpu_gemm(cpu_ctx *c, const tsr_gemm *g)
             r.kc = tsr_gemm_kblock(g, r.k0);
             tsr_pool_parallel_for(c->pool, npanels, tsr_cpu_grain(r.kc * nr, 1 << 14), pack_b_task,
                                   &r);
-            tsr_pool_parallel_for(c->pool, mblocks * r.nsub, 1, gemm_task, &r);
+            /* one task per claim: a task is ~0.1-1 ms, so the default
+             * four chunks per thread would idle a thread at every k-block */
+            tsr_pool_parallel_for_chunk(c->pool, mblocks * r.nsub, 1, gemm_task, &r);
         }
     }
     return TSR_OK;
