@@ -50,6 +50,22 @@ static tsr_backend *cpu(int threads)
     return b;
 }
 
+/* C = alpha A B^T with A [m][k], B [n][k] and C [m][n], all packed. */
+static tsr_gemm plain(int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c,
+                      float alpha)
+{
+    return (tsr_gemm){.m = m,
+                      .n = n,
+                      .k = k,
+                      .a = a,
+                      .lda = k,
+                      .b = b,
+                      .ldb = k,
+                      .c = c,
+                      .ldc = n,
+                      .alpha = alpha};
+}
+
 /* Reference in double: C = (acc ? C0 : 0) + alpha * A B^T. */
 static double ref_err(const tsr_gemm *g, const float *c0)
 {
@@ -119,16 +135,7 @@ static int case_rows_independent(void)
     float *full = calloc((size_t)(m * n), sizeof(float)),
           *part = calloc((size_t)(m * n), sizeof(float));
     tsr_backend *b2 = cpu(2), *b1 = cpu(1);
-    tsr_gemm g = {.m = m,
-                  .n = n,
-                  .k = k,
-                  .a = a,
-                  .lda = k,
-                  .b = bm,
-                  .ldb = k,
-                  .c = full,
-                  .ldc = n,
-                  .alpha = 1.0f};
+    tsr_gemm g = plain(m, n, k, a, bm, full, 1.0f);
     ASSERT_TRUE(tsr_cpu_gemm(cpu_ctx_of(b2), &g) == 0);
     /* rows in uneven slices, one thread */
     const int64_t cuts[] = {0, 1, 7, 100, 101, 250, 301};
@@ -189,16 +196,7 @@ static int case_im2col(void)
                               .sw = cs[s].sw,
                               .pt = cs[s].pt,
                               .pl = cs[s].pl};
-        tsr_gemm g = {.m = m,
-                      .n = n,
-                      .k = k,
-                      .a = col,
-                      .lda = k,
-                      .b = w,
-                      .ldb = k,
-                      .c = y1,
-                      .ldc = n,
-                      .alpha = 1.0f};
+        tsr_gemm g = plain(m, n, k, col, w, y1, 1.0f);
         ASSERT_TRUE(tsr_cpu_gemm(cpu_ctx_of(b), &g) == 0);
         g.a = NULL, g.conv = &cv, g.c = y2;
         ASSERT_TRUE(tsr_cpu_gemm(cpu_ctx_of(b), &g) == 0);
@@ -253,17 +251,8 @@ static int case_dump(const char *path)
     rng = 777;
     float *a = rand_buf(m * k), *bm = rand_buf(n * k), *cm = rand_buf(m * n);
     tsr_backend *b = cpu(2);
-    tsr_gemm g = {.m = m,
-                  .n = n,
-                  .k = k,
-                  .a = a,
-                  .lda = k,
-                  .b = bm,
-                  .ldb = k,
-                  .c = cm,
-                  .ldc = n,
-                  .alpha = 0.75f,
-                  .accumulate = true};
+    tsr_gemm g = plain(m, n, k, a, bm, cm, 0.75f);
+    g.accumulate = true;
     ASSERT_TRUE(tsr_cpu_gemm(cpu_ctx_of(b), &g) == 0);
     FILE *f = fopen(path, "wb");
     ASSERT_TRUE(f && fwrite(cm, sizeof(float), (size_t)(m * n), f) == (size_t)(m * n));
@@ -325,16 +314,7 @@ static int case_bench(int argc, char **argv)
     const int threads = argc > 5 ? atoi(argv[5]) : 2;
     float *a = rand_buf(m * k), *bm = rand_buf(n * k), *cm = calloc((size_t)(m * n), sizeof(float));
     tsr_backend *b = cpu(threads);
-    tsr_gemm g = {.m = m,
-                  .n = n,
-                  .k = k,
-                  .a = a,
-                  .lda = k,
-                  .b = bm,
-                  .ldb = k,
-                  .c = cm,
-                  .ldc = n,
-                  .alpha = 1.0f};
+    tsr_gemm g = plain(m, n, k, a, bm, cm, 1.0f);
     double best_t = 1e9, best_o = 1e9;
     for (int it = 0; it < 6; it++) {
         double t0 = now();
