@@ -16,6 +16,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_isa.h"
@@ -120,6 +121,14 @@ static inline int64_t tsr_cpu_rows(const tsr_tensor *t)
     for (int i = 0; i + 1 < t->ndim; i++)
         n *= t->ne[i];
     return n;
+}
+
+/* y[r, :] = bias for each of `rows` rows of n (the bias a conv or linear
+ * GEMM then accumulates onto). */
+static inline void tsr_cpu_fill_rows(float *y, const float *bias, int64_t rows, int64_t n)
+{
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(y + r * n, bias, (size_t)n * sizeof(float));
 }
 
 /* Grain so that each pool task handles at least ~`work` elements. */

@@ -27,12 +27,6 @@
 #include "backend/cpu/gemm.h"
 #include "core/error.h"
 
-static void fill_bias(float *y, const float *bias, int64_t rows, int64_t co)
-{
-    for (int64_t r = 0; r < rows; r++)
-        memcpy(y + r * co, bias, (size_t)co * sizeof(float));
-}
-
 int tsr_cpu_conv2d(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, const tsr_tensor *bias,
                    const tsr_conv2d_params *p, const tsr_epilogue *e, tsr_tensor *y)
 {
@@ -42,7 +36,7 @@ int tsr_cpu_conv2d(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, con
     const int64_t ho = y->ne[1], wo = y->ne[2];
     const int64_t m = n * ho * wo;
     if (bias)
-        fill_bias(y->data, bias->data, m, co);
+        tsr_cpu_fill_rows(y->data, bias->data, m, co);
     tsr_gemm g = {.m = m,
                   .n = co,
                   .k = kh * kw * ci,

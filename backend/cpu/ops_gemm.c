@@ -16,13 +16,6 @@
 #include "backend/cpu/gemm.h"
 #include "core/error.h"
 
-/* y[r, :] = bias for every row. */
-static void fill_rows(float *y, const float *bias, int64_t rows, int64_t n)
-{
-    for (int64_t r = 0; r < rows; r++)
-        memcpy(y + r * n, bias, (size_t)n * sizeof(float));
-}
-
 int tsr_cpu_linear(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, const tsr_tensor *bias,
                    const tsr_epilogue *e, tsr_tensor *y)
 {
@@ -30,7 +23,7 @@ int tsr_cpu_linear(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, con
     const int64_t in = w->ne[1], out = w->ne[0];
     const int64_t m = tsr_cpu_rows(x);
     if (bias)
-        fill_rows(y->data, bias->data, m, out);
+        tsr_cpu_fill_rows(y->data, bias->data, m, out);
     /* one GEMM over every row: a row's result does not depend on the rows
      * around it (gemm.h), so images in a batch cannot disturb each other */
     tsr_gemm g = {.m = m,
