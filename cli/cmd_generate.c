@@ -352,9 +352,10 @@ int tsr_cmd_generate(int argc, char **argv)
         .synopsis = "generate [--model DIR_OR_FILE] --prompt TEXT [options] [--output OUT.png]",
         .summary = "generate images from a prompt (txt2img, img2img, inpainting)",
         .description =
-            "Size: --width/--height default to the model's own size, its UNet sample_size x 8\n"
-            "(the VAE factor): 512 for SD 1.x, 768 for SD 2.x v-models, 1024 for SDXL, 128 for\n"
-            "models/demo.  Init images and masks are fitted to that size with --resize-mode.\n"
+            "Size: --width/--height default to the model's own size, its UNet sample_size times\n"
+            "the VAE factor (8, or 2^(levels-1) for a VAE with fewer levels): 512 for SD 1.x,\n"
+            "768 for SD 2.x v-models, 1024 for SDXL, 128 for models/demo.  Init images and\n"
+            "masks are fitted to that size with --resize-mode.\n"
             "With --inpaint-full-res (A1111's \"only masked\") the output keeps the init\n"
             "image's size: the mask's box plus --inpaint-full-res-padding, grown to the\n"
             "--width:--height aspect, is inpainted at --width x --height and pasted back.\n"

@@ -112,7 +112,8 @@ void tsr_engine_options_init(tsr_engine_options *o);
 int tsr_engine_open(const tsr_engine_options *o, tsr_engine **out);
 void tsr_engine_close(tsr_engine *e);
 /* Default image side for the model's family: 512 SD 1.x, 768 SD 2.x v,
- * 1024 SDXL (or the UNet's sample_size * 8 when it says otherwise). */
+ * 1024 SDXL (or the UNet's sample_size times the VAE factor when it says
+ * otherwise, as models/demo: 16 x 8 = 128). */
 int tsr_engine_default_size(const tsr_engine *e);
 /* "SD1.x", "SD2.x", "SDXL" */
 const char *tsr_engine_family(const tsr_engine *e);

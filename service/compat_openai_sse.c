@@ -97,11 +97,8 @@ void oai_stream_start(oai_call *c)
         oai_stream_abort(c);
         return;
     }
-    svc_req_add_header(r, "Content-Type", "text/event-stream");
-    svc_req_add_header(r, "Cache-Control", "no-cache");
-    svc_req_add_header(r, "X-Accel-Buffering", "no");
     svc_req_add_header(r, "X-Tessera-Job", c->job->ids);
-    evhttp_send_reply_start(r->req, 200, "OK");
+    svc_reply_stream_start(r);
     c->started = true;
     c->keepalive = event_new(c->srv->base, -1, EV_PERSIST, on_keepalive, c);
     if (c->keepalive) {

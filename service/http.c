@@ -116,6 +116,15 @@ void svc_req_finish(svc_req *r, int status)
     free(r);
 }
 
+void svc_reply_stream_start(svc_req *r)
+{
+    svc_req_add_header(r, "Content-Type", "text/event-stream");
+    svc_req_add_header(r, "Cache-Control", "no-cache");
+    svc_req_add_header(r, "X-Accel-Buffering", "no");
+    common_headers(r); /* a page on another origin reads the stream too */
+    evhttp_send_reply_start(r->req, 200, "OK");
+}
+
 void svc_reply_buffer(svc_req *r, int status, const char *content_type, struct evbuffer *body)
 {
     if (content_type)

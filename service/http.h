@@ -50,6 +50,9 @@ cJSON *svc_error_body(const char *code, const char *field, const char *msg);
 /* body is drained into the reply (may be NULL). */
 void svc_reply_buffer(svc_req *r, int status, const char *content_type, struct evbuffer *body);
 void svc_reply_method_not_allowed(svc_req *r, const char *allow);
+/* 200 text/event-stream (no-cache, unbuffered by proxies, CORS as every
+ * reply), then evhttp_send_reply_start: the caller sends chunks. */
+void svc_reply_stream_start(svc_req *r);
 /* 503 with Retry-After. */
 void svc_reply_unavailable(svc_req *r);
 /* 503 + Retry-After 5: --queue's Redis is away (docs/scale-out.md). */

@@ -1,10 +1,12 @@
 /*
  * service/jobs_json.c - what jobs and batches look like on the wire: the
- * objects of GET /v1/jobs/{id} and /v1/batches/{id}, the job.json sidecar,
- * and SSE event text (docs/service-design.md, "HTTP contract").
+ * objects of GET /v1/jobs/{id} and /v1/batches/{id}, the job.json sidecar
+ * (written, and read back at start), the journal's accept record, and SSE
+ * event text (docs/service-design.md, "HTTP contract").
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <event2/buffer.h>
@@ -13,6 +15,7 @@
 #include "json.h"
 #include "server.h"
 #include "tiles.h"
+#include "util.h"
 
 void svc_image_url(const svc_job *j, int index, char *buf, size_t size)
 {
@@ -259,4 +262,133 @@ bool svc_job_stream_over(const svc_job *j)
 bool svc_batch_stream_over(const svc_batch *b)
 {
     return b->hist.n && b->hist.ev[b->hist.n - 1].kind == SVC_EV_B_DONE;
+}
+
+/* ---------------------------------------------------------- persistence */
+
+char *svc_job_accept_record(const svc_job *j)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddStringToObject(o, "record", "accept");
+    cJSON_AddStringToObject(o, "id", j->ids);
+    cJSON_AddNumberToObject(o, "created", j->created);
+    svc_json_add_string_or_null(o, "batch", j->batch ? j->batch->ids : NULL);
+    cJSON_AddNumberToObject(o, "batch_index", j->batch_index);
+    cJSON *req = svc_params_request(j->params);
+    if (!req) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    cJSON_AddItemToObject(o, "request", req);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return text;
+}
+
+static uint64_t u64_of(const cJSON *it)
+{
+    const char *lit = svc_json_literal(it);
+    return lit && svc_json_literal_is_integer(lit) && lit[0] != '-' ? strtoull(lit, NULL, 10) : 0;
+}
+
+static double num_of(const cJSON *o, const char *name)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, name);
+    return cJSON_IsNumber(it) ? it->valuedouble : 0;
+}
+
+static const char *str_of(const cJSON *o, const char *name)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, name);
+    return cJSON_IsString(it) ? it->valuestring : NULL;
+}
+
+static svc_state state_of(const char *name)
+{
+    for (int i = 0; i < 5; i++)
+        if (name && strcmp(name, svc_state_name((svc_state)i)) == 0)
+            return (svc_state)i;
+    return (svc_state)-1;
+}
+
+svc_job *svc_job_from_file(const char *json, size_t len)
+{
+    char err[128];
+    cJSON *o = svc_json_parse(json, len, err, sizeof err);
+    if (!o)
+        return NULL;
+    svc_job *j = NULL;
+    uint64_t id;
+    const cJSON *images = cJSON_GetObjectItemCaseSensitive(o, "images");
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(o, "params");
+    svc_state state = state_of(str_of(o, "state"));
+    int n = cJSON_GetArraySize(images);
+    if (!svc_id_parse(str_of(o, "id"), 'j', &id) || !svc_state_final(state) ||
+        !cJSON_IsArray(images) || n < 1 || n > SVC_MAX_IMAGES_PER_JOB || !cJSON_IsObject(params))
+        goto done;
+    j = calloc(1, sizeof *j);
+    if (!j)
+        goto done;
+    j->id = id;
+    svc_id_format('j', id, j->ids);
+    j->state = state;
+    j->n = n;
+    j->created = num_of(o, "created");
+    j->started = num_of(o, "started");
+    j->finished = num_of(o, "finished");
+    j->created_mono = svc_now_mono();
+    j->position = -1;
+    j->batch_index = (int)num_of(o, "batch_index");
+    uint64_t bid = 0;
+    if (svc_id_parse(str_of(o, "batch"), 'b', &bid))
+        j->batch_id = bid;
+    j->steps = (int)num_of(params, "steps");
+    j->persisted = true;
+    j->view = cJSON_Duplicate(params, 1);
+    j->images = calloc((size_t)n, sizeof *j->images);
+    if (!j->view || !j->images) {
+        svc_job_free(j);
+        j = NULL;
+        goto done;
+    }
+    const cJSON *error = cJSON_GetObjectItemCaseSensitive(o, "error");
+    if (cJSON_IsObject(error)) {
+        const char *c = str_of(error, "code"), *m = str_of(error, "message");
+        j->error_code = strdup(c ? c : "generation_failed");
+        j->error_message = strdup(m ? m : "");
+    }
+    if (j->started > 0)
+        svc_history_add(&j->hist, (svc_event){SVC_EV_STARTED, 0, 0, 0, 0, 0});
+    int i = 0;
+    const cJSON *img;
+    cJSON_ArrayForEach(img, images)
+    {
+        svc_image *im = &j->images[i];
+        im->state = state_of(str_of(img, "state"));
+        if (!svc_state_final(im->state))
+            im->state = SVC_CANCELLED;
+        im->seed = u64_of(cJSON_GetObjectItemCaseSensitive(img, "seed"));
+        im->steps = (int)num_of(img, "steps");
+        im->step = (int)num_of(img, "step");
+        const char *etag = str_of(img, "etag"), *info = str_of(img, "infotext");
+        if (im->state == SVC_DONE && (!etag || strlen(etag) != 32))
+            im->state = SVC_FAILED; /* no file to serve */
+        if (etag && im->state == SVC_DONE)
+            snprintf(im->etag, sizeof im->etag, "%s", etag);
+        im->bytes = (size_t)num_of(img, "bytes");
+        if (info)
+            im->infotext = strdup(info);
+        if (im->state == SVC_DONE)
+            svc_history_add(&j->hist, (svc_event){SVC_EV_IMAGE, 0, i, 0, 0, 0});
+        i++;
+    }
+    svc_history_add(&j->hist, (svc_event){state == SVC_DONE     ? SVC_EV_DONE
+                                          : state == SVC_FAILED ? SVC_EV_FAILED
+                                                                : SVC_EV_CANCELLED,
+                                          0, 0, 0, 0, 0});
+done:
+    cJSON_Delete(o);
+    return j;
 }

@@ -100,6 +100,13 @@ void svc_server_params_ctx(svc_server *s, svc_params_ctx *ctx);
 void svc_server_cancel_running(svc_server *s, uint64_t job);
 /* Journal a job's final state and write its job.json (async, in order). */
 void svc_server_persist_final(svc_server *s, svc_job *j);
+/* Start-up (server_journal.c): load the finished jobs' job.json files, then
+ * replay and compact the journal, keeping its unfinished accepts in
+ * s->replay.  0, or -1 (logged) when the journal cannot be opened. */
+int svc_server_load_state(svc_server *s);
+/* Once the engines are open: queue s->replay's jobs again (parameters that
+ * no longer parse are journaled as failed), then drop s->replay. */
+void svc_server_replay_jobs(svc_server *s);
 /* Accept jobs: journal them (fsync on the storage thread), then insert and
  * enqueue them and call done(user, status) on the loop. */
 void svc_server_accept(svc_server *s, svc_job **jobs, int n, void (*done)(void *user, int status),

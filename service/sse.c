@@ -297,10 +297,7 @@ static void open_stream(svc_server *s, svc_req *r, svc_job *j, svc_batch *b, uin
      * Event ids are the same on every api node (docs/scale-out.md). */
     const bool behind = s->cluster && !(j ? svc_job_stream_over(j) : svc_batch_stream_over(b));
     c->cursor = last_id < n || behind ? last_id : n;
-    svc_req_add_header(r, "Content-Type", "text/event-stream");
-    svc_req_add_header(r, "Cache-Control", "no-cache");
-    svc_req_add_header(r, "X-Accel-Buffering", "no");
-    evhttp_send_reply_start(r->req, 200, "OK");
+    svc_reply_stream_start(r);
     c->evcon = svc_req_watch_peer(r, on_close, on_readable, c, &c->watch);
     c->keepalive = event_new(s->base, -1, EV_PERSIST, on_keepalive, c);
     if (c->keepalive) {

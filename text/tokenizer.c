@@ -1,5 +1,6 @@
 /*
- * text/tokenizer.c - CLIP BPE: loading, text cleanup, pre-tokenisation, BPE.
+ * text/tokenizer.c - CLIP BPE: loading (vocabulary, merges, special tokens);
+ * text/tokenizer_bpe.c encodes (text cleanup, pre-tokenisation, BPE).
  *
  * Why it is built this way: every BPE symbol (a vocabulary string, or a
  * merge result missing from a damaged vocabulary) is interned once at load
@@ -25,63 +26,14 @@
 
 #include "core/error.h"
 #include "text/tokenizer_files.h"
+#include "text/tokenizer_int.h"
 #include "text/unicode.h"
 #include "text/unicode_clip.h"
 
 #define CLIP_N_MERGES (49152 - 256 - 2) /* merges[1 : 49152-256-2+1] */
-#define CACHE_CAP 16384 /* entries; the cache is emptied when half full */
-#define CACHE_MAX_WORD 256
 
 extern const char tsr_bpe_default_merges[];
 extern const size_t tsr_bpe_default_merges_len;
-
-typedef struct sym {
-    uint32_t off, len; /* in strs */
-    int32_t id;        /* vocab id or -1 */
-} sym;
-
-typedef struct merge_slot {
-    uint64_t key; /* (a << 32 | b) + 1; 0 = empty */
-    int32_t rank, result;
-} merge_slot;
-
-typedef struct cache_slot {
-    char *word;   /* owned; NULL = empty */
-    int32_t *ids; /* owned */
-    uint32_t n;
-    bool strict; /* BPE of the default mode (symbols outside the vocab never merge) */
-} cache_slot;
-
-typedef tsr_tok_added added_token; /* content owned */
-
-#define MAX_FAST_ADDED TSR_TOK_MAX_ADDED
-
-struct tsr_tokenizer {
-    char *strs; /* all symbol strings, owned */
-    size_t strs_n, strs_cap;
-    sym *syms;
-    size_t n_syms, syms_cap;
-    int32_t *sym_index; /* open addressing: string -> sym; -1 empty */
-    size_t index_cap;
-    merge_slot *merges;
-    size_t merges_cap;
-    int32_t byte_sym[256], byte_sym_w[256];
-    int32_t *id_to_sym; /* vocab id -> sym, -1 for holes */
-    int32_t vocab_size;
-    int32_t bos, eos, unk, pad, comma, sot_id, eot_id;
-    added_token added[4]; /* a1111 mode: bos, eos, unk, pad */
-    int n_added;
-    /* Default mode (transformers 5): its own specials and added tokens,
-     * which its loader reads differently from the same files. */
-    int32_t fbos, feos, funk, fpad;
-    added_token fadded[MAX_FAST_ADDED];
-    int n_fadded;
-    bool fast_too_many; /* more added tokens than MAX_FAST_ADDED */
-    tsr_tokenizer_mode mode;
-    cache_slot *cache;
-    size_t cache_used;
-    pthread_mutex_t lock;
-};
 
 /* ---- bytes_to_unicode ---- */
 
@@ -110,13 +62,6 @@ static void byte_init(void)
 
 /* ---- interning ---- */
 
-static uint64_t hash_bytes(const char *s, size_t n)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h;
-}
 
 static int32_t sym_find(const tsr_tokenizer *t, const char *s, size_t n)
 {
@@ -199,14 +144,6 @@ static int32_t vocab_id(const tsr_tokenizer *t, const char *s)
 
 /* ---- merges ---- */
 
-static merge_slot *merge_slot_for(const tsr_tokenizer *t, uint64_t key)
-{
-    size_t mask = t->merges_cap - 1;
-    size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & mask;
-    while (t->merges[i].key && t->merges[i].key != key)
-        i = (i + 1) & mask;
-    return &t->merges[i];
-}
 
 static bool py_space_byte_at(const char *s, size_t n, size_t i, size_t *w)
 {
@@ -652,15 +589,6 @@ int tsr_tokenizer_load_default(tsr_tokenizer **out)
     return tsr_tokenizer_load_default_pad("<|endoftext|>", out);
 }
 
-static void cache_clear(tsr_tokenizer *t)
-{
-    for (size_t i = 0; t->cache && i < CACHE_CAP; i++) {
-        free(t->cache[i].word);
-        free(t->cache[i].ids);
-        t->cache[i] = (cache_slot){0};
-    }
-    t->cache_used = 0;
-}
 
 void tsr_tokenizer_free(tsr_tokenizer *t)
 {
@@ -681,7 +609,6 @@ void tsr_tokenizer_free(tsr_tokenizer *t)
     free(t);
 }
 
-static bool fast_mode(const tsr_tokenizer *t) { return t->mode == TSR_TOKENIZER_DEFAULT; }
 int32_t tsr_tokenizer_bos(const tsr_tokenizer *t) { return fast_mode(t) ? t->fbos : t->bos; }
 int32_t tsr_tokenizer_eos(const tsr_tokenizer *t) { return fast_mode(t) ? t->feos : t->eos; }
 int32_t tsr_tokenizer_pad(const tsr_tokenizer *t) { return fast_mode(t) ? t->fpad : t->pad; }
@@ -747,316 +674,4 @@ int tsr_ids_push(tsr_ids *ids, int32_t id)
     }
     ids->v[ids->n++] = id;
     return 0;
-}
-
-
-/* ---- BPE ---- */
-
-/* BPE of one pre-token (its UTF-8 bytes), as CLIPTokenizer.bpe: merge the
- * lowest-ranked adjacent pair, all its occurrences left to right, until no
- * pair has a rank.  Appends vocab ids (UNK for symbols outside the vocab). */
-static int bpe_word(tsr_tokenizer *t, const unsigned char *w, size_t n, bool strict, tsr_ids *out)
-{
-    int32_t stack[64];
-    int32_t *s = n <= 64 ? stack : malloc(n * sizeof(int32_t));
-    if (!s)
-        return tsr_errorf(TSR_ERR_NOMEM, "tokenizer: out of memory");
-    for (size_t i = 0; i < n; i++) {
-        s[i] = i + 1 < n ? t->byte_sym[w[i]] : t->byte_sym_w[w[i]];
-        /* tokenizers' BPE maps a character outside the vocabulary to UNK
-         * before merging; the slow tokenizer merges strings. */
-        if (strict && t->syms[s[i]].id < 0)
-            s[i] = -1;
-    }
-    size_t len = n;
-    while (len > 1) {
-        int32_t best_rank = INT32_MAX, best_a = -1, best_b = -1, best_r = -1;
-        for (size_t i = 0; i + 1 < len; i++) {
-            if (s[i] < 0 || s[i + 1] < 0)
-                continue;
-            uint64_t key = (((uint64_t)s[i] << 32) | (uint32_t)s[i + 1]) + 1;
-            const merge_slot *m = merge_slot_for(t, key);
-            if (m->key && m->rank < best_rank) {
-                best_rank = m->rank;
-                best_a = s[i];
-                best_b = s[i + 1];
-                best_r = m->result;
-            }
-        }
-        if (best_r < 0)
-            break;
-        size_t o = 0;
-        for (size_t i = 0; i < len; i++) {
-            if (i + 1 < len && s[i] == best_a && s[i + 1] == best_b) {
-                s[o++] = best_r;
-                i++;
-            } else {
-                s[o++] = s[i];
-            }
-        }
-        len = o;
-    }
-    int rc = 0;
-    int32_t unk = strict ? t->funk : t->unk;
-    for (size_t i = 0; i < len && rc == 0; i++) {
-        int32_t id = s[i] >= 0 ? t->syms[s[i]].id : -1;
-        rc = tsr_ids_push(out, id >= 0 ? id : unk);
-    }
-    if (s != stack)
-        free(s);
-    return rc;
-}
-
-static int bpe_cached(tsr_tokenizer *t, const unsigned char *w, size_t n, bool strict,
-                      tsr_ids *out)
-{
-    if (n > CACHE_MAX_WORD)
-        return bpe_word(t, w, n, strict, out);
-    uint64_t h = hash_bytes((const char *)w, n) ^ (uint64_t)strict;
-    int rc = 0;
-    pthread_mutex_lock(&t->lock);
-    size_t i = h & (CACHE_CAP - 1);
-    for (; t->cache[i].word; i = (i + 1) & (CACHE_CAP - 1)) {
-        cache_slot *c = &t->cache[i];
-        if (c->strict == strict && strlen(c->word) == n && memcmp(c->word, w, n) == 0) {
-            for (uint32_t k = 0; k < c->n && rc == 0; k++)
-                rc = tsr_ids_push(out, c->ids[k]);
-            pthread_mutex_unlock(&t->lock);
-            return rc;
-        }
-    }
-    size_t before = out->n;
-    rc = bpe_word(t, w, n, strict, out);
-    if (rc == 0 && memchr(w, 0, n) == NULL) {
-        if (t->cache_used * 2 >= CACHE_CAP) {
-            cache_clear(t);
-            for (i = h & (CACHE_CAP - 1); t->cache[i].word; i = (i + 1) & (CACHE_CAP - 1)) {
-            }
-        }
-        cache_slot *c = &t->cache[i];
-        size_t k = out->n - before;
-        c->word = malloc(n + 1);
-        c->ids = malloc((k ? k : 1) * sizeof(int32_t));
-        if (c->word && c->ids) {
-            memcpy(c->word, w, n);
-            c->word[n] = '\0';
-            memcpy(c->ids, out->v + before, k * sizeof(int32_t));
-            c->n = (uint32_t)k;
-            c->strict = strict;
-            t->cache_used++;
-        } else {
-            free(c->word);
-            free(c->ids);
-            *c = (cache_slot){0};
-        }
-    }
-    pthread_mutex_unlock(&t->lock);
-    return rc;
-}
-
-/* CLIPTokenizer._tokenize on one piece (code points) -> ids. */
-static int tokenize_piece(tsr_tokenizer *t, const uint32_t *s, size_t n, tsr_ids *out)
-{
-    tsr_u32buf clean = {0};
-    unsigned char *bytes = NULL;
-    int rc = 0;
-    TSR_CHECK_GOTO(rc, tsr_clip_clean(s, n, &clean), cleanup);
-    if (clean.n > SIZE_MAX / 4) {
-        rc = tsr_errorf(TSR_ERR_RANGE, "tokenizer: text too long");
-        goto cleanup;
-    }
-    bytes = malloc(clean.n * 4 + 1);
-    if (!bytes) {
-        rc = tsr_errorf(TSR_ERR_NOMEM, "tokenizer: out of memory");
-        goto cleanup;
-    }
-    size_t pos = 0, start, len;
-    while ((len = tsr_clip_next_token(clean.v, clean.n, &pos, &start)) > 0) {
-        size_t nb = 0;
-        for (size_t i = start; i < start + len; i++)
-            nb += (size_t)tsr_utf8_put(clean.v[i], (char *)bytes + nb);
-        /* The cache is seeded with the two specials, which map to
-         * themselves (no "</w>"). */
-        if (nb == 15 && memcmp(bytes, "<|startoftext|>", 15) == 0) {
-            TSR_CHECK_GOTO(rc, tsr_ids_push(out, t->sot_id >= 0 ? t->sot_id : t->unk), cleanup);
-            continue;
-        }
-        if (nb == 13 && memcmp(bytes, "<|endoftext|>", 13) == 0) {
-            TSR_CHECK_GOTO(rc, tsr_ids_push(out, t->eot_id >= 0 ? t->eot_id : t->unk), cleanup);
-            continue;
-        }
-        TSR_CHECK_GOTO(rc, bpe_cached(t, bytes, nb, false, out), cleanup);
-    }
-cleanup:
-    free(bytes);
-    tsr_u32_free(&clean);
-    return rc;
-}
-
-/* Default mode: the pre-tokeniser and BPE on one normalised piece.  The
- * ByteLevel step re-splits each Split match with GPT-2's pattern, which
- * leaves every match whole except the literals <|startoftext|> and
- * <|endoftext|>: those become "<|", the name, "|>". */
-static int tokenize_piece_fast(tsr_tokenizer *t, const uint32_t *s, size_t n, tsr_ids *out)
-{
-    unsigned char *bytes = NULL;
-    int rc = 0;
-    if (n > SIZE_MAX / 4)
-        return tsr_errorf(TSR_ERR_RANGE, "tokenizer: text too long");
-    bytes = malloc(n * 4 + 1);
-    if (!bytes)
-        return tsr_errorf(TSR_ERR_NOMEM, "tokenizer: out of memory");
-    size_t pos = 0, start, len;
-    bool special;
-    while ((len = tsr_clip_next_token_fast(s, n, &pos, &start, &special)) > 0) {
-        size_t nb = 0;
-        for (size_t i = start; i < start + len; i++)
-            nb += (size_t)tsr_utf8_put(s[i], (char *)bytes + nb);
-        if (special) {
-            TSR_CHECK_GOTO(rc, bpe_cached(t, bytes, 2, true, out), cleanup);
-            TSR_CHECK_GOTO(rc, bpe_cached(t, bytes + 2, nb - 4, true, out), cleanup);
-            TSR_CHECK_GOTO(rc, bpe_cached(t, bytes + nb - 2, 2, true, out), cleanup);
-        } else {
-            TSR_CHECK_GOTO(rc, bpe_cached(t, bytes, nb, true, out), cleanup);
-        }
-    }
-cleanup:
-    free(bytes);
-    return rc;
-}
-
-static bool is_py_space(uint32_t c)
-{
-    return c == ' ' || (c < 0x80 ? (c >= 9 && c <= 13) || (c >= 0x1C && c <= 0x1F)
-                                 : tsr_u_in(tsr_u_py_space, tsr_u_py_space_n, c));
-}
-
-typedef int (*piece_fn)(tsr_tokenizer *t, const uint32_t *s, size_t n, tsr_ids *out);
-
-/* Cut s at the added tokens in list[0..n_list) whose `normalized` flag is
- * `norm` (-1: all), taking the longest match at the leftmost position;
- * `fn` handles the text between, each match pushes its id.  lstrip/rstrip
- * drop the whitespace (`space`) beside a match.  match_norm: the tokens'
- * texts are normalised as the text was (the default mode's normalised
- * tokens). */
-static int split_added(tsr_tokenizer *t, const added_token *list, int n_list, int norm,
-                       bool match_norm, bool (*space)(uint32_t), const uint32_t *s, size_t n,
-                       piece_fn fn, tsr_ids *out)
-{
-    tsr_u32buf added = {0}, raw = {0};
-    size_t aoff[MAX_FAST_ADDED + 1] = {0};
-    int rc = 0;
-    for (int k = 0; k < n_list; k++) {
-        aoff[k] = added.n;
-        if (list[k].content && (norm < 0 || list[k].normalized == (norm == 1))) {
-            if (match_norm) {
-                raw.n = 0;
-                TSR_CHECK_GOTO(rc, tsr_u32_push_utf8(&raw, list[k].content), cleanup);
-                TSR_CHECK_GOTO(rc, tsr_clip_normalize_fast(raw.v, raw.n, &added), cleanup);
-            } else {
-                TSR_CHECK_GOTO(rc, tsr_u32_push_utf8(&added, list[k].content), cleanup);
-            }
-        }
-    }
-    aoff[n_list] = added.n;
-    size_t piece = 0, i = 0;
-    bool strip_left_next = false;
-    while (i <= n) {
-        int hit = -1;
-        size_t hit_len = 0;
-        for (int k = 0; i < n && k < n_list; k++) {
-            size_t l = aoff[k + 1] - aoff[k];
-            if (l == 0 || l > n - i || l <= hit_len)
-                continue;
-            if (memcmp(s + i, added.v + aoff[k], l * sizeof(uint32_t)) == 0)
-                hit = k, hit_len = l;
-        }
-        if (hit < 0 && i < n) {
-            i++;
-            continue;
-        }
-        size_t a = piece, b = i;
-        if (strip_left_next)
-            while (a < b && space(s[a]))
-                a++;
-        if (hit >= 0 && list[hit].lstrip)
-            while (b > a && space(s[b - 1]))
-                b--;
-        if (b > a)
-            TSR_CHECK_GOTO(rc, fn(t, s + a, b - a, out), cleanup);
-        if (hit < 0)
-            break;
-        TSR_CHECK_GOTO(rc, tsr_ids_push(out, list[hit].id), cleanup);
-        strip_left_next = list[hit].rstrip;
-        i += hit_len;
-        piece = i;
-    }
-cleanup:
-    tsr_u32_free(&added);
-    tsr_u32_free(&raw);
-    return rc;
-}
-
-/* Default mode, a piece of raw text between non-normalised added tokens:
- * normalise it, then cut it at the normalised ones. */
-static int normalize_piece_fast(tsr_tokenizer *t, const uint32_t *s, size_t n, tsr_ids *out)
-{
-    tsr_u32buf norm = {0};
-    int rc = tsr_clip_normalize_fast(s, n, &norm);
-    if (rc == 0)
-        rc = split_added(t, t->fadded, t->n_fadded, 1, true, tsr_uf_space_cp, norm.v, norm.n,
-                         tokenize_piece_fast, out);
-    tsr_u32_free(&norm);
-    return rc;
-}
-
-int tsr_tokenizer_encode(tsr_tokenizer *t, const char *text, size_t len, tsr_ids *out)
-{
-    if (len > TSR_TOKENIZER_MAX_INPUT)
-        return tsr_errorf(TSR_ERR_RANGE, "prompt: %zu bytes is over the %u byte limit", len,
-                          TSR_TOKENIZER_MAX_INPUT);
-    if (fast_mode(t) && t->fast_too_many)
-        return tsr_errorf(TSR_ERR_UNSUPPORTED,
-                          "tokenizer: more than %d added tokens; use the a1111 tokenizer mode",
-                          MAX_FAST_ADDED);
-    tsr_u32buf cps = {0};
-    int rc = tsr_utf8_decode(text, len, &cps, "prompt");
-    if (rc == 0) {
-        if (fast_mode(t))
-            /* tokenizers' AddedVocabulary: non-normalised tokens on the raw
-             * text first, normalised ones on each normalised piece. */
-            rc = split_added(t, t->fadded, t->n_fadded, 0, false, tsr_uf_space_cp, cps.v, cps.n,
-                             normalize_piece_fast, out);
-        else
-            /* PreTrainedTokenizer.tokenize: split on the added tokens before
-             * _tokenize cleans each piece. */
-            rc = split_added(t, t->added, t->n_added, -1, false, is_py_space, cps.v, cps.n,
-                             tokenize_piece, out);
-    }
-    tsr_u32_free(&cps);
-    return rc;
-}
-
-int tsr_tokenizer_encode_window(tsr_tokenizer *t, const char *text, size_t len,
-                                int32_t out[TSR_CLIP_MAX_LENGTH])
-{
-    if (tsr_tokenizer_pad(t) < 0)
-        return tsr_errorf(TSR_ERR_UNSUPPORTED, "tokenizer: no pad token (pad_token is null)");
-    tsr_ids ids = {0};
-    int rc = tsr_tokenizer_encode(t, text, len, &ids);
-    if (rc < 0) {
-        tsr_ids_free(&ids);
-        return rc;
-    }
-    size_t n = ids.n < TSR_CLIP_CHUNK ? ids.n : TSR_CLIP_CHUNK;
-    int k = 0;
-    out[k++] = tsr_tokenizer_bos(t);
-    for (size_t i = 0; i < n; i++)
-        out[k++] = ids.v[i];
-    out[k++] = tsr_tokenizer_eos(t);
-    int used = k;
-    while (k < TSR_CLIP_MAX_LENGTH)
-        out[k++] = tsr_tokenizer_pad(t);
-    tsr_ids_free(&ids);
-    return used;
 }

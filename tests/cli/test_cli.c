@@ -294,7 +294,8 @@ static int test_help_rules(void)
     static const char rule[] = "images per request, 1..64";
     if (!strstr(r.out, rule))
         TSR_FAIL("generate --help lacks \"%s\"", rule);
-    if (!strstr(r.out, "sample_size x 8") || !strstr(r.out, "128 for\nmodels/demo"))
+    if (!strstr(r.out, "sample_size times\nthe VAE factor") ||
+        !strstr(r.out, "128 for models/demo"))
         TSR_FAIL("generate --help does not state the default size rule");
     if (!strstr(r.out, "(0, 1]") || !strstr(r.out, "-1 = random"))
         TSR_FAIL("generate --help: strength or seed wording");

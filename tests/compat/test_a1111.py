@@ -8,6 +8,11 @@ get_samplers / set_auth ...), plus raw HTTP checks of the JSON shapes and of
 bad input.  Images are compared with `tessera generate` (tests/service/svc.py
 helpers), and one case checks that an A1111 call shares UNet calls with a
 native job.  Runs with .venv-test/bin/python (scripts/setup-test-venv.sh).
+
+Every response is validated against docs/openapi.yaml (tests/service/
+openapi.py): the raw calls through svc.request, and what webuiapi receives
+through a response hook on its requests session (spec_checked), so a drift
+between service/compat_a1111*.c and the spec fails the case.
 """
 import base64
 import io
@@ -33,16 +38,44 @@ class Ctx:
     pass
 
 
+# Spec violations seen by the webuiapi hook (webuiapi swallows some
+# exceptions, e.g. in check_extensions); teardown fails on any.
+_violations = []
+
+
+def _spec_hook(resp, *args, **kwargs):
+    """requests response hook: validate what webuiapi received."""
+    req = resp.request
+    r = svc.Response(resp.status_code, resp.reason, list(resp.headers.items()), resp.content,
+                     req.method, req.path_url)
+    try:
+        svc.validate(r)
+    except svc.openapi.SpecViolation as e:
+        _violations.append(str(e))
+        raise
+    return resp
+
+
+def spec_checked(api):
+    """webuiapi's session, with every response validated against the spec."""
+    api.session.hooks["response"].append(_spec_hook)
+    return api
+
+
 def setup():
     c = Ctx()
     c.s = svc.Server(["--threads", "1", "--max-batch", "8"], name="a1111").start()
-    c.api = webuiapi.WebUIApi(host="127.0.0.1", port=c.s.port, sampler="Euler a", steps=4)
+    c.api = spec_checked(webuiapi.WebUIApi(host="127.0.0.1", port=c.s.port, sampler="Euler a",
+                                           steps=4))
     return c
 
 
 def teardown(c):
     """A clean exit after everything above: SIGTERM drains and exits 0; in a
-    sanitizer build (TSR_BIN=build-asan/...) a leak or UB report fails here."""
+    sanitizer build (TSR_BIN=build-asan/...) a leak or UB report fails here.
+    Also: no response webuiapi received violated the spec."""
+    assert not _violations, "%d response(s) webuiapi received violate docs/openapi.yaml:\n%s" % (
+        len(_violations), "\n".join(_violations))
     rc = c.s.stop()
     out = c.s.all_output()
     for bad in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"):
@@ -50,12 +83,14 @@ def teardown(c):
     assert rc == 0, "the server exited %s after SIGTERM:\n%s" % (rc, out[-3000:])
 
 
+# raw calls: validated against docs/openapi.yaml (svc.request), including
+# the JSON text of `info` (x-tessera-json)
 def post(s, path, body, **kw):
-    return s.request("POST", "/sdapi/v1" + path, body, validate_spec=False, **kw)
+    return s.request("POST", "/sdapi/v1" + path, body, **kw)
 
 
 def get(s, path, **kw):
-    return s.request("GET", "/sdapi/v1" + path, validate_spec=False, **kw)
+    return s.request("GET", "/sdapi/v1" + path, **kw)
 
 
 def png_of(b64):
@@ -226,8 +261,11 @@ def test_skip(c):
     out = {}
 
     def run():
-        out["r"] = post(c.s, "/txt2img", dict(prompt=PROMPT, width=64, height=64, steps=300,
-                                              seed=41, n_iter=17), timeout=300)
+        try:
+            out["r"] = post(c.s, "/txt2img", dict(prompt=PROMPT, width=64, height=64, steps=300,
+                                                  seed=41, n_iter=17), timeout=300)
+        except Exception as e:  # noqa: BLE001 - reported below
+            out["e"] = e
 
     t = threading.Thread(target=run)
     t.start()
@@ -235,6 +273,7 @@ def test_skip(c):
                    "a running step")
     assert c.api.skip() == {}
     t.join(240)
+    assert "e" not in out, out.get("e")
     r = out["r"]
     assert r.status == 200, r
     info = json.loads(r.json["info"])
@@ -278,6 +317,54 @@ def test_lists_and_options(c):
     assert mem["ram"]["total"] > 0 and "cuda" in mem, mem
     assert c.api.get_scripts() == {"txt2img": [], "img2img": []}
     assert get(c.s, "/prompt-styles").json == []
+
+
+def test_spec_routes(c):
+    """Every /sdapi/v1 route over raw HTTP, validated against docs/openapi.yaml
+    (svc.request): the lists, options, flags, the no-ops, HEAD, wrong methods
+    and unknown paths, and one img2img call with its images echoed."""
+    s = c.s
+    for path in ("/samplers", "/schedulers", "/sd-models", "/options", "/cmd-flags", "/memory",
+                 "/scripts", "/script-info", "/upscalers", "/latent-upscale-modes", "/sd-vae",
+                 "/hypernetworks", "/face-restorers", "/realesrgan-models", "/prompt-styles",
+                 "/embeddings", "/loras", "/extensions", "/progress",
+                 "/progress?skip_current_image=1"):
+        r = get(s, path)
+        assert r.status == 200, r
+        r = s.request("HEAD", "/sdapi/v1" + path)
+        assert r.status == 200 and r.body == b"", r
+    for path in ("/refresh-checkpoints", "/refresh-vae", "/refresh-loras"):
+        r = post(s, path, None)
+        assert r.status == 200 and r.json is None, r
+    # idle: nothing to stop, {} all the same
+    for path in ("/interrupt", "/skip"):
+        r = post(s, path, None)
+        assert r.status == 200 and r.json == {}, r
+    r = post(s, "/options", {})
+    assert r.status == 200 and r.json == {"applied": [], "ignored": []}, r
+    r = post(s, "/options", "{nope")
+    expect_error(r, 400, None, "options: not JSON")
+    r = post(s, "/options", "[]")
+    expect_error(r, 400, None, "options: an array")
+    for method, path in (("PUT", "/options"), ("POST", "/loras"), ("GET", "/refresh-vae"),
+                         ("GET", "/interrupt"), ("DELETE", "/samplers"), ("PUT", "/img2img")):
+        r = s.request(method, "/sdapi/v1" + path, b"{}" if method in ("POST", "PUT") else None)
+        assert r.status == 405 and r.headers.get("allow"), (method, path, r)
+    for path in ("/sdapi/v1", "/sdapi/v1/", "/sdapi/v1/txt2img/x", "/sdapi/v1/artists"):
+        r = s.request("GET", path)
+        expect_error(r, 404, None, "GET " + path)
+    img = base64.b64encode(svc_png(64, 64)).decode()
+    mask = base64.b64encode(svc.png_encode(64, 64, bytes([255]) * (64 * 32) + bytes(64 * 32),
+                                           1)).decode()
+    r = post(s, "/img2img", dict(prompt=PROMPT, width=64, height=64, steps=2, seed=5,
+                                 init_images=[img], mask=mask, inpainting_fill=1,
+                                 denoising_strength=0.8, include_init_images=True,
+                                 sampler_name="DPM++ 2M", scheduler="Karras"))
+    assert r.status == 200 and len(r.json["images"]) == 1, r
+    assert r.json["parameters"]["init_images"] == [img] and r.json["parameters"]["mask"] == mask
+    info = json.loads(r.json["info"])
+    assert info["denoising_strength"] == 0.8, info
+    assert info["extra_generation_params"] == {"Schedule type": "Karras"}, info
 
 
 def test_shapes_raw(c):
@@ -384,11 +471,11 @@ def test_bad_input(c):
     # a tiny image is resized up to width x height, which is fine
     body = dict(ok, init_images=[tiny], denoising_strength=0.5)
     assert post(s, "/img2img", body).status == 200
-    r = s.request("GET", "/sdapi/v1/txt2img", validate_spec=False)
+    r = s.request("GET", "/sdapi/v1/txt2img")
     assert r.status == 405, r
     r = get(s, "/nope")
     expect_error(r, 404, None, "unknown path")
-    r = s.request("DELETE", "/sdapi/v1/progress", validate_spec=False)
+    r = s.request("DELETE", "/sdapi/v1/progress")
     assert r.status == 405, r
     # nothing was lost: the server answers a good call
     r = post(s, "/txt2img", dict(ok, seed=77))
@@ -440,7 +527,7 @@ def test_client_disconnect(c):
 def test_auth():
     s = svc.Server(["--threads", "1"], token=TOKEN, name="a1111-auth").start()
     try:
-        api = webuiapi.WebUIApi(host="127.0.0.1", port=s.port, steps=2)
+        api = spec_checked(webuiapi.WebUIApi(host="127.0.0.1", port=s.port, steps=2))
         try:
             api.txt2img(prompt=PROMPT, width=64, height=64)
             raise AssertionError("txt2img without credentials was accepted")
@@ -457,23 +544,25 @@ def test_auth():
         except RuntimeError as e:
             assert e.args[0] == 401, e.args
         h = {"Authorization": "Bearer " + TOKEN}
-        r = svc.request(s.port, "GET", "/sdapi/v1/samplers", headers=h, validate_spec=False)
+        r = svc.request(s.port, "GET", "/sdapi/v1/samplers", headers=h)
         assert r.status == 200, r
-        r = svc.request(s.port, "GET", "/sdapi/v1/samplers", validate_spec=False)
+        r = svc.request(s.port, "GET", "/sdapi/v1/samplers")
         assert r.status == 401 and "Basic" in str(r.header_list), r.header_list
         basic = "Basic " + base64.b64encode(("u:" + TOKEN).encode()).decode()
-        r = svc.request(s.port, "GET", "/sdapi/v1/samplers", headers={"Authorization": basic},
-                        validate_spec=False)
+        r = svc.request(s.port, "GET", "/sdapi/v1/samplers", headers={"Authorization": basic})
         assert r.status == 200, r
         # Basic stays an /sdapi/ thing: /v1/ wants the bearer token
-        r = svc.request(s.port, "GET", "/v1/models", headers={"Authorization": basic},
-                        validate_spec=False)
+        r = svc.request(s.port, "GET", "/v1/models", headers={"Authorization": basic})
         assert r.status == 401, r
         for bad in ("Basic", "Basic !!!", "Basic " + base64.b64encode(b"nocolon").decode(),
                     "Basic " + base64.b64encode(("u:" + TOKEN + "x").encode()).decode()):
-            r = svc.request(s.port, "GET", "/sdapi/v1/samplers", headers={"Authorization": bad},
-                            validate_spec=False)
+            r = svc.request(s.port, "GET", "/sdapi/v1/samplers", headers={"Authorization": bad})
             assert r.status == 401, (bad, r)
+        # unknown paths and wrong methods under /sdapi/v1 ask for credentials first
+        r = svc.request(s.port, "GET", "/sdapi/v1/nope")
+        assert r.status == 401, r
+        r = svc.request(s.port, "GET", "/sdapi/v1/txt2img")
+        assert r.status == 401, r
     finally:
         assert s.stop() == 0, s.output()
 
@@ -494,6 +583,6 @@ def test_queue_full():
 if __name__ == "__main__":
     sys.exit(svc.run_tests([test_webuiapi_txt2img, test_samplers_and_schedules, test_img2img,
                             test_progress_interrupt, test_skip, test_lists_and_options,
-                            test_shapes_raw, test_bad_input, test_shares_unet_calls,
+                            test_spec_routes, test_shapes_raw, test_bad_input, test_shares_unet_calls,
                             test_client_disconnect, test_auth, test_queue_full], setup=setup,
                            teardown=teardown))

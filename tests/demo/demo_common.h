@@ -72,6 +72,7 @@ typedef struct demo_shape_features {
     int present; /* 0: the colour is absent */
     long area, filled;
     double hole, solidity, fill, aspect, top;
+    int bays; /* hull areas outside the shape of >= 2% of the hull: star 5, cross 4 */
 } demo_shape_features;
 
 /* Geometry of the largest 4-connected region of `colour` in `lab` (w*h

@@ -12,8 +12,11 @@
  * thresholds identically; components are visited in raster order of their
  * first pixel and the first of equal largest wins, as numpy's argmax.  The
  * features (score.py explains each) and thresholds were chosen by measuring
- * the renderer's own images: a ring has a hole of ~0.4 of its filled area, a
- * star is the least convex (solidity ~0.56), a cross next (~0.74); of the
+ * the renderer's own images: a ring has a hole of ~0.4 of its filled area; of
+ * the concave shapes five "bays" (hull areas outside the shape, between its
+ * points) make a star and four a cross, and otherwise a star is the least
+ * convex (solidity ~0.56) and a cross next (~0.74) - a decoder's blur fills
+ * a star's points in to a cross's solidity but keeps its five bays; of the
  * convex ones the triangle (always point up) has a quarter of its area above
  * its box's middle (every other shape >= 0.41) and fills half its box, a
  * square fills ~1.0 of it and a circle ~0.79.
@@ -99,13 +102,17 @@ static long long cross(pt o, pt a, pt b)
     return (a.x - o.x) * (b.y - o.y) - (a.y - o.y) * (b.x - o.x);
 }
 
-/* Twice the area of the convex hull of the pixel squares where region[i]:
- * only each row's leftmost and rightmost pixel matter (Andrew's monotone
- * chain).  -1 when out of memory. */
-static long long hull_area2(const uint8_t *region, int w, int h)
+/* The convex hull of the pixel squares where region[i] (only each row's
+ * leftmost and rightmost pixel matter; Andrew's monotone chain): its k
+ * vertices into *out (malloc'd; the caller frees) and twice its signed
+ * area into *a2.  0, or -1 when out of memory. */
+static int hull_of(const uint8_t *region, int w, int h, pt **out, int *nk, long long *a2_out)
 {
     pt *pts = malloc((size_t)h * 4 * sizeof *pts);
     pt *hull = malloc(((size_t)h * 4 * 2 + 1) * sizeof *hull);
+    *out = NULL;
+    *nk = 0;
+    *a2_out = 0;
     if (!pts || !hull) {
         free(pts);
         free(hull);
@@ -133,8 +140,8 @@ static long long hull_area2(const uint8_t *region, int w, int h)
         if (m == 0 || pts[i].x != pts[m - 1].x || pts[i].y != pts[m - 1].y)
             pts[m++] = pts[i];
     long long a2 = 0;
+    int k = 0;
     if (m >= 3) {
-        int k = 0;
         for (int i = 0; i < m; i++) { /* lower chain */
             while (k >= 2 && cross(hull[k - 2], hull[k - 1], pts[i]) <= 0)
                 k--;
@@ -150,11 +157,48 @@ static long long hull_area2(const uint8_t *region, int w, int h)
             pt a = hull[i], b = hull[(i + 1) % k];
             a2 += a.x * b.y - b.x * a.y;
         }
-        a2 = a2 < 0 ? -a2 : a2;
     }
     free(pts);
-    free(hull);
-    return a2;
+    *out = hull;
+    *nk = k;
+    *a2_out = a2;
+    return 0;
+}
+
+/* The "corners" measure (score.py _bays): 4-connected areas inside the hull
+ * but outside `filled`, of at least 1% of twice the hull area (100 * n >=
+ * |a2|).  A pixel is inside when its centre is on the inner side of every
+ * edge, in doubled coordinates, so every product is an exact integer.  -1
+ * when out of memory. */
+static int count_bays(const pt *hull, int k, long long a2, const uint8_t *filled, int w, int h)
+{
+    if (k < 3)
+        return 0;
+    uint8_t *bay = malloc((size_t)w * h);
+    if (!bay)
+        return -1;
+    const long long sign = a2 > 0 ? 1 : -1, area2 = a2 < 0 ? -a2 : a2;
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            int in = !filled[(size_t)y * w + x];
+            const long long X = 2LL * x + 1, Y = 2LL * y + 1;
+            for (int i = 0; in && i < k; i++) {
+                pt a = hull[i], b = hull[(i + 1) % k];
+                long long c = 2 * (b.x - a.x) * (Y - 2 * a.y) - 2 * (b.y - a.y) * (X - 2 * a.x);
+                in = sign * c >= 0;
+            }
+            bay[(size_t)y * w + x] = (uint8_t)in;
+        }
+    comps c;
+    int rc = components(bay, w, h, &c);
+    free(bay);
+    if (rc != 0)
+        return -1;
+    int n = 0;
+    for (int i = 0; i < c.n; i++)
+        n += 100LL * c.sizes[i] >= area2;
+    comps_free(&c);
+    return n;
 }
 
 int demo_shape_features_of(const uint8_t *lab, int w, int h, int colour, demo_shape_features *f)
@@ -192,19 +236,25 @@ int demo_shape_features_of(const uint8_t *lab, int w, int h, int colour, demo_sh
             by1 = y > by1 ? y : by1;
         }
     }
-    long long hull2 = hull_area2(mask, w, h);
+    pt *hull;
+    int nk;
+    long long a2;
+    const int hull_rc = hull_of(mask, w, h, &hull, &nk, &a2);
+    const long long hull2 = a2 < 0 ? -a2 : a2;
     f->area = c.sizes[big];
     comps_free(&c);
     for (size_t i = 0; i < n; i++)
         mask[i] = !mask[i];
     comps o;
-    if (hull2 < 0 || components(mask, w, h, &o) != 0) {
+    if (hull_rc != 0 || components(mask, w, h, &o) != 0) {
+        free(hull);
         free(mask);
         return -1;
     }
     /* Components touching the border are outside; the rest are holes. */
     uint8_t *border = calloc((size_t)o.n + 1, 1);
     if (!border) {
+        free(hull);
         free(mask);
         comps_free(&o);
         return -1;
@@ -244,9 +294,16 @@ int demo_shape_features_of(const uint8_t *lab, int w, int h, int colour, demo_sh
         else
             bottom += row;
     }
+    /* mask := filled (the region or one of its holes), for the bays. */
+    for (size_t i = 0; i < n; i++)
+        mask[i] = !mask[i] || (o.lab[i] >= 0 && !border[o.lab[i]]);
+    f->bays = count_bays(hull, nk, a2, mask, w, h);
+    free(hull);
     free(border);
     free(mask);
     comps_free(&o);
+    if (f->bays < 0)
+        return -1;
     long bw = bx1 - bx0 + 1, bh = by1 - by0 + 1;
     f->present = 1;
     f->filled = f->area + holes;
@@ -264,10 +321,16 @@ const char *demo_classify_shape(const demo_shape_features *f)
         return "none";
     if (f->hole >= DEMO_HOLE_MIN)
         return "ring";
-    if (f->solidity < DEMO_STAR_SOLIDITY)
-        return "star";
-    if (f->solidity < DEMO_CROSS_SOLIDITY)
-        return "cross";
+    if (f->solidity < DEMO_CROSS_SOLIDITY) {
+        /* Concave: five bays are a star's, four a cross's (a decoder's blur
+         * keeps a star's bays while its solidity rises into the cross
+         * range); otherwise the solidity decides. */
+        if (f->bays >= 5)
+            return "star";
+        if (f->bays == 4)
+            return "cross";
+        return f->solidity < DEMO_STAR_SOLIDITY ? "star" : "cross";
+    }
     if (f->top < DEMO_TRIANGLE_TOP || f->fill < DEMO_CIRCLE_FILL)
         return "triangle";
     if (f->fill >= DEMO_SQUARE_FILL)

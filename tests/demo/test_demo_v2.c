@@ -16,6 +16,13 @@
  *                      right on >= 97% of its tiles, backgrounds are flat
  *                      (< 0.5/255), a single shape is one region and a pair
  *                      two (unit; no model, no Python)
+ *   shape_scorer_ports the same geometry on a decoder's blurred images: the
+ *                      committed VAE's round trip of that sheet
+ *                      (shape_sheet_vae.png, shape_sheet.py --roundtrip),
+ *                      where every tile's verdict, region count, bays,
+ *                      areas and solidity must equal what score.py recorded
+ *                      in shape_sheet_vae.json - the ports agree off the
+ *                      clean images too (unit)
  *   v2_bars_report     every prompt of tools/demo-model/heldout2.json (a
  *                      second caption template set training never uses,
  *                      tools/demo-model/captions_eval.py) through `tessera
@@ -33,6 +40,7 @@
 
 #include <cJSON.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 
 #include "demo_common.h"
@@ -102,18 +110,49 @@ static int measure_image(const tsr_image *img, const demo_palette *p, int colour
     return 0;
 }
 
-/* ---- shape_scorer_self ---- */
+/* ---- shape_scorer_self, shape_scorer_ports ---- */
 
-static int test_shape_scorer_self(void)
+/* 1 when tile `it`'s "python" verdicts (score.py's, written by
+ * shape_sheet.py --roundtrip) equal the C measurement; 1 also when the tile
+ * has none. */
+static int same_as_python(const cJSON *it, const measure *m, int n)
+{
+    const cJSON *py = cJSON_GetObjectItemCaseSensitive(it, "python");
+    if (!py)
+        return 1;
+    const cJSON *reg = cJSON_GetObjectItemCaseSensitive(py, "regions");
+    const cJSON *bays = cJSON_GetObjectItemCaseSensitive(py, "bays");
+    const cJSON *area = cJSON_GetObjectItemCaseSensitive(py, "area");
+    const cJSON *filled = cJSON_GetObjectItemCaseSensitive(py, "filled");
+    const cJSON *sol = cJSON_GetObjectItemCaseSensitive(py, "solidity");
+    const char *shape = demo_jstr(py, "shape");
+    int same = shape && strcmp(shape, m->shape) == 0 && cJSON_IsNumber(reg) &&
+               reg->valueint == m->regions && cJSON_IsNumber(bays) && bays->valueint == m->f.bays &&
+               cJSON_IsNumber(area) && (long)area->valuedouble == m->f.area &&
+               cJSON_IsNumber(filled) && (long)filled->valuedouble == m->f.filled &&
+               cJSON_IsNumber(sol) && fabs(sol->valuedouble - m->f.solidity) < 1e-9;
+    if (!same)
+        printf("tile %3d: C says %s, regions %d, bays %d, area %ld, filled %ld, solidity %.6f; "
+               "score.py says %s\n",
+               n, m->shape, m->regions, m->f.bays, m->f.area, m->f.filled, m->f.solidity,
+               shape ? shape : "?");
+    return same;
+}
+
+/* Measures every tile of tests/data/demo/<name>.png against <name>.json.
+ * clean: the renderer's own images, held to SELF_MIN per shape, exact region
+ * counts and flat backgrounds; otherwise (a VAE round trip) the C port must
+ * only agree with score.py's recorded verdicts, tile for tile. */
+static int check_sheet(const char *name, int clean)
 {
     cJSON *held = demo_load_json("tools/demo-model/heldout2.json");
     ASSERT_TRUE(held != NULL);
     demo_palette p;
     ASSERT_OK(demo_load_palette(held, &p));
-    char path[PATH_MAX];
+    char path[PATH_MAX], rel[64];
     size_t len = 0;
-    char *text =
-        tsr_test_read_file(tsr_test_path("demo/shape_sheet.json", path, sizeof path), &len);
+    snprintf(rel, sizeof rel, "demo/%s.json", name);
+    char *text = tsr_test_read_file(tsr_test_path(rel, path, sizeof path), &len);
     ASSERT_TRUE(text != NULL);
     cJSON *facts = cJSON_ParseWithLength(text, len);
     free(text);
@@ -124,10 +163,14 @@ static int test_shape_scorer_self(void)
     ASSERT_TRUE(cJSON_IsArray(tiles) && cJSON_IsNumber(cols_j) && cJSON_IsNumber(tile_j));
     int cols = cols_j->valueint, t = tile_j->valueint;
     tsr_image sheet = {0};
-    ASSERT_OK(
-        tsr_png_read(tsr_test_path("demo/shape_sheet.png", path, sizeof path), 3, &sheet, NULL));
+    /* TSR_DEMO_SHEET: another image of the same layout (e.g. a VAE round trip
+     * of the sheet, tools/demo-model/vae_pilot.py --save) is measured instead,
+     * every tile printed and nothing asserted: for comparing with score.py. */
+    const char *other = clean ? getenv("TSR_DEMO_SHEET") : NULL;
+    snprintf(rel, sizeof rel, "demo/%s.png", name);
+    ASSERT_OK(tsr_png_read(other ? other : tsr_test_path(rel, path, sizeof path), 3, &sheet, NULL));
 
-    int right[N_SHAPES] = {0}, total[N_SHAPES] = {0}, count_bad = 0, n = 0, bad = 0;
+    int right[N_SHAPES] = {0}, total[N_SHAPES] = {0}, count_bad = 0, n = 0, bad = 0, differ = 0;
     double flat_max = 0;
     const cJSON *it;
     cJSON_ArrayForEach(it, tiles)
@@ -164,6 +207,7 @@ static int test_shape_scorer_self(void)
             bad = 1;
             break;
         }
+        differ += !same_as_python(it, &m, n);
         flat_max = m.flat > flat_max ? m.flat : flat_max;
         if (m.regions != nreg)
             count_bad++;
@@ -171,17 +215,28 @@ static int test_shape_scorer_self(void)
             total[s]++;
             right[s] += strcmp(m.shape, k_shapes[s]) == 0;
         }
-        if ((nreg == 1 && strcmp(m.shape, k_shapes[s]) != 0) || m.regions != nreg)
+        if (other || (clean && ((nreg == 1 && strcmp(m.shape, k_shapes[s]) != 0) ||
+                                m.regions != nreg)))
             printf("tile %3d %-8s %-5s -> %-8s regions %d/%d  hole %.3f solidity %.3f fill "
-                   "%.3f top %.3f\n",
+                   "%.3f top %.3f bays %d\n",
                    n, k_shapes[s], demo_jstr(it, "size"), m.shape, m.regions, nreg, m.f.hole,
-                   m.f.solidity, m.f.fill, m.f.top);
+                   m.f.solidity, m.f.fill, m.f.top, m.f.bays);
         n++;
     }
     tsr_image_free(&sheet);
     cJSON_Delete(facts);
     cJSON_Delete(held);
     ASSERT_EQ(bad, 0);
+    if (other)
+        return 0;
+    if (!clean) {
+        for (int s = 0; s < N_SHAPES; s++)
+            printf("%-8s %2d/%2d named right\n", k_shapes[s], right[s], total[s]);
+        printf("tiles %d, C and score.py differ on %d\n", n, differ);
+        ASSERT_TRUE(n >= 100);
+        ASSERT_EQ(differ, 0);
+        return 0;
+    }
     int fails = 0;
     for (int s = 0; s < N_SHAPES; s++) {
         double acc = total[s] ? (double)right[s] / total[s] : 0.0;
@@ -194,6 +249,16 @@ static int test_shape_scorer_self(void)
     ASSERT_EQ(count_bad, 0);
     ASSERT_TRUE(flat_max < 0.5);
     return 0;
+}
+
+static int test_shape_scorer_self(void)
+{
+    return check_sheet("shape_sheet", 1);
+}
+
+static int test_shape_scorer_ports(void)
+{
+    return check_sheet("shape_sheet_vae", 0);
 }
 
 /* ---- v2_bars_report ---- */
@@ -368,6 +433,7 @@ static int test_v2_bars_report(void)
 
 static const tsr_test_entry k_tests[] = {
     {"shape_scorer_self", test_shape_scorer_self},
+    {"shape_scorer_ports", test_shape_scorer_ports},
     {"v2_bars_report", test_v2_bars_report},
 };
 

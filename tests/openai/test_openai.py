@@ -6,6 +6,11 @@ Runs with .venv-test/bin/python (scripts/setup-test-venv.sh installs the
 pinned client).  The harness (Server, assert_same_image, png_decode, ...) is
 tests/service/svc.py.  Do not import locust here: with openai in the same
 process it breaks ssl.
+
+The raw HTTP calls (svc.request, http.client) are validated against
+docs/openapi.yaml (tests/service/openapi.py): statuses, headers, bodies and
+each stream event's data (the operation's x-tessera-events), so a drift
+between service/compat_openai*.c and the spec fails the case.
 """
 import base64
 import http.client
@@ -14,6 +19,7 @@ import os
 import socket
 import sys
 import time
+import urllib.parse
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -35,6 +41,37 @@ def client(s, key=TOKEN):
 
 def gen_params(prompt, seed, steps=STEPS, size=SIZE):
     return dict(prompt=prompt, width=size, height=size, steps=steps, seed=seed)
+
+
+def check_stream(resp, text, path):
+    """A raw event-stream answer: its status and headers validated against
+    the spec, each event's data against the operation's x-tessera-events
+    (the `event:` line must be the data's type).  Returns the types."""
+    svc.validate(svc.Response(resp.status, resp.reason, resp.getheaders(), b"", "POST", path))
+    schemas = svc.SPEC.events(path, "POST")
+    kinds = []
+    for block in text.split("\n\n"):
+        lines = [line for line in block.split("\n") if line and not line.startswith(":")]
+        if not lines:
+            continue  # a keepalive comment, or the end
+        fields = dict(line.split(": ", 1) for line in lines)
+        data = svc.openapi._strict_json(fields["data"].encode())
+        assert data["type"] == fields["event"], block[:200]
+        svc.SPEC.check_event(schemas, fields["event"], data, "POST " + path)
+        kinds.append(data["type"])
+    return kinds
+
+
+def form_body(boundary, parts):
+    """multipart/form-data of (name, value bytes, filename or None) parts."""
+    out = b""
+    for name, value, filename in parts:
+        disp = 'form-data; name="%s"' % name
+        if filename:
+            disp += '; filename="%s"' % filename
+        out += b"--" + boundary.encode() + b"\r\nContent-Disposition: " + disp.encode() + \
+            b"\r\n\r\n" + value + b"\r\n"
+    return out + b"--" + boundary.encode() + b"--\r\n"
 
 
 def assert_error_shape(resp, status, param="__any__"):
@@ -117,6 +154,8 @@ def test_generate_url_n2(ctx):
         with urllib.request.urlopen(req, timeout=30) as f:
             assert f.headers["Content-Type"] == "image/png"
             png = f.read()
+            svc.validate(svc.Response(f.status, f.reason, f.getheaders(), png, "GET",
+                                      urllib.parse.urlsplit(item.url).path))
         # image i uses seed + i, as native jobs
         svc.assert_same_image(png, gen_params("two boats", 20 + i), "url image %d" % i)
 
@@ -162,9 +201,9 @@ def test_stream(ctx):
 
 
 def test_stream_raw_shape(ctx):
-    """The wire format: `event:` lines named as the data's type."""
+    """The wire format: `event:` lines named as the data's type; headers and
+    every event's data as docs/openapi.yaml says."""
     s = ctx["s"]
-    evs = []
     conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=120)
     conn.request("POST", "/v1/images/generations",
                  json.dumps({"prompt": "raw", "size": "64x64", "stream": True,
@@ -175,11 +214,7 @@ def test_stream_raw_shape(ctx):
     assert r.getheader("X-Tessera-Job", "").startswith("j_")
     text = r.read().decode()
     conn.close()
-    for block in text.strip().split("\n\n"):
-        lines = dict(line.split(": ", 1) for line in block.split("\n") if not line.startswith(":"))
-        data = json.loads(lines["data"])
-        assert data["type"] == lines["event"], block[:200]
-        evs.append(data["type"])
+    evs = check_stream(r, text, "/v1/images/generations")
     assert evs.count("image_generation.completed") == 2, evs
 
 
@@ -243,7 +278,7 @@ def test_auth(ctx):
         except openai.AuthenticationError as e:
             assert e.status_code == 401
     r = s.request("POST", "/v1/images/generations", {"prompt": "x"},
-                  headers={"Authorization": "Bearer nope"}, validate_spec=False)
+                  headers={"Authorization": "Bearer nope"})
     e = assert_error_shape(r, 401)
     assert e["code"] == "invalid_api_key", e
 
@@ -281,7 +316,7 @@ def test_hostile_raw(ctx):
 
     def post(path, body, ctype="application/json", status=400, param="__any__"):
         data = body if isinstance(body, bytes) else body.encode()
-        r = s.request("POST", path, data, headers={"Content-Type": ctype}, validate_spec=False)
+        r = s.request("POST", path, data, headers={"Content-Type": ctype})
         svc.note("%s %r" % (path, data[:50]), r.status)
         return assert_error_shape(r, status, param)
 
@@ -304,14 +339,8 @@ def test_hostile_raw(ctx):
     mp = "multipart/form-data; boundary=" + B
 
     def form(*parts, close=True):
-        out = b""
-        for name, value, filename in parts:
-            disp = 'form-data; name="%s"' % name
-            if filename:
-                disp += '; filename="%s"' % filename
-            out += b"--" + B.encode() + b"\r\nContent-Disposition: " + disp.encode() + \
-                b"\r\n\r\n" + value + b"\r\n"
-        return out + (b"--" + B.encode() + b"--\r\n" if close else b"")
+        body = form_body(B, parts)
+        return body if close else body[:-len(b"--" + B.encode() + b"--\r\n")]
 
     img = ctx["files"]["img"]
     post(E, form(("prompt", b"x", None), ("image", img, "a.png")), ctype="text/plain")
@@ -336,14 +365,73 @@ def test_hostile_raw(ctx):
     post(E, form(("prompt", b"x", None), ("size", b"128x128", None), ("image", img, "a.png")),
          ctype=mp, param="size")
     # routes and methods
-    r = s.request("GET", P, validate_spec=False)
+    r = s.request("GET", P)
     assert_error_shape(r, 405)
-    r = s.request("POST", "/v1/images/variations", b"{}", validate_spec=False)
+    r = s.request("POST", "/v1/images/variations", b"{}")
     assert_error_shape(r, 404)
     # still serving
     r = client(s).images.generate(prompt="after the storm", size="64x64",
                                   extra_body={"steps": 2})
     assert r.data[0].b64_json
+
+
+def test_spec_raw(ctx):
+    """The main routes over raw HTTP, every answer validated against
+    docs/openapi.yaml (svc.request, check_stream): generations (b64_json and
+    url), edits (with a mask, and streamed), the model object, and the errors
+    of unknown paths, wrong methods and a missing token."""
+    s, f = ctx["s"], ctx["files"]
+    G, E = "/v1/images/generations", "/v1/images/edits"
+    r = s.post(G, {"prompt": "a raw boat", "size": "64x64", "steps": 2, "seed": 3,
+                   "quality": "medium"})
+    assert r.status == 200 and r.headers["x-tessera-job"].startswith("j_"), r
+    assert r.json["quality"] == "medium" and r.json["size"] == "64x64", r.json.keys()
+    r = s.post(G, {"prompt": "two raw boats", "size": "64x64", "steps": 2, "n": 2,
+                   "response_format": "url"})
+    assert r.status == 200 and len(r.json["data"]) == 2, r
+    r = s.get(urllib.parse.urlsplit(r.json["data"][1]["url"]).path)
+    assert r.status == 200, r
+    B = "sPeCbOuNdArY"
+    mp = {"Content-Type": "multipart/form-data; boundary=" + B}
+    body = form_body(B, [("prompt", b"a raw edit", None), ("size", b"64x64", None),
+                         ("steps", b"4", None), ("seed", b"4", None),
+                         ("image", f["img"], "img.png"), ("mask", f["mask"], "mask.png")])
+    r = s.request("POST", E, body, headers=mp)
+    assert r.status == 200 and r.headers["x-tessera-job"].startswith("j_"), r
+    assert r.json["usage"]["input_tokens_details"]["image_tokens"] == 2, r.json["usage"]
+    body = form_body(B, [("prompt", b"a streamed raw edit", None), ("stream", b"true", None),
+                         ("partial_images", b"1", None), ("steps", b"4", None),
+                         ("image", f["img"], "img.png")])
+    conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=120)
+    conn.request("POST", E, body, s.auth(mp))
+    r = conn.getresponse()
+    text = r.read().decode()
+    conn.close()
+    kinds = check_stream(r, text, E)
+    assert kinds and kinds[-1] == "image_edit.completed", kinds
+    r = s.get("/v1/models/demo")
+    assert r.status == 200 and r.json["id"] == "demo", r
+    r = s.request("HEAD", "/v1/models/demo")
+    assert r.status == 200 and r.body == b"", r
+    for path in ("/v1/models/gpt-4o", "/v1/models/", "/v1/models/demo/x"):
+        e = assert_error_shape(s.get(path), 404, "model")
+        assert e["code"] == "model_not_found", e
+    for method, path in (("DELETE", "/v1/models/demo"), ("POST", "/v1/models/demo"),
+                         ("PUT", E), ("DELETE", G)):
+        r = s.request(method, path, b"{}" if method in ("POST", "PUT") else None)
+        assert_error_shape(r, 405)
+        assert r.headers.get("allow"), r
+    for path in ("/v1/images", "/v1/images/", "/v1/images/nope"):
+        e = assert_error_shape(s.post(path, {}), 404)
+        assert e["code"] == "not_found", e
+    # no token: OpenAI's 401 on these routes, Tessera's on GET /v1/models
+    for method, path in (("POST", G), ("POST", E), ("GET", "/v1/models/demo"),
+                         ("GET", "/v1/images/nope")):
+        r = svc.request(s.port, method, path, b"{}" if method == "POST" else None)
+        e = assert_error_shape(r, 401)
+        assert e["code"] == "invalid_api_key", e
+    r = svc.request(s.port, "GET", "/v1/models")
+    assert r.status == 401 and r.json["error"]["code"] == "unauthorized", r
 
 
 def test_disconnect_cancels(ctx):
@@ -439,6 +527,7 @@ if __name__ == "__main__":
     sys.exit(svc.run_tests([test_generate_b64, test_generate_url_n2, test_generate_auto_size,
                             test_stream, test_stream_raw_shape, test_edit, test_edit_stream,
                             test_models, test_auth, test_bad_requests_client, test_hostile_raw,
+                            test_spec_raw,
                             test_disconnect_cancels, test_disconnect_cancels_waiting, test_queue_full,
                             test_drain_answers],
                            setup=setup,

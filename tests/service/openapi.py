@@ -9,7 +9,12 @@ and a JSON body must be strict JSON (UTF-8, no NaN, no duplicate keys) that
 matches the schema.  The subset of JSON Schema implemented is the one the
 spec uses: $ref, allOf/anyOf/oneOf, type, nullable, enum, minimum/maximum
 (exclusive* as booleans, OpenAPI 3.0), multipleOf, pattern, min/maxLength,
-min/maxItems, properties, required, additionalProperties, items.
+min/maxItems, properties, required, additionalProperties, items.  Two
+extensions: `x-tessera-json` on a string schema (the string is JSON text
+that must match the schema it names, e.g. the `info` of A1111's answers),
+and the top-level `x-tessera-path-prefixes` table (the error responses of
+unknown paths and wrong methods under a prefix, e.g. OpenAI's shape under
+/v1/images/).
 """
 import json
 import re
@@ -92,17 +97,45 @@ class Spec:
     def schema(self, name):
         return self.doc["components"]["schemas"][name]
 
-    def events(self, path):
-        """The x-tessera-events table (event name -> schema) of a GET path."""
-        tpl, op = self.operation("GET", path)
+    def events(self, path, method="GET"):
+        """The x-tessera-events table (event name -> schema) of an operation."""
+        tpl, op = self.operation(method, path)
         if not op or "x-tessera-events" not in op:
-            raise SpecViolation("no SSE events documented for GET %s" % path)
+            raise SpecViolation("no SSE events documented for %s %s" % (method, path))
         return op["x-tessera-events"]
+
+    def prefix_response(self, path, status):
+        """(prefix, response) of x-tessera-path-prefixes for a path that no
+        route matches or a method the path does not take; None if none."""
+        path = path.split("?", 1)[0]
+        best = None
+        for key, responses in (self.doc.get("x-tessera-path-prefixes") or {}).items():
+            # a key ending in "/" is a prefix, any other an exact path
+            hit = path.startswith(key) if key.endswith("/") else path == key
+            if hit and (best is None or path == key or
+                        (best[0] != path and len(key) > len(best[0]))):
+                best = (key, responses)
+        if best is None or str(status) not in best[1]:
+            return None
+        return best[0], self.deref(best[1][str(status)])
 
     def metrics(self):
         return self.doc["paths"]["/metrics"]["get"]["x-tessera-metrics"]
 
     # --- schema validation -----------------------------------------------
+    def check_event(self, schemas, name, data, where, shown=None):
+        """An event stream's event `name` with its parsed `data` against the
+        operation's x-tessera-events table (Spec.events); raises
+        SpecViolation naming `where` (and `shown`, the event as printed)."""
+        schema = schemas.get(name)
+        if schema is None:
+            raise SpecViolation("%s: event %r not in the spec (%s)" % (where, name,
+                                                                       sorted(schemas)))
+        errs = self.check(schema, data, "event %s" % name)
+        if errs:
+            raise SpecViolation("%s: event %r violates the spec: %s"
+                                % (where, name if shown is None else shown, errs))
+
     def check(self, schema, value, where="$"):
         """List of problems of `value` against `schema` (empty = valid)."""
         errs = []
@@ -157,6 +190,13 @@ class Spec:
                 errs.append("%s: shorter than %d" % (where, s["minLength"]))
             if "maxLength" in s and len(v) > s["maxLength"]:
                 errs.append("%s: longer than %d" % (where, s["maxLength"]))
+            if "x-tessera-json" in s:
+                try:
+                    inner = _strict_json(v.encode("utf-8"))
+                except ValueError as e:
+                    errs.append("%s: not strict JSON text (%s): %s" % (where, e, _short(v)))
+                else:
+                    self._check(s["x-tessera-json"], inner, where + "<json>", errs)
         if isinstance(v, list):
             if len(v) < s.get("minItems", 0):
                 errs.append("%s: fewer than %d items" % (where, s["minItems"]))
@@ -200,6 +240,9 @@ class Spec:
         if m is None:
             if method == "OPTIONS" and status == 204:
                 return "CORS preflight", {"description": "preflight"}
+            pr = self.prefix_response(path, status)
+            if pr:
+                return "unknown path under %s" % pr[0], pr[1]
             if status == 404:
                 return "unknown path", responses["NotFound"]
             if status in GLOBAL_ERRORS:
@@ -211,6 +254,9 @@ class Spec:
             return "CORS preflight", {"description": "preflight"}
         op = item.get("get" if method == "HEAD" else method.lower())
         if op is None:
+            pr = self.prefix_response(path, status)
+            if pr:
+                return "wrong method under %s" % pr[0], pr[1]
             if status == 405:
                 return "wrong method", responses["MethodNotAllowed"]
             if status == 401:

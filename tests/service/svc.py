@@ -528,14 +528,7 @@ class SSE:
         name = fields.get("event", "message")
         ev = Event(int(fields["id"]) if "id" in fields else None, name,
                    openapi._strict_json(raw_data.encode()) if data_lines else None, raw_data)
-        schema = self.schemas.get(name)
-        if schema is None:
-            raise openapi.SpecViolation("%s: event %r not in the spec (%s)"
-                                        % (self.path, name, sorted(self.schemas)))
-        errs = SPEC.check(schema, ev.data, "event %s" % name)
-        if errs:
-            raise openapi.SpecViolation("%s: event %r violates the spec: %s"
-                                        % (self.path, ev, errs))
+        SPEC.check_event(self.schemas, name, ev.data, self.path, shown=ev)
         return ev
 
     def close(self, abort=False):

@@ -131,7 +131,9 @@ def test_sigterm_drain():
     data = svc.tmpdir("tsr-data-")
     args = ["--max-batch", "1", "--threads", "1", "--drain-timeout", "60"]
     s = svc.Server(args, data_dir=data, name="drain").start()
-    a = s.submit(prompt=PROMPT, width=64, height=64, steps=200, seed=20)
+    # 800 steps: still running 0.5 s after SIGTERM on an AVX-512 core too
+    # (200 steps were done in 0.47 s there)
+    a = s.submit(prompt=PROMPT, width=64, height=64, steps=800, seed=20)
     rest = [s.submit(seed=21 + i, **SMALL) for i in range(2)]
     svc.wait_until(lambda: s.job(a["id"])["step"] >= 1, 60, "A stepping")
     t0 = time.time()
@@ -154,13 +156,13 @@ def test_sigterm_drain():
     rh = s.get("/healthz")
     svc.note("GET /healthz while draining", rh.status)
     rc = s.wait(90)
-    svc.figure("SIGTERM drain: exit %s after %.1f s (one 200-step image running)"
+    svc.figure("SIGTERM drain: exit %s after %.1f s (one 800-step image running)"
                % (rc, time.time() - t0))
     assert rc == 0, "exit status %s after SIGTERM:\n%s" % (rc, s.output())
     s2 = svc.Server(args, data_dir=data, name="after-drain").start()
     ja = s2.job(a["id"])
     assert ja["state"] == "done", "the running image did not finish during the drain: %s" % ja
-    svc.assert_same_image(s2.image(a["id"]), dict(prompt=PROMPT, width=64, height=64, steps=200,
+    svc.assert_same_image(s2.image(a["id"]), dict(prompt=PROMPT, width=64, height=64, steps=800,
                                                   seed=20), "drained A")
     for i, q in enumerate(rest):
         j = s2.wait_job(q["id"])
@@ -173,7 +175,9 @@ def test_drain_timeout():
     data = svc.tmpdir("tsr-data-")
     args = ["--max-batch", "1", "--threads", "1", "--drain-timeout", "2"]
     s = svc.Server(args, data_dir=data, name="drain-timeout").start()
-    a = s.submit(prompt=PROMPT, width=64, height=64, steps=svc.LONG, seed=30)
+    # 128 px, 1000 steps: longer than the 2 s drain on any CPU (64 px and
+    # LONG steps were done in 1.3 s on an AVX-512 core)
+    a = s.submit(prompt=PROMPT, width=128, height=128, steps=1000, seed=30)
     svc.wait_until(lambda: s.job(a["id"])["step"] >= 1, 60, "A stepping")
     t0 = time.time()
     s.signal(signal.SIGTERM)

@@ -578,6 +578,15 @@ def test_cors(c):
     for r in (s.get("/v1/models"), s.get("/v1/jobs/j_0000000000000000"),
               s.post("/v1/jobs", b"nope")):
         assert r.headers.get("access-control-allow-origin") == CORS, (r, r.headers)
+    # an event stream (the page's progress) carries it too
+    job = s.submit(**OK)
+    ev = svc.SSE(s.port, "/v1/jobs/%s/events" % job["id"], headers=s.auth(None))
+    try:
+        assert ev.status == 200, ev.status
+        assert ev.headers.get("access-control-allow-origin") == CORS, ev.headers
+        assert ev.headers.get("content-type") == "text/event-stream", ev.headers
+    finally:
+        ev.close()
     # without --cors-origin: no CORS header
     r = c.small.get("/v1/models")
     assert "access-control-allow-origin" not in r.headers, r.headers

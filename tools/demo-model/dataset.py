@@ -63,6 +63,13 @@ REGION_NAMES = list(REGIONS)
 
 CELL = SIZE / 3.0
 RADIUS = {"large": 19.0, "small": 11.0}  # shape half-extent in pixels
+
+# Recipe knobs (train.py --recipe sets them; the defaults are v1's, so that
+# v1's images and captions come out bit for bit): the share of two-shape
+# scenes, and the share of captions from the free word-order grammar
+# (_caption_free; v1 has none, and then draws no random number for it).
+TWO_SHARE = 0.35
+FREE_SHARE = 0.0
 JITTER = 3.0                             # centre jitter in pixels
 
 # Ways to say each region in a caption ("... {phrase}").
@@ -191,7 +198,7 @@ def _article(word):
 
 def _scene(rng):
     bg = rng.choice(COLOUR_NAMES)
-    n = 1 if rng.random() < 0.65 else 2
+    n = 1 if rng.random() < 1.0 - TWO_SHARE else 2
     shapes = []
     if n == 2 and rng.random() < 0.5:
         # "two green stars": same colour, shape and size in two regions.
@@ -239,27 +246,158 @@ def _shape_phrase(sh, rng, with_size=None, with_region=True, facts=None):
     return np_
 
 
-def caption(scene, rng, facts=None):
+# v2: a free word-order grammar, used for FREE_SHARE of all captions.
+# v1's templates put the shape first, the size before the colour and the
+# background last; prompts written any other way lost 27 points of colour
+# and place (docs/demo-model.md, "v2").  So clauses are shuffled, articles
+# vary (a/an, the, none), the size may follow the noun, and places come with
+# their synonyms (upper/lower, center/centre/middle) with or without a
+# preposition.  It is written independently of captions_eval.py, which
+# training never calls.
+PLACE_WORDS = {
+    "top left": ["top left", "upper left", "top left corner", "upper left corner"],
+    "top right": ["top right", "upper right", "top right corner", "upper right corner"],
+    "bottom left": ["bottom left", "lower left", "bottom left corner", "lower left corner"],
+    "bottom right": ["bottom right", "lower right", "bottom right corner",
+                     "lower right corner"],
+    "top": ["top", "top of the image", "top edge", "upper middle"],
+    "bottom": ["bottom", "bottom of the image", "bottom edge", "lower middle"],
+    "left": ["left", "left side", "left edge", "left of the image"],
+    "right": ["right", "right side", "right edge", "right of the image"],
+    "centre": ["centre", "center", "middle", "centre of the image", "center of the image",
+               "middle of the image"],
+}
+
+
+def _det(word, rng):
+    t = rng.random()
+    return f"{_article(word)} " if t < 0.5 else ("the " if t < 0.7 else "")
+
+
+def _place_free(region, rng):
+    w = rng.choice(PLACE_WORDS[region])
+    t = rng.random()
+    if t < 0.2:
+        return w  # bare: "upper left"
+    prep = rng.choice(["in", "at", "near"] + (["on"] if region in ("left", "right") else []))
+    return f"{prep} {'the ' if rng.random() < 0.8 else ''}{w}"
+
+
+def _bg_free(bg, rng):
+    t = rng.randrange(8)
+    if t == 0:
+        return f"{bg} background"
+    if t == 1:
+        return f"plain {bg} background"
+    if t == 2:
+        return f"on {_det(bg, rng)}{bg} background"
+    if t == 3:
+        return f"against {bg}"
+    if t == 4:
+        return f"against {_det(bg, rng)}{bg} background"
+    if t == 5:
+        return f"with {_det(bg, rng)}{bg} background"
+    if t == 6:
+        return f"on {bg}"
+    return f"over {_det(bg, rng)}{bg} background"
+
+
+def _np_free(sh, rng, with_size):
+    """"a large red star", "the red star, large," or "red star"."""
+    after = with_size and rng.random() < 0.3
+    words = ([sh["size"]] if with_size and not after else []) + [sh["colour"], sh["shape"]]
+    np_ = " ".join(words)
+    np_ = f"{_det(np_, rng)}{np_}"
+    return f"{np_}, {sh['size']}," if after else np_
+
+
+def _join(parts, rng, seps=(", ", " ", ", ")):
+    out = parts[0]
+    for p in parts[1:]:
+        out += rng.choice(seps) + p
+    return out.replace(",,", ",").strip(" ,")
+
+
+def _caption_free(scene, rng, facts):
+    bg = scene["background"]
+    sh = scene["shapes"]
+    if scene["pair"]:
+        s = sh[0]
+        with_size = rng.random() < 0.6
+        with_region = rng.random() < 0.6
+        noun = f"two {s['size'] + ' ' if with_size else ''}{s['colour']} {PLURAL[s['shape']]}"
+        for x in sh:
+            facts["shapes"].append({"colour": x["colour"], "shape": x["shape"],
+                                    "size": x["size"] if with_size else None,
+                                    "region": x["region"] if with_region else None})
+        parts = [noun]
+        if with_region:
+            p1, p2 = _place_free(sh[0]["region"], rng), _place_free(sh[1]["region"], rng)
+            parts.append(rng.choice([f"{p1} and {p2}", f"one {p1} and one {p2}"]))
+            if rng.random() < 0.3:
+                parts.reverse()
+        parts.insert(rng.randrange(len(parts) + 1), _bg_free(bg, rng))
+        return _join(parts, rng)
+    clauses = []
+    for s in sh:
+        with_size = rng.random() < 0.75
+        with_region = len(sh) == 2 or rng.random() < 0.9
+        facts["shapes"].append({"colour": s["colour"], "shape": s["shape"],
+                                "size": s["size"] if with_size else None,
+                                "region": s["region"] if with_region else None})
+        np_ = _np_free(s, rng, with_size)
+        if s.get("outline"):
+            np_ += f" outlined in {s['outline']}"
+        if with_region:
+            place = _place_free(s["region"], rng)
+            np_ = f"{place}, {np_}" if rng.random() < 0.25 else f"{np_} {place}"
+        clauses.append(np_)
+    body = clauses[0] if len(clauses) == 1 else f"{clauses[0]} and {clauses[1]}"
+    parts = [body]
+    parts.insert(rng.randrange(2), _bg_free(bg, rng))
+    if len(sh) == 1 and rng.random() < 0.2:
+        # "red background and a blue star at the top": "and" between the
+        # background and the shape, not only between two shapes (without it
+        # the text encoder read such a caption's place as the centre's)
+        cap = _join(parts, rng, seps=(" and ", ", and "))
+    else:
+        cap = _join(parts, rng)
+    t = rng.random() if parts[0] is body and not body.startswith(("at ", "in ", "near ", "on "))\
+        else 1.0
+    if t < 0.1:
+        cap = f"there is {cap}"
+    elif t < 0.2:
+        cap = f"{rng.choice(['an image of', 'image of', 'a picture of'])} {cap}"
+    return cap
+
+
+def caption(scene, rng, facts=None, free=None):
     """A fresh English caption for `scene`.  If `facts` is a dict, it is
     filled with what the caption actually says: {"background": name,
     "shapes": [{"colour", "shape", "size" or None, "region" or None}, ...]}
-    (size/region None where the caption leaves them out)."""
+    (size/region None where the caption leaves them out), and "two": whether
+    it says "two X".  FREE_SHARE of all captions (or as `free` says) use the
+    free word-order grammar."""
     bg = scene["background"]
     sh = scene["shapes"]
-    if facts is not None:
-        facts.clear()
-        facts.update({"background": bg, "shapes": []})
+    if facts is None:
+        facts = {}
+    facts.clear()
+    facts.update({"background": bg, "shapes": [], "two": bool(scene["pair"])})
+    if free is None:
+        free = FREE_SHARE > 0 and rng.random() < FREE_SHARE
+    if free:
+        return _caption_free(scene, rng, facts)
     if scene["pair"]:
         s = sh[0]
         with_size = rng.random() < 0.5
         size = (s["size"] + " ") if with_size else ""
         noun = f"two {size}{s['colour']} {PLURAL[s['shape']]}"
         with_region = rng.random() >= 0.5
-        if facts is not None:
-            for x in sh:
-                facts["shapes"].append({"colour": x["colour"], "shape": x["shape"],
-                                        "size": x["size"] if with_size else None,
-                                        "region": x["region"] if with_region else None})
+        for x in sh:
+            facts["shapes"].append({"colour": x["colour"], "shape": x["shape"],
+                                    "size": x["size"] if with_size else None,
+                                    "region": x["region"] if with_region else None})
         if not with_region:
             return f"{noun} {_bg_phrase(bg, rng)}"
         return (f"{noun}, one {rng.choice(REGION_PHRASES[s['region']])} and one "
@@ -288,7 +426,12 @@ def _allowed(scene):
 
 
 def sample(index, seed=SEED):
-    """Returns (image uint8 HxWx3, caption str, scene dict) for `index`."""
+    """Returns (image uint8 HxWx3, caption str, scene dict) for `index`.
+
+    The caption is drawn before the render from the same stream, so any
+    change to the caption grammar moves the render's jitter too (kept so
+    that v1's images stay bit-identical); train.py's data fingerprint then
+    refuses latents cached before the change."""
     rng = random.Random(seed * 1_000_003 + index)
     while True:
         scene = _scene(rng)

@@ -93,10 +93,16 @@ def score_image(img, item):
 #   fill      filled / bounding-box area
 #   top       filled pixels in the rows above the box's middle / those above
 #             and below it (the middle row of an odd box left out)
+#   bays      the "corners": separate areas inside the convex hull but
+#             outside the filled shape, of >= 2% of the hull (clean: star 5,
+#             cross 4, every other shape 0)
 #
 # and classify_shape() applies thresholds chosen on the renderer's own images
-# (docs/demo-model.md, "v2"): a ring has a hole; a star is the least convex
-# (solidity ~0.56), a cross next (~0.74); among the convex shapes the
+# (docs/demo-model.md, "v2"): a ring has a hole; of the concave shapes
+# (solidity < 0.86) five bays make a star and four a cross, and otherwise a
+# star is the less convex (solidity ~0.56 against a cross's ~0.74) - the bays
+# were added because a decoder's blur fills a star's points in until its
+# solidity reads as a cross (0.67-0.76) while its five bays stay; among the convex shapes the
 # renderer's triangle (always point up) has a quarter of its area in the top
 # half (top 0.25, every other shape >= 0.41) and fills half its box, a
 # square fills its box (~1.0), a circle ~0.79.  "top" is there because a
@@ -140,10 +146,10 @@ def components(mask):
     return np.array(lb, dtype=np.int32), sizes
 
 
-def _hull_area2(region):
-    """Twice the area of the convex hull of the region's pixel squares
-    (corner coordinates are integers, so the result is an exact integer).
-    Per row only the leftmost and rightmost pixel matter."""
+def _hull(region):
+    """The convex hull of the region's pixel squares (integer corner
+    coordinates), and twice its signed area (an exact integer).  Per row
+    only the leftmost and rightmost pixel matter."""
     pts = []
     for y in np.nonzero(region.any(1))[0]:
         xs = np.nonzero(region[y])[0]
@@ -151,7 +157,7 @@ def _hull_area2(region):
         pts += [(x0, int(y)), (x0, int(y) + 1), (x1, int(y)), (x1, int(y) + 1)]
     pts = sorted(set(pts))
     if len(pts) < 3:
-        return 0
+        return [], 0
 
     def cross(o, a, b):
         return (a[0] - o[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (b[0] - o[0])
@@ -170,7 +176,29 @@ def _hull_area2(region):
     for i in range(len(hull)):
         (x0, y0), (x1, y1) = hull[i], hull[(i + 1) % len(hull)]
         a2 += x0 * y1 - x1 * y0
-    return abs(a2)
+    return hull, a2
+
+
+def _bays(hull, a2, filled):
+    """The "corners" measure: the separate 4-connected areas inside the
+    convex hull but outside the filled region (the bays between a star's
+    five points, between a cross's four arms), counting those of at least
+    1% of twice the hull area (2% of the area; exact integers: 100 * n >=
+    |a2|).  A pixel is inside when its centre is on the inner side of every
+    hull edge (doubled coordinates, so integer cross products).  Clean
+    renders: star 5, cross 4, every other shape 0; a decoder's blur leaves a
+    star's five bays while its solidity rises into the cross range."""
+    h, w = filled.shape
+    ys, xs = np.mgrid[0:h, 0:w]
+    X, Y = 2 * xs + 1, 2 * ys + 1
+    sign = 1 if a2 > 0 else -1
+    inside = np.ones((h, w), dtype=bool)
+    for i in range(len(hull)):
+        (x0, y0), (x1, y1) = hull[i], hull[(i + 1) % len(hull)]
+        c = 2 * (x1 - x0) * (Y - 2 * y0) - 2 * (y1 - y0) * (X - 2 * x0)
+        inside &= sign * c >= 0
+    _, sizes = components(inside & ~filled)
+    return sum(1 for n in sizes if 100 * n >= abs(a2))
 
 
 def shape_features(lab, colour):
@@ -192,7 +220,8 @@ def shape_features(lab, colour):
     ys, xs = np.nonzero(region)
     y0 = int(ys.min())
     bw, bh = int(xs.max() - xs.min() + 1), int(ys.max() - y0 + 1)
-    hull2 = _hull_area2(region)
+    hull, a2 = _hull(region)
+    hull2 = abs(a2)
     inside = region | ((ol >= 0) & ~np.isin(ol, sorted(border)))
     rows = inside.sum(1)
     top = sum(int(rows[y]) for y in range(h) if 2 * (y - y0) + 1 < bh)
@@ -201,7 +230,8 @@ def shape_features(lab, colour):
             "hole": (max(holes) if holes else 0) / filled,
             "solidity": 2.0 * filled / hull2 if hull2 else 0.0,
             "fill": filled / float(bw * bh), "aspect": min(bw, bh) / float(max(bw, bh)),
-            "top": top / float(top + bottom) if top + bottom else 0.5}
+            "top": top / float(top + bottom) if top + bottom else 0.5,
+            "bays": _bays(hull, a2, inside) if hull else 0}
 
 
 def classify_shape(f):
@@ -210,10 +240,14 @@ def classify_shape(f):
         return "none"
     if f["hole"] >= HOLE_MIN:
         return "ring"
-    if f["solidity"] < STAR_SOLIDITY:
-        return "star"
     if f["solidity"] < CROSS_SOLIDITY:
-        return "cross"
+        # Concave: five bays are a star's, four a cross's; otherwise the
+        # solidity decides (clean star ~0.56, cross ~0.74).
+        if f["bays"] >= 5:
+            return "star"
+        if f["bays"] == 4:
+            return "cross"
+        return "star" if f["solidity"] < STAR_SOLIDITY else "cross"
     if f["top"] < TRIANGLE_TOP or f["fill"] < CIRCLE_FILL:
         return "triangle"
     if f["fill"] >= SQUARE_FILL:

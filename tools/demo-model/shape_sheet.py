@@ -14,8 +14,16 @@ drawn over the fill's edge and eats a small star's points: 0/25 small
 outlined stars keep a star's geometry in the fill colour, measured), and
 "two X" pairs for the region counter.  Deterministic (fixed seed).
 
+With --roundtrip VAE_DIR it also sends the sheet through that VAE (encode
+mean, decode), quantizes it to 256 colours, and writes <out>_vae.png and
+<out>_vae.json, the latter with
+score.py's verdict for every tile ("python": shape, region count, bays,
+areas, solidity), so that demo_shape_scorer_ports can hold the C port to the
+Python one on blurred images, where the thresholds are actually crossed.
+
 Usage: python tools/demo-model/shape_sheet.py [--out tests/data/demo/shape_sheet]
        (writes shape_sheet.png and shape_sheet.json)
+       python tools/demo-model/shape_sheet.py --roundtrip models/demo/vae
 """
 
 import argparse
@@ -62,7 +70,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(here, "..", "..", "tests", "data", "demo",
                                                   "shape_sheet"))
+    ap.add_argument("--roundtrip", help="a VAE folder: also write <out>_vae.{png,json}")
     a = ap.parse_args()
+    if a.roundtrip:
+        return roundtrip(a.out, a.roundtrip)
     sc, rng = scenes()
     rows = (len(sc) + COLS - 1) // COLS
     t = dataset.SIZE
@@ -83,6 +94,43 @@ def main():
                    "tile": t, "cols": COLS, "tiles": tiles}, f, indent=0)
         f.write("\n")
     print(f"{len(tiles)} tiles, {os.path.getsize(a.out + '.png')} bytes")
+
+
+def roundtrip(out, vae_dir):
+    import score
+    import train
+    from diffusers import AutoencoderKL
+    with open(out + ".json") as f:
+        facts = json.load(f)
+    vae = AutoencoderKL.from_pretrained(vae_dir).float().eval()
+    _, rec = train.judge_sheet(vae, out + ".png")
+    t, cols = facts["tile"], facts["cols"]
+    rows = (len(rec) + cols - 1) // cols
+    sheet = np.zeros((rows * t, cols * t, 3), dtype=np.uint8)
+    for i in range(len(rec)):
+        y, x = divmod(i, cols)
+        sheet[y * t:(y + 1) * t, x * t:(x + 1) * t] = rec[i]
+    # 256 colours (median cut, no dither): a third of the RGB file's size.
+    # The verdicts below are taken on the quantized pixels, which are what the
+    # C port reads, so the comparison stays exact.
+    pal = Image.fromarray(sheet).quantize(256, method=Image.Quantize.MEDIANCUT,
+                                          dither=Image.Dither.NONE)
+    sheet = np.asarray(pal.convert("RGB"))
+    tiles = []
+    for i, it in enumerate(facts["tiles"]):
+        y, x = divmod(i, cols)
+        m = score.measure_v2(sheet[y * t:(y + 1) * t, x * t:(x + 1) * t], it)
+        f = m["features"] or {"bays": 0, "area": 0, "filled": 0, "solidity": 0.0}
+        tiles.append(dict(it, python={"shape": m["shape"], "regions": m["regions"],
+                                      "bays": f["bays"], "area": f["area"],
+                                      "filled": f["filled"], "solidity": f["solidity"]}))
+    pal.save(out + "_vae.png", optimize=True)
+    with open(out + "_vae.json", "w") as f:
+        json.dump({"note": f"{vae_dir} round trip of {os.path.basename(out)}.png and score.py's "
+                           "verdicts, written by tools/demo-model/shape_sheet.py --roundtrip",
+                   "tile": t, "cols": cols, "tiles": tiles}, f, indent=0)
+        f.write("\n")
+    print(f"{len(tiles)} tiles, {os.path.getsize(out + '_vae.png')} bytes")
 
 
 if __name__ == "__main__":

@@ -35,16 +35,26 @@ import train  # noqa: E402
 from diffusers import AutoencoderKL  # noqa: E402
 
 
-def make(levels, channels):
+def make(levels, channels, latent=4):
     return AutoencoderKL(
-        in_channels=3, out_channels=3, latent_channels=4,
+        in_channels=3, out_channels=3, latent_channels=latent,
         down_block_types=("DownEncoderBlock2D",) * levels,
         up_block_types=("UpDecoderBlock2D",) * levels,
         block_out_channels=tuple(channels), layers_per_block=1,
         norm_num_groups=1, sample_size=dataset.SIZE, act_fn="silu")
 
 
-def fit(vae, imgs, pre_s, full_s, seed=1234):
+def edge_weight(x, gain):
+    """1 + gain on pixels within one pixel of a colour edge (where a star's
+    points and a ring's inner rim are), 1 elsewhere."""
+    if gain <= 0:
+        return None
+    hi = F.max_pool2d(x, 3, 1, 1)
+    lo = -F.max_pool2d(-x, 3, 1, 1)
+    return 1.0 + gain * ((hi - lo).amax(1, keepdim=True) > 0.1).float()
+
+
+def fit(vae, imgs, pre_s, full_s, seed=1234, edge=0.0):
     """Today's VAE loss and schedule shape, for pre_s seconds at 64 px then
     full_s seconds at 128 px (time budgets, so both layouts cost the same)."""
     gen = torch.Generator().manual_seed(seed)
@@ -61,7 +71,13 @@ def fit(vae, imgs, pre_s, full_s, seed=1234):
             x = x_all[torch.randint(0, len(x_all), (4,), generator=gen)]
             post = vae.encode(x).latent_dist
             rec = vae.decode(post.mean).sample
-            loss = (rec - x).abs().mean() + F.mse_loss(rec, x) + 1e-6 * post.kl().mean()
+            w = edge_weight(x, edge)
+            if w is None:
+                loss = (rec - x).abs().mean() + F.mse_loss(rec, x)
+            else:
+                d = rec - x
+                loss = ((d.abs() + d * d) * w).mean() / w.mean()
+            loss = loss + 1e-6 * post.kl().mean()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
@@ -113,21 +129,32 @@ def main():
     ap.add_argument("--committed", default=os.path.join(HERE, "..", "..", "models", "demo",
                                                          "vae"))
     ap.add_argument("--save", help="folder for the round-trip sheets")
+    ap.add_argument("--variants", default="f8c4,f4c4",
+                    help="comma list of f<8|4>c<latent channels>[e<edge gain>]")
+    ap.add_argument("--skip-committed", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(1234)
     if a.save:
         os.makedirs(a.save, exist_ok=True)
     sv = (lambda n: os.path.join(a.save, n + ".png")) if a.save else (lambda n: None)
-    judge(AutoencoderKL.from_pretrained(a.committed).eval(), "committed f8 VAE", sv("committed"))
+    if not a.skip_committed:
+        judge(AutoencoderKL.from_pretrained(a.committed).eval(), "committed f8 VAE",
+              sv("committed"))
     imgs, _ = train.make_images(a.images, dataset.SEED)
-    for name, levels, ch in (("f8 16x16x4", 4, [16, 32, 64, 64]), ("f4 32x32x4", 3, [16, 32, 64])):
-        vae = make(levels, ch)
+    for name in a.variants.split(","):
+        f = int(name[1:name.index("c")])
+        rest = name[name.index("c") + 1:]
+        lat, edge = (int(rest.split("e")[0]), float(rest.split("e")[1])) if "e" in rest \
+            else (int(rest), 0.0)
+        levels, ch = (4, [16, 32, 64, 64]) if f == 8 else (3, [16, 32, 64])
+        vae = make(levels, ch, lat)
         train.init_vae(vae)
         t0 = time.process_time()
-        steps = fit(vae, imgs, a.pre_s, a.full_s)
-        judge(vae, f"pilot {name} ({steps} steps, {time.process_time() - t0:.0f} CPU s)",
-              sv(name.split()[0]))
+        steps = fit(vae, imgs, a.pre_s, a.full_s, edge=edge)
+        s = 128 // f
+        judge(vae, f"pilot {name} {s}x{s}x{lat} edge {edge} ({steps} steps, "
+              f"{time.process_time() - t0:.0f} CPU s)", sv(name))
 
 
 if __name__ == "__main__":
