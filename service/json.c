@@ -4,6 +4,7 @@
  */
 #include "json.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -473,6 +474,24 @@ cJSON *svc_json_u64(uint64_t v)
     return cJSON_CreateRaw(buf);
 }
 
+cJSON *svc_json_double(double v)
+{
+    if (!isfinite(v))
+        return cJSON_CreateNull();
+    char buf[32];
+    for (int digits = 15; digits <= 17; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    return cJSON_CreateRaw(buf);
+}
+
+void svc_json_add_double(cJSON *obj, const char *name, double v)
+{
+    cJSON_AddItemToObject(obj, name, svc_json_double(v));
+}
+
 void svc_json_add_string_or_null(cJSON *obj, const char *name, const char *s)
 {
     if (s)
@@ -484,7 +503,7 @@ void svc_json_add_string_or_null(cJSON *obj, const char *name, const char *s)
 void svc_json_add_number_or_null(cJSON *obj, const char *name, double v, bool present)
 {
     if (present)
-        cJSON_AddNumberToObject(obj, name, v);
+        svc_json_add_double(obj, name, v);
     else
         cJSON_AddNullToObject(obj, name);
 }

@@ -34,11 +34,18 @@ const char *svc_json_literal(const cJSON *item);
 /* Whether a literal is a JSON integer (no fraction, no exponent). */
 bool svc_json_literal_is_integer(const char *lit);
 
-/* Numbers as exact text (cJSON prints doubles): a raw item. */
+/* Numbers as exact text: raw items.  cJSON prints a double with 15 digits
+ * whenever that reads back within its tolerance (not exactly), so a value
+ * that must survive a round trip (a journaled cfg_scale) is written here as
+ * the shortest of %.15g/%.16g/%.17g that strtod turns back into the same
+ * double; a value that is not finite becomes null. */
 cJSON *svc_json_u64(uint64_t v);
+cJSON *svc_json_double(double v);
+/* Adds `name`: svc_json_double(v). */
+void svc_json_add_double(cJSON *obj, const char *name, double v);
 /* Adds `name`: string or null. */
 void svc_json_add_string_or_null(cJSON *obj, const char *name, const char *s);
-/* Adds `name`: number or null (null when !present). */
+/* Adds `name`: svc_json_double(v), or null when !present. */
 void svc_json_add_number_or_null(cJSON *obj, const char *name, double v, bool present);
 
 #endif

@@ -448,14 +448,14 @@ static cJSON *common(const svc_params *p)
     cJSON_AddNumberToObject(o, "width", p->width);
     cJSON_AddNumberToObject(o, "height", p->height);
     cJSON_AddNumberToObject(o, "steps", p->steps);
-    cJSON_AddNumberToObject(o, "cfg_scale", p->cfg_scale);
+    svc_json_add_double(o, "cfg_scale", p->cfg_scale);
     svc_json_add_string_or_null(o, "sampler", p->sampler);
     svc_json_add_string_or_null(o, "scheduler", p->scheduler);
     cJSON_AddItemToObject(o, "seed", svc_json_u64(p->seed));
     cJSON_AddNumberToObject(o, "n", p->n);
     cJSON_AddStringToObject(o, "rng", p->rng);
     cJSON_AddNumberToObject(o, "clip_skip", p->clip_skip);
-    cJSON_AddNumberToObject(o, "guidance_rescale", p->guidance_rescale);
+    svc_json_add_double(o, "guidance_rescale", p->guidance_rescale);
     return o;
 }
 
@@ -476,7 +476,7 @@ cJSON *svc_params_request(const svc_params *p)
     if (!o)
         return NULL;
     if (p->init_file) {
-        cJSON_AddNumberToObject(o, "strength", p->strength);
+        svc_json_add_double(o, "strength", p->strength);
         char *b = svc_base64_encode(p->init_file, p->init_file_len);
         if (!b) {
             cJSON_Delete(o);

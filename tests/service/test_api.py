@@ -133,6 +133,16 @@ def test_seed_limits(s):
     s.wait_job(c["id"])
 
 
+def test_exact_numbers(s):
+    # 0.8446744073709551 needs 16 digits: cJSON's own printer writes 15
+    # (0.844674407370955, another double); the view and the journal must not
+    cfg, rescale = 0.8446744073709551, 0.1 + 0.2
+    c = s.submit(prompt=PROMPT, seed=3, cfg_scale=cfg, guidance_rescale=rescale, **FAST)
+    j = s.wait_job(c["id"])
+    assert j["params"]["cfg_scale"] == cfg, j["params"]
+    assert j["params"]["guidance_rescale"] == rescale, j["params"]
+
+
 def test_unknown_fields_ignored(s):
     r = s.post("/v1/jobs", dict(prompt=PROMPT, seed=7, future_field=1,
                                 nested={"a": [1, {"b": None}]}, **FAST))
