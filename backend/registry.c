@@ -171,6 +171,10 @@ int tsr_backend_open(const char *spec, int n_threads, tsr_backend **out)
     }
     if (strcmp(spec, "cpu") == 0)
         return tsr_backend_cpu_create(n_threads, out);
+    if (strcmp(spec, "cpu-bf16gemm") == 0) {
+        tsr_cpu_options o = {.n_threads = n_threads, .bf16gemm = true};
+        return tsr_backend_cpu_create_ex(&o, out);
+    }
     if (strcmp(spec, "cpu-f16") == 0 || strcmp(spec, "cpu-bf16") == 0) {
         tsr_cpu_options o = {.n_threads = n_threads, .storage = spec[4] == 'f' ? TSR_F16 : TSR_BF16};
         return tsr_backend_cpu_create_ex(&o, out);
@@ -190,8 +194,8 @@ int tsr_backend_open(const char *spec, int n_threads, tsr_backend **out)
         return open_cuda(device, out);
     }
     return tsr_errorf(TSR_ERR_INVALID,
-                      "bad device '%s': expected auto, cpu, cuda or cuda:N (or the CPU test "
-                      "variants cpu-f16, cpu-bf16)",
+                      "bad device '%s': expected auto, cpu, cpu-bf16gemm, cuda or cuda:N (or the "
+                      "CPU test variants cpu-f16, cpu-bf16)",
                       spec);
 }
 

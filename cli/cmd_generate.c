@@ -340,6 +340,9 @@ int tsr_cmd_generate(int argc, char **argv)
          0, 0},
         {"threads", TSR_ARG_INT, &o.threads, "N", "CPU threads, 0..1024 (0 = all cores)", 0, 1024,
          0, 0},
+        {"precision", TSR_ARG_STRING, &o.precision, "f32|bf16",
+         "f32 (default; equals diffusers) or bf16: the CPU's fast mode where it has AVX512_BF16 "
+         "(bf16 weights and GEMM inputs, f32 sums)", 0, 0, 0, 0},
         {"tokenizer", TSR_ARG_STRING, &o.tokenizer, "default|a1111", TSR_CLI_TOKENIZER_HELP, 0, 0,
          0, 0},
         {"output", TSR_ARG_STRING, &o.output, "OUT.png",
@@ -408,6 +411,7 @@ int tsr_cmd_generate(int argc, char **argv)
     eo.prediction = o.prediction;
     eo.taesd = o.taesd;
     eo.tokenizer = o.tokenizer;
+    eo.precision = o.precision;
     const double t_open = tsr_cli_now();
     rc = tsr_engine_open(&eo, &engine);
     const double load_s = tsr_cli_now() - t_open;

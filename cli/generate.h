@@ -30,7 +30,8 @@ typedef enum gen_format { GEN_PNG, GEN_JPEG } gen_format;
 
 typedef struct gen_opts {
     const char *model, *prompt, *negative, *sampler, *schedule, *rng, *init, *mask;
-    const char *preview_dir, *device, *output, *prediction, *taesd, *resize_mode, *tokenizer;
+    const char *preview_dir, *device, *output, *prediction, *taesd, *resize_mode, *tokenizer,
+        *precision;
     int64_t steps, width, height, batch, clip_skip, threads;
     uint64_t seed;
     double cfg, strength, rescale, eta;

@@ -192,6 +192,8 @@ int gen_precheck(gen_opts *o)
     }
     if (o->prediction && strcmp(o->prediction, "epsilon") && strcmp(o->prediction, "v"))
         USAGE("--prediction must be epsilon or v, not '%s'", o->prediction);
+    if (o->precision && strcmp(o->precision, "f32") && strcmp(o->precision, "bf16"))
+        USAGE("--precision must be f32 or bf16, not '%s'", o->precision);
     if (!device_syntax_ok(o->device))
         USAGE("--device must be auto, cpu, cuda or cuda:N, not '%s'", o->device);
     if (has_ext(o->output, ".png"))

@@ -105,6 +105,10 @@ typedef struct tsr_engine_options {
     const char *tokenizer;  /* NULL/"default": transformers >= 5's CLIPTokenizer (what
                              * diffusers runs); "a1111": the slow tokenizer with ftfy, as
                              * A1111 runs it (docs/prompts.md) */
+    const char *precision;  /* NULL/"f32": f32 everywhere (images equal diffusers');
+                             * "bf16": the CPU's opt-in fast mode on AVX512_BF16 (weights
+                             * stored bf16, conv/linear products in bf16 with f32 sums;
+                             * device auto or cpu; docs/perf.md gives its error) */
 } tsr_engine_options;
 
 void tsr_engine_options_init(tsr_engine_options *o);

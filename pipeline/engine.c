@@ -117,7 +117,23 @@ int tsr_engine_open(const tsr_engine_options *o, tsr_engine **out)
     if (!e)
         return tsr_errorf(TSR_ERR_NOMEM, "cannot allocate the engine");
     int rc;
-    TSR_CHECK_GOTO(rc, tsr_backend_open(o->device, o->threads, &e->backend), fail);
+    const char *device = o->device;
+    if (o->precision && strcmp(o->precision, "f32") != 0) {
+        if (strcmp(o->precision, "bf16") != 0) {
+            rc = tsr_errorf(TSR_ERR_INVALID, "precision must be f32 or bf16, not '%s'",
+                            o->precision);
+            goto fail;
+        }
+        if (device && *device && strcmp(device, "auto") != 0 && strcmp(device, "cpu") != 0) {
+            rc = tsr_errorf(TSR_ERR_INVALID,
+                            "precision bf16 is the CPU's fast mode: use it with device auto or "
+                            "cpu, not '%s'",
+                            device);
+            goto fail;
+        }
+        device = "cpu-bf16gemm";
+    }
+    TSR_CHECK_GOTO(rc, tsr_backend_open(device, o->threads, &e->backend), fail);
     const char *missing = tsr_backend_missing_op(e->backend);
     if (missing) {
         rc = tsr_errorf(TSR_ERR_UNSUPPORTED, "%s cannot run %s yet; use --device cpu (or auto)",

@@ -90,6 +90,7 @@ void tsr_cpu_destroy(tsr_backend *b)
                 buf_free(&c->worker[i]);
         for (int i = 0; i < CPU_WIDE_SLOTS; i++)
             buf_free(&c->wide[i]);
+        buf_free(&c->pairs);
         free(c->worker);
         free(c);
     }
@@ -183,6 +184,13 @@ int tsr_backend_cpu_create_ex(const tsr_cpu_options *o, tsr_backend **out)
     if (!is_float(o->storage))
         return tsr_errorf(TSR_ERR_INVALID, "cpu backend: storage dtype %s is not a float dtype",
                           tsr_dtype_name(o->storage));
+    if (o->bf16gemm && (o->storage != TSR_F32 || !tsr_cpu_has_bf16_dot()))
+        return tsr_errorf(TSR_ERR_UNSUPPORTED,
+                          "cpu-bf16gemm needs a CPU with AVX512_BF16 (this one runs %s%s); "
+                          "use --device cpu",
+                          tsr_cpu_isa_name(tsr_cpu_isa()),
+                          tsr_cpu_isa() < tsr_cpu_isa_detected() ? ", capped by TESSERA_CPU_ISA"
+                                                                 : " without it");
     const int n_threads = o->n_threads;
     tsr_backend *b = calloc(1, sizeof *b);
     cpu_ctx *c = calloc(1, sizeof *c);
@@ -206,15 +214,19 @@ int tsr_backend_cpu_create_ex(const tsr_cpu_options *o, tsr_backend **out)
         return tsr_errorf(TSR_ERR_NOMEM, "cannot allocate the CPU backend");
     }
     c->storage = o->storage;
-    b->iface = o->storage == TSR_F32 ? &tsr_cpu_iface : &tsr_cpu_wide_iface;
+    c->bf16gemm = o->bf16gemm;
+    b->iface = o->storage == TSR_F32 && !o->bf16gemm ? &tsr_cpu_iface : &tsr_cpu_wide_iface;
     b->ctx = c;
     b->kind = TSR_BACKEND_CPU;
     b->host_visible = true;
-    b->weight_dtype = o->storage;
+    b->weight_dtype = o->bf16gemm ? TSR_BF16 : o->storage;
     b->act_dtype = o->storage;
     b->caps = o->round_rows ? TSR_BACKEND_CAP_ROUND_ROWS : 0;
     b->n_threads = c->n_threads;
-    if (o->storage == TSR_F32)
+    if (o->bf16gemm)
+        snprintf(b->name, sizeof b->name, "cpu-bf16gemm (%d threads, avx512bf16 6x32)",
+                 c->n_threads);
+    else if (o->storage == TSR_F32)
         snprintf(b->name, sizeof b->name, "cpu (%d threads, %s)", c->n_threads,
                  tsr_cpu_gemm_kernel());
     else

@@ -19,6 +19,9 @@ typedef struct tsr_cpu_options {
     int n_threads;     /* 0 = all online CPUs */
     tsr_dtype storage; /* TSR_F32 (the default, zero) or the test variants TSR_F16 / TSR_BF16 */
     bool round_rows;   /* advertise TSR_BACKEND_CAP_ROUND_ROWS (to measure what it costs) */
+    /* "cpu-bf16gemm": weights stored bf16, activations f32, conv and linear
+     * products in bf16 with f32 sums (AVX512_BF16 only; storage f32) */
+    bool bf16gemm;
 } tsr_cpu_options;
 
 /* n_threads: 0 = all online CPUs.  Owned: tsr_backend_destroy(). */

@@ -37,6 +37,11 @@ typedef struct cpu_ctx {
     /* storage variants (cpu_wide.c): f32 copies of an op's f16/bf16 tensors */
     tsr_dtype storage;
     cpu_buf wide[CPU_WIDE_SLOTS];
+    /* the "cpu-bf16gemm" variant: bf16 weights, f32 activations; conv and
+     * linear with bf16 weights run the GEMM on bf16 pairs (gemm.h) from a
+     * bf16 copy of x kept here */
+    bool bf16gemm;
+    cpu_buf pairs;
 } cpu_ctx;
 
 static inline cpu_ctx *cpu_ctx_of(tsr_backend *b) { return (cpu_ctx *)b->ctx; }
@@ -103,6 +108,10 @@ static inline bool tsr_cpu_epilogue_any(const tsr_epilogue *e)
 {
     return e && (e->residual || e->has_act);
 }
+/* x[0..n) rounded to bf16 (to nearest even) in the context's pairs
+ * buffer, viewed as the 32-bit units of tsr_gemm.pairs; NULL after raising
+ * TSR_ERR_NOMEM (cpu_wide.c). */
+const float *tsr_cpu_bf16_pairs(cpu_ctx *c, const float *x, int64_t n);
 /* Convert n elements between float dtypes on the pool. */
 void tsr_cpu_convert_n(cpu_ctx *c, void *dst, tsr_dtype dd, const void *src, tsr_dtype sd,
                        int64_t n);

@@ -47,12 +47,27 @@ static tsr_cpu_isa_level detect(void)
         return TSR_CPU_ISA_AVX512;
     return TSR_CPU_ISA_AVX2;
 }
+
+/* AVX512_BF16: cpuid leaf 7 sub-leaf 1, EAX bit 5 (meaningful with AVX-512) */
+static bool detect_bf16(void)
+{
+    unsigned a, b, c, d;
+    if (__get_cpuid_max(0, NULL) < 7)
+        return false;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (a < 1)
+        return false;
+    __cpuid_count(7, 1, a, b, c, d);
+    return (a >> 5) & 1;
+}
 #else
 static tsr_cpu_isa_level detect(void) { return TSR_CPU_ISA_SCALAR; }
+static bool detect_bf16(void) { return false; }
 #endif
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static tsr_cpu_isa_level detected, chosen;
+static bool bf16_dot;
 
 static void init(void)
 {
@@ -71,8 +86,9 @@ static void init(void)
         if (want < chosen)
             chosen = want;
     }
-    TSR_DEBUG("cpu: vector level %s (the CPU has %s)", tsr_cpu_isa_name(chosen),
-              tsr_cpu_isa_name(detected));
+    bf16_dot = chosen == TSR_CPU_ISA_AVX512 && detect_bf16();
+    TSR_DEBUG("cpu: vector level %s (the CPU has %s)%s", tsr_cpu_isa_name(chosen),
+              tsr_cpu_isa_name(detected), bf16_dot ? ", avx512_bf16" : "");
 }
 
 tsr_cpu_isa_level tsr_cpu_isa(void)
@@ -85,6 +101,12 @@ tsr_cpu_isa_level tsr_cpu_isa_detected(void)
 {
     pthread_once(&once, init);
     return detected;
+}
+
+bool tsr_cpu_has_bf16_dot(void)
+{
+    pthread_once(&once, init);
+    return bf16_dot;
 }
 
 const char *tsr_cpu_isa_name(tsr_cpu_isa_level level)

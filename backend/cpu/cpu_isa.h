@@ -12,6 +12,8 @@
 #ifndef TSR_BACKEND_CPU_ISA_H
 #define TSR_BACKEND_CPU_ISA_H
 
+#include <stdbool.h>
+
 typedef enum tsr_cpu_isa_level {
     TSR_CPU_ISA_SCALAR = 0, /* portable C (compiled FMA where the build allows) */
     TSR_CPU_ISA_AVX2 = 1,   /* AVX2 + FMA, 8 floats per register */
@@ -24,6 +26,9 @@ typedef enum tsr_cpu_isa_level {
 tsr_cpu_isa_level tsr_cpu_isa(void);
 /* What the CPU itself supports, before the environment's cap. */
 tsr_cpu_isa_level tsr_cpu_isa_detected(void);
+/* Whether the chosen level is AVX-512 and the CPU has AVX512_BF16 (the
+ * bf16 dot product vdpbf16ps): what the "cpu-bf16gemm" variant needs. */
+bool tsr_cpu_has_bf16_dot(void);
 /* "scalar", "avx2", "avx512" */
 const char *tsr_cpu_isa_name(tsr_cpu_isa_level level);
 

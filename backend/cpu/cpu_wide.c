@@ -1,6 +1,7 @@
 /*
  * backend/cpu/cpu_wide.c - the CPU backend's f16/bf16 storage variants
- * ("cpu-f16", "cpu-bf16"): a test mode for the model code's f16 path.
+ * ("cpu-f16", "cpu-bf16"): a test mode for the model code's f16 path, and
+ * the bf16 compute variant "cpu-bf16gemm" (below).
  *
  * Why it exists: a GPU backend will store weights and activations in f16,
  * and the model code must then size, view, upload and download every tensor
@@ -17,7 +18,17 @@
  * weights, a timestep vector) passes straight through.  The widened copies
  * live in grow-only context buffers, one per operand slot.  Speed is not a
  * goal: weights are widened on every call.
+ *
+ * "cpu-bf16gemm" is the opt-in fast mode for CPUs with AVX512_BF16: weights
+ * are stored bf16 (half the memory) and activations stay f32.  A conv or
+ * linear keeps its bf16 weights, rounds its input to bf16 once, and runs
+ * the GEMM on bf16 pairs with f32 sums (gemm.h, tsr_gemm.pairs): the
+ * vdpbf16ps kernel does twice the multiply-adds of an f32 FMA per
+ * instruction.  Everything else (norms, attention, elementwise) runs the
+ * f32 code, its bf16 parameters widened.  Images differ from f32's by the
+ * bf16 rounding of weights and GEMM inputs (docs/perf.md measures it).
  */
+#include <stdint.h>
 #include <stdio.h>
 
 #include "backend/cpu/cpu_internal.h"
@@ -80,13 +91,40 @@ static int out_end(cpu_ctx *c, int rc, tsr_tensor *y, const tsr_tensor *res)
 
 #define OUT() TSR_TRY(out_begin(c, y, &yst_, &Y))
 
+const float *tsr_cpu_bf16_pairs(cpu_ctx *c, const float *x, int64_t n)
+{
+    uint16_t *p = tsr_cpu_buf_grow(&c->pairs, (size_t)n * sizeof(uint16_t));
+    if (!p) {
+        tsr_errorf(TSR_ERR_NOMEM, "cpu backend: cannot round %lld values to bf16", (long long)n);
+        return NULL;
+    }
+    tsr_cpu_convert_n(c, p, TSR_BF16, x, TSR_F32, n);
+    return (const float *)(const void *)p;
+}
+
+/* The weights of a conv or linear as they are (no widening) where the
+ * bf16 GEMM takes them: the cpu-bf16gemm variant, bf16 weights, f32
+ * activations, and an even K per tap (k = channels for a conv, the input
+ * width for a linear) so that bf16 pairs never straddle a tap.  Otherwise
+ * the f32 path (the weights widened per call: small or odd layers only,
+ * such as a 3-channel encoder input). */
+static bool keep_bf16(const cpu_ctx *c, const tsr_tensor *x, const tsr_tensor *w, int64_t k)
+{
+    return c->bf16gemm && w->dtype == TSR_BF16 && x->dtype == TSR_F32 && k % 2 == 0;
+}
+
+#define WEIGHT(t, name, k)                                                                         \
+    const tsr_tensor *name = t;                                                                    \
+    if (!keep_bf16(c, X, t, k))                                                                    \
+    TSR_TRY(widen(c, S_W, t, &st_[S_W], &name))
+
 static int w_conv2d(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w,
                     const tsr_tensor *bias, const tsr_conv2d_params *p, const tsr_epilogue *e,
                     tsr_tensor *y)
 {
     WIDE_PROLOGUE;
     WIDEN(S_X, x, X);
-    WIDEN(S_W, w, W);
+    WEIGHT(w, W, x->ne[3]);
     WIDEN(S_B, bias, B);
     tsr_epilogue ew = e ? *e : (tsr_epilogue){0};
     if (e)
@@ -100,7 +138,7 @@ static int w_linear(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w,
 {
     WIDE_PROLOGUE;
     WIDEN(S_X, x, X);
-    WIDEN(S_W, w, W);
+    WEIGHT(w, W, w->ne[1]);
     WIDEN(S_B, bias, B);
     tsr_epilogue ew = e ? *e : (tsr_epilogue){0};
     if (e)

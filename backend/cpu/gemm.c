@@ -286,7 +286,10 @@ int tsr_cpu_gemm(cpu_ctx *c, const tsr_gemm *g)
                 memset(g->c + i * g->ldc, 0, (size_t)g->n * sizeof(float));
         return TSR_OK;
     }
-    gemm_run r = {.g = g, .kr = kernel(), .ctx = c};
+    gemm_run r = {.g = g, .kr = g->pairs ? tsr_gemm_kernel_bf16() : kernel(), .ctx = c};
+    if (!r.kr || (g->pairs && (g->a_km || g->b_kn)))
+        return tsr_errorf(TSR_ERR_UNSUPPORTED, "cpu gemm: bf16 pairs need AVX512_BF16 and "
+                                               "row-major operands");
     const int nr = r.kr->nr;
     const int threads = c->n_threads > 0 ? c->n_threads : 1;
     int64_t nc_blk = NC_BYTES / (TSR_GEMM_KC * (int64_t)sizeof(float)) / nr * nr;

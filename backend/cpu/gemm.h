@@ -61,6 +61,13 @@ typedef struct tsr_gemm {
     int64_t ldc;
     float alpha;
     bool accumulate;
+    /* The bf16 variant ("cpu-bf16gemm"): a (or the im2col's x) and b hold
+     * bf16 values two to a 32-bit unit, consecutive k in one unit, and
+     * k, lda, ldb and the im2col's ci count units (half the bf16 values).
+     * The packing moves units as it moves floats; the AVX512_BF16 kernel
+     * (tsr_gemm_kernel_bf16, which must exist) takes their dot products
+     * in f32.  Only a and b row-major (a_km, b_kn false). */
+    bool pairs;
 } tsr_gemm;
 
 /* The length of the k-block that starts at k0.  Blocks split the run of

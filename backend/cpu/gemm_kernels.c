@@ -207,16 +207,17 @@ AVX2_TARGET static void pack_b_avx2(const float *b, int64_t ldb, int64_t kc, int
         _mm512_storeu_ps(cr + 16, x1);                                                             \
     } while (0)
 
-#define AVX512_KLOOP(FETCH, ADVANCE)                                                               \
+/* ROW is AVX512_ROW (f32 FMAs) or BF16_ROW (bf16 pair dot products) */
+#define AVX512_KLOOP(ROW, FETCH, ADVANCE)                                                          \
     _Pragma("GCC unroll 4") for (int64_t p = 0; p < kc; p++)                                       \
     {                                                                                              \
         const __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);                        \
-        AVX512_ROW(0, FETCH(0));                                                                   \
-        AVX512_ROW(1, FETCH(1));                                                                   \
-        AVX512_ROW(2, FETCH(2));                                                                   \
-        AVX512_ROW(3, FETCH(3));                                                                   \
-        AVX512_ROW(4, FETCH(4));                                                                   \
-        AVX512_ROW(5, FETCH(5));                                                                   \
+        ROW(0, FETCH(0));                                                                          \
+        ROW(1, FETCH(1));                                                                          \
+        ROW(2, FETCH(2));                                                                          \
+        ROW(3, FETCH(3));                                                                          \
+        ROW(4, FETCH(4));                                                                          \
+        ROW(5, FETCH(5));                                                                          \
         ADVANCE;                                                                                   \
         bp += 32;                                                                                  \
     }
@@ -240,14 +241,51 @@ AVX2_TARGET static void pack_b_avx2(const float *b, int64_t ldb, int64_t kc, int
 
 AVX512_TARGET static void ukr_avx512(int64_t kc, const float *ap, const float *bp, float *c,
                                      int64_t ldc, float alpha, bool accumulate){
-    AVX512_BEGIN AVX512_KLOOP(PACKED, ap += MR) AVX512_END}
+    AVX512_BEGIN AVX512_KLOOP(AVX512_ROW, PACKED, ap += MR) AVX512_END}
 
 AVX512_TARGET static void ukr_avx512_rows(int64_t kc, const float *const *a, const float *bp,
                                           float *c, int64_t ldc, float alpha, bool accumulate)
 {
     const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
     AVX512_BEGIN
-    AVX512_KLOOP(ROWS, (void)0)
+    AVX512_KLOOP(AVX512_ROW, ROWS, (void)0)
+    AVX512_END
+}
+
+/* ---- AVX512_BF16: 6 x 32 over bf16 pairs ----
+ *
+ * The "cpu-bf16gemm" variant (gemm.h, tsr_gemm.pairs): each 32-bit unit of
+ * A and B holds two bf16 values of consecutive k, the lower half first, so
+ * the driver's packing moves pairs exactly as it moves floats.  vdpbf16ps
+ * adds a[2j] * b[2j] + a[2j + 1] * b[2j + 1] to f32 lane j: lane j of B's
+ * register is column j's pair, A's pair is broadcast.  The roundings are the
+ * instruction's (products exact, sums in f32 with round-to-nearest-even,
+ * denormals flushed), not those of the f32 kernels. */
+
+#define BF16_TARGET                                                                                \
+    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx2,fma")))
+
+#define BF16_ROW(r, addr)                                                                          \
+    do {                                                                                           \
+        const __m512 t = _mm512_set1_ps(*(addr));                                                  \
+        c##r##0 = _mm512_dpbf16_ps(c##r##0, (__m512bh)t, (__m512bh)b0);                            \
+        c##r##1 = _mm512_dpbf16_ps(c##r##1, (__m512bh)t, (__m512bh)b1);                            \
+    } while (0)
+
+BF16_TARGET static void ukr_bf16(int64_t kc, const float *ap, const float *bp, float *c,
+                                 int64_t ldc, float alpha, bool accumulate)
+{
+    AVX512_BEGIN
+    AVX512_KLOOP(BF16_ROW, PACKED, ap += MR)
+    AVX512_END
+}
+
+BF16_TARGET static void ukr_bf16_rows(int64_t kc, const float *const *a, const float *bp, float *c,
+                                      int64_t ldc, float alpha, bool accumulate)
+{
+    const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
+    AVX512_BEGIN
+    AVX512_KLOOP(BF16_ROW, ROWS, (void)0)
     AVX512_END
 }
 #endif
@@ -257,7 +295,18 @@ static const tsr_gemm_kernel k_c = {MR, NR_C, ukr_c, ukr_c_rows, pack_b_c, "c 6x
 static const tsr_gemm_kernel k_avx2 = {MR, 16, ukr_avx2, ukr_avx2_rows, pack_b_avx2, "avx2 6x16"};
 static const tsr_gemm_kernel k_avx512 = {MR,          32,           ukr_avx512, ukr_avx512_rows,
                                          pack_b_avx2, "avx512 6x32"};
+static const tsr_gemm_kernel k_bf16 = {MR,          32,          ukr_bf16, ukr_bf16_rows,
+                                       pack_b_avx2, "avx512bf16 6x32"};
 #endif
+
+const tsr_gemm_kernel *tsr_gemm_kernel_bf16(void)
+{
+#ifdef TSR_GEMM_X86
+    if (tsr_cpu_has_bf16_dot())
+        return &k_bf16;
+#endif
+    return NULL;
+}
 
 const tsr_gemm_kernel *tsr_gemm_kernel_for(tsr_cpu_isa_level level)
 {

@@ -42,6 +42,9 @@ typedef struct tsr_gemm_kernel {
 /* The kernel for a vector level (the best one the level allows). */
 const tsr_gemm_kernel *tsr_gemm_kernel_for(tsr_cpu_isa_level level);
 
+/* The bf16-pair kernel (tsr_gemm.pairs), or NULL where the CPU (or
+ * TESSERA_CPU_ISA) gives no AVX512_BF16. */
+const tsr_gemm_kernel *tsr_gemm_kernel_bf16(void);
 #define TSR_GEMM_MAX_MR 8
 #define TSR_GEMM_MAX_NR 32
 

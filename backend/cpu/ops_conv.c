@@ -35,23 +35,32 @@ int tsr_cpu_conv2d(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, con
     const int64_t co = w->ne[0], kh = w->ne[1], kw = w->ne[2];
     const int64_t ho = y->ne[1], wo = y->ne[2];
     const int64_t m = n * ho * wo;
+    /* bf16 weights (the "cpu-bf16gemm" variant, cpu_wide.c): x is rounded
+     * to bf16 once and the GEMM runs on bf16 pairs (gemm.h), so k, the
+     * strides and the channels count pairs */
+    const bool pairs = w->dtype == TSR_BF16;
+    const int64_t u = pairs ? 2 : 1;
+    const float *src = x->data;
+    if (pairs && !(src = tsr_cpu_bf16_pairs(c, x->data, tsr_tensor_numel(x))))
+        return TSR_ERR_NOMEM;
     if (bias)
         tsr_cpu_fill_rows(y->data, bias->data, m, co);
     tsr_gemm g = {.m = m,
                   .n = co,
-                  .k = kh * kw * ci,
+                  .k = kh * kw * ci / u,
                   .b = w->data,
-                  .ldb = kh * kw * ci,
+                  .ldb = kh * kw * ci / u,
                   .c = y->data,
                   .ldc = co,
                   .alpha = 1.0f,
-                  .accumulate = bias != NULL};
+                  .accumulate = bias != NULL,
+                  .pairs = pairs};
     const bool pointwise = kh == 1 && kw == 1 && p->stride_h == 1 && p->stride_w == 1 &&
                            p->pad_t == 0 && p->pad_l == 0 && p->pad_b == 0 && p->pad_r == 0;
-    tsr_gemm_im2col cv = {.x = x->data,
+    tsr_gemm_im2col cv = {.x = src,
                           .h = h,
                           .w = wd,
-                          .ci = ci,
+                          .ci = ci / u,
                           .kh = kh,
                           .kw = kw,
                           .ho = ho,
@@ -61,8 +70,8 @@ int tsr_cpu_conv2d(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, con
                           .pt = p->pad_t,
                           .pl = p->pad_l};
     if (pointwise) {
-        g.a = x->data; /* a 1x1 conv is a GEMM on the pixels as they lie */
-        g.lda = ci;
+        g.a = src; /* a 1x1 conv is a GEMM on the pixels as they lie */
+        g.lda = ci / u;
     } else {
         g.conv = &cv;
     }

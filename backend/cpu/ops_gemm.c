@@ -22,21 +22,28 @@ int tsr_cpu_linear(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, con
     cpu_ctx *c = cpu_ctx_of(b);
     const int64_t in = w->ne[1], out = w->ne[0];
     const int64_t m = tsr_cpu_rows(x);
+    /* bf16 weights: x rounded to bf16 once, the GEMM on pairs (ops_conv.c) */
+    const bool pairs = w->dtype == TSR_BF16;
+    const int64_t u = pairs ? 2 : 1;
+    const float *src = x->data;
+    if (pairs && !(src = tsr_cpu_bf16_pairs(c, x->data, m * in)))
+        return TSR_ERR_NOMEM;
     if (bias)
         tsr_cpu_fill_rows(y->data, bias->data, m, out);
     /* one GEMM over every row: a row's result does not depend on the rows
      * around it (gemm.h), so images in a batch cannot disturb each other */
     tsr_gemm g = {.m = m,
                   .n = out,
-                  .k = in,
-                  .a = x->data,
-                  .lda = in,
+                  .k = in / u,
+                  .a = src,
+                  .lda = in / u,
                   .b = w->data,
-                  .ldb = in,
+                  .ldb = in / u,
                   .c = y->data,
                   .ldc = out,
                   .alpha = 1.0f,
-                  .accumulate = bias != NULL};
+                  .accumulate = bias != NULL,
+                  .pairs = pairs};
     int rc = tsr_cpu_gemm(c, &g);
     if (rc < 0)
         return rc;

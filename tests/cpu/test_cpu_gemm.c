@@ -23,6 +23,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/gemm.h"
 #include "tests/test.h"
 
@@ -216,6 +217,98 @@ static int case_im2col(void)
     return 0;
 }
 
+/* f32 -> bf16, round to nearest even (finite inputs) */
+static uint16_t bf16_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float f32_of(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* v rounded to bf16 in place; returns the bf16 copy */
+static uint16_t *to_bf16(float *v, int64_t n)
+{
+    uint16_t *h = malloc((size_t)n * sizeof *h);
+    for (int64_t i = 0; i < n; i++) {
+        h[i] = bf16_of(v[i]);
+        v[i] = f32_of(h[i]);
+    }
+    return h;
+}
+
+/* The bf16-pair GEMM (the cpu-bf16gemm variant) against the double
+ * reference of the bf16-rounded operands: plain, edges, alpha, accumulate,
+ * k spanning several k-blocks, and the implicit im2col with padding and
+ * stride.  Its sums are f32, so the bound is f32's. */
+static int case_bf16_pairs(void)
+{
+    if (!tsr_cpu_has_bf16_dot()) {
+        fprintf(stderr, "no AVX512_BF16 here: skipped\n");
+        return TSR_TEST_SKIP;
+    }
+    tsr_backend *b = cpu(2);
+    cpu_ctx *c = cpu_ctx_of(b);
+    const int64_t shapes[][3] = {{1, 1, 2}, {5, 7, 6}, {6, 32, 256}, {7, 33, 258},
+                                 {97, 40, 1600}, {200, 320, 40}, {13, 100, 10}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int variant = 0; variant < 2; variant++) {
+            const int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+            float *a = rand_buf(m * k), *bm = rand_buf(n * k), *cm = rand_buf(m * n);
+            float *c0 = malloc((size_t)(m * n) * sizeof(float));
+            memcpy(c0, cm, (size_t)(m * n) * sizeof(float));
+            uint16_t *a16 = to_bf16(a, m * k), *b16 = to_bf16(bm, n * k);
+            tsr_gemm g = plain(m, n, k / 2, (const float *)(void *)a16,
+                               (const float *)(void *)b16, cm, variant ? 0.5f : 1.0f);
+            g.accumulate = variant;
+            g.pairs = true;
+            ASSERT_TRUE(tsr_cpu_gemm(c, &g) == 0);
+            tsr_gemm ref = plain(m, n, k, a, bm, cm, g.alpha);
+            ref.accumulate = g.accumulate;
+            const double e = ref_err(&ref, c0);
+            if (e > 1e-5) {
+                fprintf(stderr, "bf16 m=%lld n=%lld k=%lld variant %d: rel error %g\n",
+                        (long long)m, (long long)n, (long long)k, variant, e);
+                return 1;
+            }
+            free(a), free(bm), free(cm), free(c0), free(a16), free(b16);
+        }
+    /* a 3x3 conv, padding 1, stride 2, 10 channels (5 pairs per tap) */
+    const int64_t h = 9, w = 7, ci = 10, co = 37, ho = 5, wo = 4, m = 2 * ho * wo, k = 9 * ci;
+    float *x = rand_buf(2 * h * w * ci), *wt = rand_buf(co * k), *y = calloc((size_t)(m * co), 4);
+    uint16_t *x16 = to_bf16(x, 2 * h * w * ci), *w16 = to_bf16(wt, co * k);
+    float *col = calloc((size_t)(m * k), sizeof(float));
+    for (int64_t r = 0; r < m; r++) {
+        const int64_t img = r / (ho * wo), oh = r % (ho * wo) / wo, ow = r % wo;
+        for (int64_t t = 0; t < 9; t++) {
+            const int64_t ih = oh * 2 - 1 + t / 3, iw = ow * 2 - 1 + t % 3;
+            if (ih >= 0 && ih < h && iw >= 0 && iw < w)
+                memcpy(col + r * k + t * ci, x + ((img * h + ih) * w + iw) * ci,
+                       (size_t)ci * sizeof(float));
+        }
+    }
+    tsr_gemm_im2col cv = {.x = (const float *)(void *)x16, .h = h, .w = w, .ci = ci / 2,
+                          .kh = 3, .kw = 3, .ho = ho, .wo = wo, .sh = 2, .sw = 2, .pt = 1, .pl = 1};
+    tsr_gemm g = plain(m, co, k / 2, NULL, (const float *)(void *)w16, y, 1.0f);
+    g.conv = &cv, g.pairs = true;
+    ASSERT_TRUE(tsr_cpu_gemm(c, &g) == 0);
+    tsr_gemm ref = plain(m, co, k, col, wt, y, 1.0f);
+    const double e = ref_err(&ref, y);
+    if (e > 1e-5) {
+        fprintf(stderr, "bf16 conv: rel error %g\n", e);
+        return 1;
+    }
+    free(x), free(wt), free(y), free(x16), free(w16), free(col);
+    tsr_backend_destroy(b);
+    return 0;
+}
+
 /* k-blocks tile [0, K), are at most TSR_GEMM_KC long, and stay inside one
  * conv tap when taps are at least half a block. */
 static int case_kblocks(void)
@@ -345,6 +438,7 @@ static const tsr_test_entry cases[] = {
     {"im2col", case_im2col},
     {"kblocks", case_kblocks},
     {"kernels_agree", case_kernels_agree},
+    {"bf16_pairs", case_bf16_pairs},
 };
 
 int main(int argc, char **argv)

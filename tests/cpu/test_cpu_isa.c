@@ -7,8 +7,11 @@
  * round differently in the last bit).  The AVX-512 run needs a CPU with
  * AVX-512 and is skipped (said on stderr) where there is none, so on an
  * AVX2 machine the test compares the portable C kernels with AVX2.
+ * bf16_psnr bounds the opt-in bf16 mode's distance from f32 where the CPU
+ * has AVX512_BF16 (skipped elsewhere).
  */
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -17,7 +20,8 @@
 #include "image/image.h"
 #include "test.h"
 
-static int generate(const char *level, const char *out, const char *log)
+static int generate_ex(const char *level, const char *precision, const char *out,
+                       const char *log)
 {
     const char *bin = getenv("TSR_BIN"), *src = getenv("TSR_SOURCE_DIR");
     if (!bin || !src) {
@@ -31,7 +35,7 @@ static int generate(const char *level, const char *out, const char *log)
                     "--seed",    "42",        "--steps",
                     "12",        "--threads", "2",
                     "--output",  (char *)out, "--quiet",
-                    NULL};
+                    "--precision", (char *)precision, NULL};
     setenv("TESSERA_CPU_ISA", level, 1);
     tsr_test_child c;
     int rc = tsr_test_spawn(argv, log, NULL, 600, &c);
@@ -40,8 +44,13 @@ static int generate(const char *level, const char *out, const char *log)
         fprintf(stderr, "generate at %s failed (see %s)\n", level, log);
         return -1;
     }
-    fprintf(stderr, "%s: %.2f s\n", level, c.seconds);
+    fprintf(stderr, "%s %s: %.2f s\n", level, precision, c.seconds);
     return 0;
+}
+
+static int generate(const char *level, const char *out, const char *log)
+{
+    return generate_ex(level, "f32", out, log);
 }
 
 static int case_same_image(void)
@@ -95,8 +104,52 @@ static int case_same_image(void)
     return 0;
 }
 
+/* The opt-in bf16 mode (--precision bf16, AVX512_BF16 only) against f32:
+ * close (PSNR of the demo image at least 40 dB, no value more than 24/255
+ * off), and not the same image, which would mean the mode did not run. */
+static int case_bf16_psnr(void)
+{
+    if (!tsr_cpu_has_bf16_dot()) {
+        fprintf(stderr, "no AVX512_BF16 here (level %s): the bf16 mode cannot run\n",
+                tsr_cpu_isa_name(tsr_cpu_isa()));
+        return TSR_TEST_SKIP;
+    }
+    char dir[] = "/tmp/tsr-bf16-XXXXXX";
+    ASSERT_TRUE(mkdtemp(dir) != NULL);
+    const char *prec[2] = {"f32", "bf16"};
+    tsr_image img[2];
+    memset(img, 0, sizeof img);
+    for (int i = 0; i < 2; i++) {
+        char out[PATH_MAX], log[PATH_MAX];
+        snprintf(out, sizeof out, "%s/%s.png", dir, prec[i]);
+        snprintf(log, sizeof log, "%s/%s.log", dir, prec[i]);
+        ASSERT_TRUE(generate_ex("avx512", prec[i], out, log) == 0);
+        ASSERT_OK(tsr_png_read(out, 3, &img[i], NULL));
+        remove(out), remove(log);
+    }
+    rmdir(dir);
+    ASSERT_EQ(img[0].width, img[1].width);
+    ASSERT_EQ(img[0].height, img[1].height);
+    const size_t n = (size_t)img[0].width * img[0].height * 3;
+    double se = 0;
+    int worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        const int d = abs((int)img[0].data[i] - (int)img[1].data[i]);
+        se += (double)d * d;
+        worst = d > worst ? d : worst;
+    }
+    const double psnr = se > 0 ? 10 * log10(255.0 * 255.0 * (double)n / se) : INFINITY;
+    fprintf(stderr, "bf16 vs f32: PSNR %.1f dB, max %d/255\n", psnr, worst);
+    ASSERT_TRUE(se > 0);
+    ASSERT_TRUE(psnr >= 40.0);
+    ASSERT_TRUE(worst <= 24);
+    tsr_image_free(&img[0]), tsr_image_free(&img[1]);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    static const tsr_test_entry cases[] = {{"same_image", case_same_image}};
-    return tsr_test_main(argc, argv, cases, 1);
+    static const tsr_test_entry cases[] = {{"same_image", case_same_image},
+                                           {"bf16_psnr", case_bf16_psnr}};
+    return tsr_test_main(argc, argv, cases, 2);
 }

@@ -7,6 +7,8 @@ they would share the cores), at the same thread count:
 
   tessera          `tessera bench unet|vae --json`, OPENBLAS_CORETYPE unset
   tessera-haswell  the same with OPENBLAS_CORETYPE=Haswell in the environment
+  tessera-bf16     the same with --device cpu-bf16gemm: the opt-in bf16 mode
+                   (AVX512_BF16 only; an error cell elsewhere)
   pytorch          diffusers fp32 with PyTorch's SDPA attention, through the
                    existing tools/bench/bench_unet.py --child and
                    tools/bench/bench_vae.py --torch-child (not duplicated here)
@@ -63,7 +65,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.dirname(os.path.abspath(__file__))
-SIDES = ["tessera", "tessera-haswell", "pytorch", "sdcpp"]
+SIDES = ["tessera", "tessera-haswell", "tessera-bf16", "pytorch", "sdcpp"]
 
 # sd.cpp's tokenizer vocab headers for non-CLIP text encoders are large files that a
 # partial checkout (e.g. a mirror without large blobs) may lack; SD 1.5 and SDXL only
@@ -309,12 +311,12 @@ def run_sdcpp(args, case, model_dir):
 
 # ---------------------------------------------------------------------------- Tessera, PyTorch
 
-def run_tessera(args, case, model_dir, haswell):
+def run_tessera(args, case, model_dir, haswell, device="cpu"):
     env = dict(os.environ)
     env.pop("OPENBLAS_CORETYPE", None)
     if haswell:
         env["OPENBLAS_CORETYPE"] = "Haswell"
-    common = ["--size", str(case["size"]), "--threads", str(args.threads),
+    common = ["--device", device, "--size", str(case["size"]), "--threads", str(args.threads),
               "--iters", str(args.iters), "--warmup", str(args.warmup), "--json"]
     if case["kind"] == "unet":
         cmd = [args.bin, "bench", "unet", "--model", model_dir, "--batch", "2"] + common
@@ -378,6 +380,8 @@ def run_case(args, case):
                 res = run_tessera(args, case, case["dir"], False)
             elif side == "tessera-haswell":
                 res = run_tessera(args, case, case["dir"], True)
+            elif side == "tessera-bf16":
+                res = run_tessera(args, case, case["dir"], False, "cpu-bf16gemm")
             elif side == "pytorch":
                 res = run_pytorch(args, case, case["dir"])
             else:
@@ -431,22 +435,26 @@ def table(info, results):
     else:
         lines.append("stable-diffusion.cpp: not given")
     lines.append("")
-    lines.append("| case | Tessera s | Tessera s, OPENBLAS_CORETYPE=Haswell | PyTorch s | "
-                 "sd.cpp s | Tessera/PyTorch | peak RSS MiB: Tessera / Haswell / PyTorch / "
-                 "sd.cpp | CPU share (cores busy / wall) | load avg before -> after |")
-    lines.append("|---|---:|---:|---:|---:|---:|---|---|---|")
+    lines.append("| case | Tessera s | Tessera s, OPENBLAS_CORETYPE=Haswell | Tessera bf16 s | "
+                 "PyTorch s | sd.cpp s | Tessera/PyTorch | bf16/PyTorch | peak RSS MiB: Tessera / "
+                 "Haswell / bf16 / PyTorch / sd.cpp | CPU share (cores busy / wall) | "
+                 "load avg before -> after |")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|")
     for r in results:
         s = r["summary"]
         t, p = s.get("tessera", {}), s.get("pytorch", {})
         ratio = f"{t['s'] / p['s']:.2f}" if "s" in t and "s" in p else "-"
+        bf = s.get("tessera-bf16", {})
+        ratio_bf = f"{bf['s'] / p['s']:.2f}" if "s" in bf and "s" in p else "-"
         rss = " / ".join(f"{s[x]['peak_rss_mib']:.0f}" if "peak_rss_mib" in s.get(x, {})
                          else "-" for x in SIDES)
         share = " / ".join(f"{s[x]['cpu_share']:.2f}" if "cpu_share" in s.get(x, {})
                            else "-" for x in SIDES)
         la, lb = r["loadavg_before"], r["loadavg_after"]
         lines.append(f"| {r['case']['name']} | {fmt_s(s, 'tessera')} | "
-                     f"{fmt_s(s, 'tessera-haswell')} | {fmt_s(s, 'pytorch')} | "
-                     f"{fmt_s(s, 'sdcpp')} | {ratio} | {rss} | {share} | {la[0]:.2f} -> {lb[0]:.2f} |")
+                     f"{fmt_s(s, 'tessera-haswell')} | {fmt_s(s, 'tessera-bf16')} | "
+                     f"{fmt_s(s, 'pytorch')} | {fmt_s(s, 'sdcpp')} | {ratio} | {ratio_bf} | "
+                     f"{rss} | {share} | {la[0]:.2f} -> {lb[0]:.2f} |")
     lines.append("")
     lines.append("unet-*: s per UNet call at batch 2 (one image with CFG), median of the "
                  "iterations after warm-up, for Tessera and PyTorch; for sd.cpp s per euler "
