@@ -65,6 +65,9 @@ int tsr_cmd_serve(int argc, char **argv)
          "auto (default), cpu, cuda:N; a list runs one worker per entry (cpu,cpu)", 0, 0, 0, 0},
         {"threads", TSR_ARG_INT, &threads, "N",
          "CPU threads in all, split across CPU workers (0 = all cores)", 0, 1024, 0, 0},
+        {"precision", TSR_ARG_STRING, &c.precision, "f32|bf16",
+         "f32 (default; equals diffusers) or bf16: the CPU's fast mode where it has AVX512_BF16",
+         0, 0, 0, 0},
         {"max-batch", TSR_ARG_INT, &max_batch, "N",
          "images per UNet call, 1..32 (default 16; rows = 2N with guidance)", 1, 32, 0, 0},
         {"max-queue", TSR_ARG_INT, &max_queue, "N",
@@ -187,6 +190,10 @@ int tsr_cmd_serve(int argc, char **argv)
             fprintf(stderr, "tessera serve: --role needs --queue\n");
             return TSR_EXIT_USAGE;
         }
+    }
+    if (c.precision && strcmp(c.precision, "f32") != 0 && strcmp(c.precision, "bf16") != 0) {
+        fprintf(stderr, "tessera serve: --precision must be f32 or bf16, not '%s'\n", c.precision);
+        return TSR_EXIT_USAGE;
     }
     c.result_ttl_s = (int)result_ttl;
     c.claim_idle_ms = (int)claim_idle;

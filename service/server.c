@@ -624,6 +624,7 @@ static int start_workers(svc_server *s)
         wc.model = s->cfg.model;
         snprintf(wc.device, sizeof wc.device, "%s", names[i]);
         wc.threads = threads;
+        wc.precision = s->cfg.precision;
         wc.max_batch = s->cfg.max_batch;
         wc.max_wait_ms = s->cfg.max_wait_ms;
         wc.static_batching = s->cfg.static_batching != 0;

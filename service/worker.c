@@ -254,6 +254,7 @@ static void *worker_main(void *arg)
     eo.model = w->cfg.model;
     eo.device = w->cfg.device;
     eo.threads = w->cfg.threads;
+    eo.precision = w->cfg.precision;
     tsr_engine *engine = NULL;
     int rc = tsr_engine_open(&eo, &engine);
     if (rc == TSR_OK) {

@@ -30,6 +30,7 @@ typedef struct svc_worker_config {
     const char *model;   /* borrowed */
     char device[64];     /* "cpu", "cuda:1", "auto" */
     int threads;         /* CPU threads (0 = all) */
+    const char *precision; /* borrowed: NULL/"f32" or "bf16" */
     int max_batch;       /* images per UNet call (rows = 2x with guidance) */
     int max_wait_ms;     /* wait this long to fill a new group */
     bool static_batching; /* admit only into an empty batch (the load tests' baseline) */

@@ -488,6 +488,19 @@ static int test_flag_errors(void)
     RUN(&r, "generate", "--model", demo, "--prompt", "x", "--device", "gpu");
     EXPECT(&r, 2, "--device");
     run_free(&r);
+    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--precision", "fp8");
+    EXPECT(&r, 2, "--precision");
+    run_free(&r);
+    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--steps", "1", "--precision", "bf16",
+        "--device", "cuda");
+    EXPECT(&r, 1, "precision bf16 is the CPU's fast mode");
+    run_free(&r);
+    /* a CPU (or a TESSERA_CPU_ISA cap) without AVX512_BF16 refuses the mode */
+    setenv("TESSERA_CPU_ISA", "avx2", 1);
+    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--steps", "1", "--precision", "bf16");
+    unsetenv("TESSERA_CPU_ISA");
+    EXPECT(&r, 1, "needs a CPU with AVX512_BF16");
+    run_free(&r);
     RUN(&r, "generate", "--model", demo, "--prompt", "x", "--prediction", "x0");
     EXPECT(&r, 2, "--prediction");
     run_free(&r);
