@@ -25,6 +25,7 @@
 #include "backend/cpu/cpu_internal.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/gemm.h"
+#include "core/tensor.h"
 #include "tests/test.h"
 
 static uint32_t rng = 12345;
@@ -217,28 +218,13 @@ static int case_im2col(void)
     return 0;
 }
 
-/* f32 -> bf16, round to nearest even (finite inputs) */
-static uint16_t bf16_of(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float f32_of(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 /* v rounded to bf16 in place; returns the bf16 copy */
 static uint16_t *to_bf16(float *v, int64_t n)
 {
     uint16_t *h = malloc((size_t)n * sizeof *h);
     for (int64_t i = 0; i < n; i++) {
-        h[i] = bf16_of(v[i]);
-        v[i] = f32_of(h[i]);
+        h[i] = tsr_f32_to_bf16(v[i]);
+        v[i] = tsr_bf16_to_f32(h[i]);
     }
     return h;
 }
