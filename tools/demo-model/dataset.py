@@ -285,21 +285,16 @@ def _place_free(region, rng):
 
 def _bg_free(bg, rng):
     t = rng.randrange(8)
-    if t == 0:
-        return f"{bg} background"
-    if t == 1:
-        return f"plain {bg} background"
-    if t == 2:
-        return f"on {_det(bg, rng)}{bg} background"
-    if t == 3:
-        return f"against {bg}"
-    if t == 4:
-        return f"against {_det(bg, rng)}{bg} background"
-    if t == 5:
-        return f"with {_det(bg, rng)}{bg} background"
-    if t == 6:
-        return f"on {bg}"
-    return f"over {_det(bg, rng)}{bg} background"
+    # a form per t; only the chosen one runs, so the rng is drawn as before
+    forms = (lambda: f"{bg} background",
+             lambda: f"plain {bg} background",
+             lambda: f"on {_det(bg, rng)}{bg} background",
+             lambda: f"against {bg}",
+             lambda: f"against {_det(bg, rng)}{bg} background",
+             lambda: f"with {_det(bg, rng)}{bg} background",
+             lambda: f"on {bg}",
+             lambda: f"over {_det(bg, rng)}{bg} background")
+    return forms[t]()
 
 
 def _np_free(sh, rng, with_size):
