@@ -57,8 +57,9 @@ def child(args):
     from diffusers import UNet2DConditionModel
     torch.set_num_threads(args.threads)
     t0 = time.time()
+    dt = torch.bfloat16 if args.torch_dtype == "bf16" else torch.float32
     unet = UNet2DConditionModel.from_pretrained(os.path.join(args.model, "unet"),
-                                                torch_dtype=torch.float32).eval()
+                                                torch_dtype=dt).eval()
     load_s = time.time() - t0
     load_peak, rss_loaded = status_mib("VmHWM"), status_mib("VmRSS")
     peak_ok = reset_peak()
@@ -75,6 +76,9 @@ def child(args):
         kw["added_cond_kwargs"] = {
             "text_embeds": torch.randn(B, pooled, generator=g),
             "time_ids": torch.tensor([[s, s, 0, 0, s, s]] * B)}
+    if dt != torch.float32:  # bf16 end to end: weights, activations and inputs
+        lat, ctx = lat.to(dt), ctx.to(dt)
+        kw = {k: {kk: vv.to(dt) for kk, vv in v.items()} for k, v in kw.items()}
     times = []
     first = 0.0
     with torch.inference_mode():
@@ -91,10 +95,10 @@ def child(args):
     n = len(times)
     med = times[n // 2] if n % 2 else 0.5 * (times[n // 2 - 1] + times[n // 2])
     print(json.dumps({
-        "impl": "pytorch", "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "impl": "pytorch", "dtype": args.torch_dtype, "torch": torch.__version__, "threads": torch.get_num_threads(),
         "size": args.size, "batch": B, "iters": args.iters, "median_s": med, "min_s": times[0],
         "first_s": first, "load_s": load_s,
-        "weights_mib": sum(p.numel() * 4 for p in unet.parameters()) / 1048576.0,
+        "weights_mib": sum(p.numel() * p.element_size() for p in unet.parameters()) / 1048576.0,
         "rss_loaded_mib": rss_loaded, "peak_rss_call_mib": peak if peak_ok else -1,
         "peak_rss_mib": max(peak, load_peak), "mean_abs_out": float(out.abs().mean())}))
 
@@ -125,6 +129,9 @@ def main():
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--torch-dtype", default="fp32", choices=["fp32", "bf16"],
+                    help="PyTorch side's dtype: fp32 (default) or bf16 end to end (oneDNN's bf16 "
+                         "kernels; the like-for-like of tessera --precision bf16)")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-tessera", action="store_true")
     ap.add_argument("--json", action="store_true", help="print both results as JSON")
