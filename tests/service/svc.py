@@ -823,7 +823,17 @@ GEN_FLAGS = {"prompt": "--prompt", "negative_prompt": "--negative-prompt", "widt
              "height": "--height", "steps": "--steps", "seed": "--seed",
              "cfg_scale": "--cfg-scale", "sampler": "--sampler", "scheduler": "--scheduler",
              "rng": "--rng", "clip_skip": "--clip-skip", "guidance_rescale": "--guidance-rescale",
-             "strength": "--strength", "init_image": "--init-image"}
+             "strength": "--strength", "init_image": "--init-image", "precision": "--precision"}
+
+
+def cpu_has_bf16_dot():
+    """Whether this CPU runs `--precision bf16` (AVX-512 with AVX512_BF16)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
+    except OSError:
+        return False
+    return all(x in flags for x in ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"))
 
 
 def generate(**params):

@@ -4,7 +4,9 @@
 (/metrics), and every image is byte-identical (decoded RGB and infotext) to
 `tessera generate` with the same parameters; a job submitted while another
 runs joins it; cancelling frees the slot for a waiting job; mixed sizes all
-finish.  Two servers: --max-batch 8 (--max-wait-ms 200) and --max-batch 2."""
+finish.  Two servers: --max-batch 8 (--max-wait-ms 200) and --max-batch 2;
+where the CPU has AVX512_BF16, a third with --precision bf16 (its batched
+images equal `tessera generate --precision bf16` too)."""
 import time
 
 import svc
@@ -118,8 +120,34 @@ def test_mixed_shapes(c):
         svc.assert_same_image(s.image(jid), p, "mixed %s" % p)
 
 
+def test_bf16_batched_exact(c):
+    # the bf16 GEMM's order of arithmetic does not depend on the batch either
+    if not svc.cpu_has_bf16_dot():
+        print("  skipped: this CPU has no AVX512_BF16 (--precision bf16 cannot run)")
+        return
+    s = svc.Server(["--max-batch", "4", "--max-wait-ms", "200", "--threads", "1",
+                    "--precision", "bf16"], name="bf16").start()
+    try:
+        device = s.get("/v1/models").json["data"][0]["device"]
+        assert device.startswith("cpu-bf16gemm"), device
+        r = s.post("/v1/batches", {"defaults": dict(prompt=PROMPT, width=64, height=64, steps=4),
+                                   "jobs": [{"seed": 300 + i} for i in range(4)]})
+        assert r.status == 202, r
+        ids = [x["id"] for x in r.json["jobs"]]
+        for jid in ids:
+            assert s.wait_job(jid)["state"] == "done"
+        for i, jid in enumerate(ids):
+            svc.assert_same_image(s.image(jid), dict(prompt=PROMPT, width=64, height=64, steps=4,
+                                                     seed=300 + i, precision="bf16"),
+                                  "bf16 batched job %d" % i)
+        f32 = svc.generate(prompt=PROMPT, width=64, height=64, steps=4, seed=300)
+        assert svc.png_decode(s.image(ids[0])).rgb() != f32.rgb(), "bf16 image equals f32's"
+    finally:
+        s.stop()
+
+
 TESTS = [test_eight_share_unet_calls, test_join_running, test_cancel_frees_slot,
-         test_mixed_shapes]
+         test_mixed_shapes, test_bf16_batched_exact]
 
 if __name__ == "__main__":
     raise SystemExit(svc.run_tests(TESTS, setup=setup))
