@@ -34,6 +34,10 @@
 #include "commands.h"
 #include "core/error.h"
 
+/* cli/bench_peak.c: the measured ceiling of a CPU backend's GEMMs (false: a GPU) */
+bool tsr_bench_backend_peak(const tsr_backend *be, int threads, double *gflops,
+                            const char **kind_name);
+
 typedef enum bench_kind { B_CONV, B_LINEAR, B_ATTN } bench_kind;
 
 typedef struct bench_shape {
@@ -215,13 +219,23 @@ static int bench_ops(int argc, char **argv)
     }
     const int nthreads = tsr_backend_threads(be);
     const char *dt = tsr_dtype_name(tsr_backend_act_dtype(be));
-    if (json)
-        printf("{\"backend\": \"%s\", \"threads\": %d, \"dtype\": \"%s\", \"iters\": %d, "
-               "\"results\": [",
+    /* the ceiling the ops run under (bench_peak.c), measured on as many threads */
+    double peak = 0;
+    const char *peak_kind = NULL;
+    const bool have_peak = tsr_bench_backend_peak(be, nthreads, &peak, &peak_kind);
+    if (json) {
+        printf("{\"backend\": \"%s\", \"threads\": %d, \"dtype\": \"%s\", \"iters\": %d, ",
                be->name, nthreads, dt, (int)iters);
-    else
-        printf("backend: %s (%s activations), median of %d calls\n\n%-40s %10s %10s\n", be->name,
-               dt, (int)iters, "op", "ms", "GFLOP/s");
+        if (have_peak)
+            printf("\"peak_gflops\": %.2f, \"peak_kind\": \"%s\", ", peak, peak_kind);
+        printf("\"results\": [");
+    } else {
+        printf("backend: %s (%s activations), median of %d calls\n", be->name, dt, (int)iters);
+        if (have_peak)
+            printf("peak: %.1f GFLOP/s measured (%s, %d threads: tessera bench peak)\n", peak,
+                   peak_kind, nthreads);
+        printf("\n%-40s %10s %10s %7s\n", "op", "ms", "GFLOP/s", "% peak");
+    }
     int status = TSR_EXIT_OK, printed = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const bench_shape *s = &shapes[i];
@@ -262,8 +276,11 @@ static int bench_ops(int argc, char **argv)
                    "\"gflops\": %.2f, \"flops\": %.0f}",
                    printed ? "," : "", s->name, kind_name(s->kind), med * 1e3, times[0] * 1e3,
                    gflops, flops);
+        else if (have_peak)
+            printf("%-40s %10.3f %10.1f %6.0f%%\n", s->name, med * 1e3, gflops,
+                   100.0 * gflops / peak);
         else
-            printf("%-40s %10.3f %10.1f\n", s->name, med * 1e3, gflops);
+            printf("%-40s %10.3f %10.1f %7s\n", s->name, med * 1e3, gflops, "-");
         printed++;
         fflush(stdout);
     }
@@ -275,6 +292,7 @@ static int bench_ops(int argc, char **argv)
 }
 
 int tsr_bench_vae(int argc, char **argv); /* cli/bench_vae.c */
+int tsr_bench_peak(int argc, char **argv); /* cli/bench_peak.c */
 int tsr_bench_unet(int argc, char **argv); /* cli/bench_unet.c */
 
 int tsr_cmd_bench(int argc, char **argv)
@@ -285,6 +303,8 @@ int tsr_cmd_bench(int argc, char **argv)
         return tsr_bench_vae(argc - 1, argv + 1); /* bench_vae.c */
     if (argc >= 2 && strcmp(argv[1], "unet") == 0)
         return tsr_bench_unet(argc - 1, argv + 1); /* bench_unet.c */
+    if (argc >= 2 && strcmp(argv[1], "peak") == 0)
+        return tsr_bench_peak(argc - 1, argv + 1); /* bench_peak.c */
     FILE *out = argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
                     ? stdout
                     : stderr;
@@ -292,7 +312,8 @@ int tsr_cmd_bench(int argc, char **argv)
                  "[--json]\n\n"
                  "  ops   time conv2d, linear and attention at SD 1.5 UNet shapes\n"
                  "  vae   time a VAE decode of a model (--model DIR) and its peak memory\n"
-                 "  unet  time one UNet call of a model (--model DIR) and its peak memory\n\n"
+                 "  unet  time one UNet call of a model (--model DIR) and its peak memory\n"
+                 "  peak  measure the CPU's multiply-add ceiling (what ops are reported against)\n\n"
                  "Run 'tessera bench ops --help' for its options.\n\n%s\n",
             TSR_ARGS_EXIT_HELP);
     if (out == stdout)

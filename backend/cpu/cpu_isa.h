@@ -32,4 +32,20 @@ bool tsr_cpu_has_bf16_dot(void);
 /* "scalar", "avx2", "avx512" */
 const char *tsr_cpu_isa_name(tsr_cpu_isa_level level);
 
+/* The machine's measured multiply-add ceiling (cpu_peak.c): register-only
+ * chains of the kind's instruction on `threads` threads at once, about
+ * `seconds` each (<= 0: 0.2).  GFLOP/s counting 2 per multiply-add; 0 where
+ * the kind is not available at the chosen level (tsr_cpu_isa, so
+ * TESSERA_CPU_ISA caps it too) or a thread would not start. */
+typedef enum tsr_cpu_peak_kind {
+    TSR_CPU_PEAK_SCALAR, /* scalar fmaf */
+    TSR_CPU_PEAK_AVX2,   /* vfmadd on 8 floats */
+    TSR_CPU_PEAK_AVX512, /* vfmadd on 16 floats */
+    TSR_CPU_PEAK_BF16,   /* vdpbf16ps: 32 bf16 products summed into 16 floats */
+} tsr_cpu_peak_kind;
+#define TSR_CPU_PEAK_MAX_THREADS 256
+bool tsr_cpu_peak_available(tsr_cpu_peak_kind kind);
+const char *tsr_cpu_peak_name(tsr_cpu_peak_kind kind);
+double tsr_cpu_peak_gflops(tsr_cpu_peak_kind kind, int threads, double seconds);
+
 #endif

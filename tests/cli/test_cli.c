@@ -265,6 +265,15 @@ static int test_exit_codes(void)
     RUN(&r, "bench", "vae", "--model", bad);
     EXPECT(&r, 1, "garbage.safetensors");
     run_free(&r);
+    /* bench peak: a bad value is a usage error; a short run reports every kind */
+    RUN(&r, "bench", "peak", "--seconds", "0");
+    EXPECT(&r, 2, "--seconds");
+    run_free(&r);
+    RUN(&r, "bench", "peak", "--seconds", "0.02", "--threads", "2", "--json");
+    ASSERT_EQ(r.status, 0);
+    if (!strstr(r.out, "\"kind\": \"scalar fma\"") || !strstr(r.out, "\"gflops_all\""))
+        TSR_FAIL("bench peak --json: %s", r.out);
+    run_free(&r);
     /* missing files: 1; bad values: 2 */
     RUN(&r, "inspect", "/nonexistent/model");
     EXPECT(&r, 1, "/nonexistent/model");

@@ -418,6 +418,29 @@ static int case_bench(int argc, char **argv)
     return 0;
 }
 
+/* The measured ceiling (cpu_peak.c): every kind the chosen level has gives a
+ * finite positive figure on one and on two threads, the others 0.  Not a
+ * timing bound (a loaded machine measures less, and that is its figure). */
+static int case_peak(void)
+{
+    const tsr_cpu_peak_kind kinds[] = {TSR_CPU_PEAK_SCALAR, TSR_CPU_PEAK_AVX2,
+                                       TSR_CPU_PEAK_AVX512, TSR_CPU_PEAK_BF16};
+    ASSERT_TRUE(tsr_cpu_peak_available(TSR_CPU_PEAK_SCALAR));
+    ASSERT_TRUE(tsr_cpu_peak_available(TSR_CPU_PEAK_AVX2) == (tsr_cpu_isa() >= TSR_CPU_ISA_AVX2));
+    ASSERT_TRUE(tsr_cpu_peak_available(TSR_CPU_PEAK_BF16) == tsr_cpu_has_bf16_dot());
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        for (int threads = 1; threads <= 2; threads++) {
+            const double g = tsr_cpu_peak_gflops(kinds[i], threads, 0.02);
+            fprintf(stderr, "%s, %d thread(s): %.1f GFLOP/s\n", tsr_cpu_peak_name(kinds[i]),
+                    threads, g);
+            if (tsr_cpu_peak_available(kinds[i]))
+                ASSERT_TRUE(g > 0 && isfinite(g));
+            else
+                ASSERT_TRUE(g == 0);
+        }
+    return 0;
+}
+
 static const tsr_test_entry cases[] = {
     {"reference", case_reference},
     {"rows_independent", case_rows_independent},
@@ -425,6 +448,7 @@ static const tsr_test_entry cases[] = {
     {"kblocks", case_kblocks},
     {"kernels_agree", case_kernels_agree},
     {"bf16_pairs", case_bf16_pairs},
+    {"peak", case_peak},
 };
 
 int main(int argc, char **argv)

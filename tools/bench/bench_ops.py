@@ -104,13 +104,23 @@ def main():
     if args.filter:
         cmd += ["--filter", args.filter]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    ours = {r["name"]: r for r in json.loads(out)["results"]}
+    report = json.loads(out)
+    ours = {r["name"]: r for r in report["results"]}
+    peak = report.get("peak_gflops")   # the measured ceiling (tessera bench peak)
+
+    def pct(gflops):
+        return f"{100 * gflops / peak:.0f}%" if peak else "-"
 
     torch.set_num_threads(args.threads)
     print(f"threads {args.threads}, median of {args.iters}; torch {torch.__version__} "
-          f"({torch.backends.cpu.get_cpu_capability()}), `{' '.join(cmd)}`\n")
-    print("| op | tessera ms | torch ms | tessera GFLOP/s | torch GFLOP/s | ratio (tessera/torch) |")
-    print("|---|---:|---:|---:|---:|---:|")
+          f"({torch.backends.cpu.get_cpu_capability()}), `{' '.join(cmd)}`")
+    if peak:
+        print(f"peak {peak:.1f} GFLOP/s ({report.get('peak_kind')}, {args.threads} threads, "
+              "measured by tessera: the % columns are shares of it)")
+    print()
+    print("| op | tessera ms | torch ms | tessera GFLOP/s | torch GFLOP/s | tessera % peak | "
+          "torch % peak | ratio (tessera/torch) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     worst = 0.0
     for name, kind, p in SHAPES:
         if name not in ours:
@@ -120,8 +130,9 @@ def main():
         r = ours[name]
         ratio = r["ms"] / (t * 1e3)
         worst = max(worst, ratio)
-        print(f"| {name} | {r['ms']:.2f} | {t * 1e3:.2f} | {r['gflops']:.1f} | "
-              f"{flops / t * 1e-9:.1f} | {ratio:.2f} |")
+        tg = flops / t * 1e-9
+        print(f"| {name} | {r['ms']:.2f} | {t * 1e3:.2f} | {r['gflops']:.1f} | {tg:.1f} | "
+              f"{pct(r['gflops'])} | {pct(tg)} | {ratio:.2f} |")
     print(f"\nworst ratio {worst:.2f}", file=sys.stderr)
 
 

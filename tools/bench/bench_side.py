@@ -12,6 +12,14 @@ they would share the cores), at the same thread count:
   pytorch          diffusers fp32 with PyTorch's SDPA attention, through the
                    existing tools/bench/bench_unet.py --child and
                    tools/bench/bench_vae.py --torch-child (not duplicated here)
+and, only when named in --sides:
+  tessera-avx2     tessera with TESSERA_CPU_ISA=avx2 (its AVX2 kernels on an
+                   AVX-512 machine: the AVX2 figure where no AVX2-only machine
+                   is at hand)
+  pytorch-avx2     pytorch capped the same way: ATEN_CPU_CAPABILITY=avx2
+                   ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
+  pytorch-bf16     pytorch in bf16 end to end (--torch-dtype bf16): the
+                   like-for-like peer of tessera-bf16
   sdcpp            stable-diffusion.cpp's sd-cli on a single-file checkpoint
                    written by `tessera convert --to single` (cached under out/)
 
@@ -65,7 +73,10 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.dirname(os.path.abspath(__file__))
-SIDES = ["tessera", "tessera-haswell", "tessera-bf16", "pytorch", "sdcpp"]
+DEFAULT_SIDES = ["tessera", "tessera-haswell", "tessera-bf16", "pytorch", "sdcpp"]
+SIDES = DEFAULT_SIDES + ["tessera-avx2", "pytorch-avx2", "pytorch-bf16"]
+AVX2_CAP = {"TESSERA_CPU_ISA": "avx2", "ATEN_CPU_CAPABILITY": "avx2",
+            "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 
 # sd.cpp's tokenizer vocab headers for non-CLIP text encoders are large files that a
 # partial checkout (e.g. a mirror without large blobs) may lack; SD 1.5 and SDXL only
@@ -311,11 +322,18 @@ def run_sdcpp(args, case, model_dir):
 
 # ---------------------------------------------------------------------------- Tessera, PyTorch
 
-def run_tessera(args, case, model_dir, haswell, device="cpu"):
+def env_prefix(env, keys):
+    return "".join(f"{k}={env[k]} " for k in keys if k in env)
+
+
+def run_tessera(args, case, model_dir, haswell, device="cpu", avx2=False):
     env = dict(os.environ)
     env.pop("OPENBLAS_CORETYPE", None)
+    env.pop("TESSERA_CPU_ISA", None)
     if haswell:
         env["OPENBLAS_CORETYPE"] = "Haswell"
+    if avx2:
+        env["TESSERA_CPU_ISA"] = AVX2_CAP["TESSERA_CPU_ISA"]
     common = ["--device", device, "--size", str(case["size"]), "--threads", str(args.threads),
               "--iters", str(args.iters), "--warmup", str(args.warmup), "--json"]
     if case["kind"] == "unet":
@@ -323,7 +341,7 @@ def run_tessera(args, case, model_dir, haswell, device="cpu"):
     else:
         cmd = [args.bin, "bench", "vae", "--model", model_dir, "--batch", "1"] + common
     rc, out, err, peak, wall = run_child(cmd, env=env)
-    res = {"cmd": ("OPENBLAS_CORETYPE=Haswell " if haswell else "") + " ".join(cmd),
+    res = {"cmd": env_prefix(env, ["OPENBLAS_CORETYPE", "TESSERA_CPU_ISA"]) + " ".join(cmd),
            "peak_rss_mib": peak, "wall_s": wall, "rc": rc}
     if rc != 0:
         res["error"] = f"exit {rc}: {err.strip()[-300:]}"
@@ -334,17 +352,22 @@ def run_tessera(args, case, model_dir, haswell, device="cpu"):
     return res
 
 
-def run_pytorch(args, case, model_dir):
+def run_pytorch(args, case, model_dir, dtype="fp32", avx2=False):
     common = ["--model", model_dir, "--size", str(case["size"]), "--threads", str(args.threads),
-              "--iters", str(args.iters), "--warmup", str(args.warmup)]
+              "--iters", str(args.iters), "--warmup", str(args.warmup), "--torch-dtype", dtype]
     if case["kind"] == "unet":
         cmd = [args.python, os.path.join(HERE, "bench_unet.py"), "--child", "--batch", "2"]
     else:
         cmd = [args.python, os.path.join(HERE, "bench_vae.py"), "--torch-child", "--batch", "1"]
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(args.threads))
+    for k in AVX2_CAP:
+        env.pop(k, None)
+    if avx2:
+        env.update({k: v for k, v in AVX2_CAP.items() if k != "TESSERA_CPU_ISA"})
     rc, out, err, peak, wall = run_child(cmd + common, env=env)
-    res = {"cmd": " ".join(cmd + common), "peak_rss_mib": peak, "wall_s": wall, "rc": rc}
+    res = {"cmd": env_prefix(env, list(AVX2_CAP)) + " ".join(cmd + common),
+           "peak_rss_mib": peak, "wall_s": wall, "rc": rc}
     if rc != 0:
         res["error"] = f"exit {rc}: {err.strip()[-300:]}"
         return res
@@ -368,8 +391,8 @@ def parse_case(text, args):
 
 
 def run_case(args, case):
-    per_side = {s: [] for s in SIDES if s not in args.skip}
-    order = [s for s in SIDES if s not in args.skip]
+    order = [s for s in args.sides if s not in args.skip]
+    per_side = {s: [] for s in order}
     loads = [os.getloadavg()]
     for r in range(args.rounds):
         seq = order if r % 2 == 0 else list(reversed(order))
@@ -382,8 +405,14 @@ def run_case(args, case):
                 res = run_tessera(args, case, case["dir"], True)
             elif side == "tessera-bf16":
                 res = run_tessera(args, case, case["dir"], False, "cpu-bf16gemm")
+            elif side == "tessera-avx2":
+                res = run_tessera(args, case, case["dir"], False, avx2=True)
             elif side == "pytorch":
                 res = run_pytorch(args, case, case["dir"])
+            elif side == "pytorch-avx2":
+                res = run_pytorch(args, case, case["dir"], avx2=True)
+            elif side == "pytorch-bf16":
+                res = run_pytorch(args, case, case["dir"], dtype="bf16")
             else:
                 res = run_sdcpp(args, case, case["dir"])
             if "wall_s" in res:
@@ -435,26 +464,28 @@ def table(info, results):
     else:
         lines.append("stable-diffusion.cpp: not given")
     lines.append("")
-    lines.append("| case | Tessera s | Tessera s, OPENBLAS_CORETYPE=Haswell | Tessera bf16 s | "
-                 "PyTorch s | sd.cpp s | Tessera/PyTorch | bf16/PyTorch | peak RSS MiB: Tessera / "
-                 "Haswell / bf16 / PyTorch / sd.cpp | CPU share (cores busy / wall) | "
-                 "load avg before -> after |")
-    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|")
+    # One row per (case, side): each side's speed-up over its PyTorch peer (fp32 for
+    # the fp32 sides, the AVX2-capped run for tessera-avx2, bf16 for tessera-bf16).
+    peer = {"tessera": "pytorch", "tessera-haswell": "pytorch", "tessera-avx2": "pytorch-avx2",
+            "tessera-bf16": "pytorch-bf16", "sdcpp": "pytorch"}
+    lines.append("| case | side | s | vs PyTorch fp32 | vs its PyTorch peer (peer) | "
+                 "peak RSS MiB | CPU share (cores busy / wall) | load avg before -> after |")
+    lines.append("|---|---|---:|---:|---:|---:|---:|---|")
     for r in results:
-        s = r["summary"]
-        t, p = s.get("tessera", {}), s.get("pytorch", {})
-        ratio = f"{t['s'] / p['s']:.2f}" if "s" in t and "s" in p else "-"
-        bf = s.get("tessera-bf16", {})
-        ratio_bf = f"{bf['s'] / p['s']:.2f}" if "s" in bf and "s" in p else "-"
-        rss = " / ".join(f"{s[x]['peak_rss_mib']:.0f}" if "peak_rss_mib" in s.get(x, {})
-                         else "-" for x in SIDES)
-        share = " / ".join(f"{s[x]['cpu_share']:.2f}" if "cpu_share" in s.get(x, {})
-                           else "-" for x in SIDES)
-        la, lb = r["loadavg_before"], r["loadavg_after"]
-        lines.append(f"| {r['case']['name']} | {fmt_s(s, 'tessera')} | "
-                     f"{fmt_s(s, 'tessera-haswell')} | {fmt_s(s, 'tessera-bf16')} | "
-                     f"{fmt_s(s, 'pytorch')} | {fmt_s(s, 'sdcpp')} | {ratio} | {ratio_bf} | "
-                     f"{rss} | {share} | {la[0]:.2f} -> {lb[0]:.2f} |")
+        summ = r["summary"]
+        load = f"{r['loadavg_before'][0]:.2f} -> {r['loadavg_after'][0]:.2f}"
+
+        def speedup(side, other):
+            x, o = summ.get(side, {}), summ.get(other, {})
+            return f"{o['s'] / x['s']:.2f}x" if "s" in x and "s" in o else "-"
+        for side in [x for x in SIDES if x in summ]:
+            x = summ[side]
+            pe = peer.get(side)
+            vs_peer = f"{speedup(side, pe)} ({pe})" if pe else "-"
+            rss = f"{x['peak_rss_mib']:.0f}" if "peak_rss_mib" in x else "-"
+            share = f"{x['cpu_share']:.2f}" if "cpu_share" in x else "-"
+            lines.append(f"| {r['case']['name']} | {side} | {fmt_s(summ, side)} | "
+                         f"{speedup(side, 'pytorch')} | {vs_peer} | {rss} | {share} | {load} |")
     lines.append("")
     lines.append("unet-*: s per UNet call at batch 2 (one image with CFG), median of the "
                  "iterations after warm-up, for Tessera and PyTorch; for sd.cpp s per euler "
@@ -464,7 +495,8 @@ def table(info, results):
                  "Peak RSS: ru_maxrss of each process (with loading; sd.cpp's holds the whole "
                  "pipeline).  CPU share: the process's CPU seconds (wait4) over its wall time, "
                  "loading included; near the thread count on an idle machine, well below it "
-                 "when other work took the cores.  With several rounds, the median of the "
+                 "when other work took the cores.  vs ...: the peer's time over this side's "
+                 "(above 1x = this side is faster).  With several rounds, the median of the "
                  "rounds.")
     return "\n".join(lines)
 
@@ -498,8 +530,11 @@ def main():
     ap.add_argument("--warmup", type=int, default=1, help="untimed calls first (default 1)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="rounds of all sides per case, order reversed every other round")
-    ap.add_argument("--skip", default="", help="comma-separated sides to leave out: "
-                    + ",".join(SIDES))
+    ap.add_argument("--sides", default=",".join(DEFAULT_SIDES),
+                    help="comma-separated sides to run, in this order (default "
+                         f"{','.join(DEFAULT_SIDES)}; also: tessera-avx2, pytorch-avx2, "
+                         "pytorch-bf16)")
+    ap.add_argument("--skip", default="", help="comma-separated sides to leave out of --sides")
     ap.add_argument("--python", default=sys.executable,
                     help="Python with torch and diffusers for the PyTorch side")
     ap.add_argument("--work", default=os.path.join(ROOT, "out", "bench_side"),
@@ -508,6 +543,10 @@ def main():
     ap.add_argument("--out", help="write every measurement and the header here as JSON")
     args = ap.parse_args()
     args.skip = [s for s in args.skip.split(",") if s]
+    args.sides = [s for s in args.sides.split(",") if s]
+    bad = [s for s in args.sides if s not in SIDES]
+    if bad:
+        sys.exit(f"unknown side(s) {','.join(bad)}: choose from {','.join(SIDES)}")
     if args.sdcpp:
         args.sdcpp = os.path.abspath(args.sdcpp)
     if not os.access(args.bin, os.X_OK):

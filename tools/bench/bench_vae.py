@@ -34,12 +34,13 @@ def torch_child(a):
     import torch
     from diffusers import AutoencoderKL
     torch.set_num_threads(a.threads)
-    vae = AutoencoderKL.from_pretrained(os.path.join(a.model, "vae"), torch_dtype=torch.float32)
+    dt = torch.bfloat16 if a.torch_dtype == "bf16" else torch.float32
+    vae = AutoencoderKL.from_pretrained(os.path.join(a.model, "vae"), torch_dtype=dt)
     vae.eval()
     f = 2 ** (len(vae.config.block_out_channels) - 1)
     h = a.size // f
     g = torch.Generator().manual_seed(0)
-    lat = torch.randn(a.batch, vae.config.latent_channels, h, h, generator=g)
+    lat = torch.randn(a.batch, vae.config.latent_channels, h, h, generator=g).to(dt)
     rss_before = proc_mib("VmRSS")
     times = []
     with torch.inference_mode():
@@ -50,7 +51,7 @@ def torch_child(a):
                 times.append(time.perf_counter() - t0)
     print(json.dumps({"decode_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
                       "rss_before_mib": rss_before, "peak_rss_mib": proc_mib("VmHWM"),
-                      "torch": torch.__version__}))
+                      "dtype": a.torch_dtype, "torch": torch.__version__}))
 
 
 def main():
@@ -63,6 +64,9 @@ def main():
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--torch-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--torch-dtype", default="fp32", choices=["fp32", "bf16"],
+                    help="the torch side's weights and activations (bf16: end to end, "
+                         "the like-for-like peer of Tessera's opt-in --precision bf16)")
     a = ap.parse_args()
     if a.torch_child:
         return torch_child(a)
@@ -70,8 +74,8 @@ def main():
               "--iters", str(a.iters), "--warmup", str(a.warmup)]
     ts = json.loads(subprocess.run([a.bin, "bench", "vae", "--model", a.model, "--json"] + common,
                                    check=True, capture_output=True, text=True).stdout)
-    pt = json.loads(subprocess.run([sys.executable, __file__, "--torch-child", "--model", a.model]
-                                   + common, check=True, capture_output=True, text=True).stdout)
+    pt = json.loads(subprocess.run([sys.executable, __file__, "--torch-child", "--model", a.model,
+                                    "--torch-dtype", a.torch_dtype] + common, check=True, capture_output=True, text=True).stdout)
     print(f"VAE decode {a.size}x{a.size}, batch {a.batch}, threads {a.threads}, median of "
           f"{a.iters} after {a.warmup} warm-up; torch {pt['torch']}\n")
     print("| | tessera | torch | ratio (tessera/torch) |")
