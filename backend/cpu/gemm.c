@@ -3,19 +3,24 @@
  * (see gemm.h for why Tessera has its own, gemm_kernels.c for the
  * micro-kernels).
  *
- * Loop nest, for each block of up to NC_BYTES / KC columns and each k-block
- * (tsr_gemm_kblock: at most TSR_GEMM_KC, never straddling a conv tap of
- * 192 channels or more):
- *   1. pack B's k-block into NR-wide panels (shared scratch, panels split
- *      over the pool);
+ * Loop nest, for each block of columns whose packed B (all of K) fits
+ * NC_BYTES:
+ *   1. pack that block of B, all of K, into NR-wide column panels of K x NR
+ *      (shared scratch, panels split over the pool);
  *   2. run tasks of (MC rows of A) x (a run of B panels) on the pool; a
- *      task packs its rows of A into MR-row panels (its worker's scratch;
- *      for a conv the im2col happens here, from the NHWC image) and calls
- *      the micro-kernel for every (B panel, A panel) pair, B panel outer so
- *      it stays in L1 (24 KiB at 16 x 384) while the A block (MC x KC, at
- *      most 144 KiB) stays in L2.  Where a k-block's rows lie contiguous
- *      (linear, 1x1 convs, a block inside one tap) A is not packed at all:
- *      the micro-kernel reads it in place through MR row pointers.
+ *      task walks every k-block (tsr_gemm_kblock: at most TSR_GEMM_KC,
+ *      never straddling a conv tap of 192 channels or more) in order, so
+ *      its MC x run block of C stays in L2 from the first k-block to the
+ *      last; per k-block it packs its rows of A into MR-row panels (its
+ *      worker's scratch; for a conv the im2col happens here, from the NHWC
+ *      image) and calls the micro-kernel for every (B panel, A panel) pair,
+ *      B panel outer so it stays in L1 while the A block (MC x KC, at most
+ *      144 KiB) stays in L2.  Where a k-block's rows lie contiguous (linear,
+ *      1x1 convs, a block inside one tap) A is not packed at all: the
+ *      micro-kernel reads it in place through MR row pointers.
+ * So one call synchronises the pool twice per column block, not twice per
+ * k-block: a 16x16 conv of 1280 channels (36 k-blocks) used to wait at 288
+ * barriers per call, which on two threads ate its second thread's gain.
  * A tile that C's edge cuts is computed into a local tile and then added
  * with the same roundings, so edge elements are computed like all others.
  */
@@ -28,10 +33,10 @@
 #include "core/error.h"
 #include "core/log.h"
 
-#define MC 96       /* rows per task: a multiple of every kernel's MR (6) */
-/* Columns of B packed at once: a k-block of them (NC x KC floats) should
- * share L2 with the task's A block, so half of a 1 MiB L2 at most. */
-#define NC_BYTES ((int64_t)512 << 10)
+#define MC 96 /* rows per task: a multiple of every kernel's MR (6) */
+/* Packed B of one column block, all of K: read by every task, so it should
+ * stay in the shared L3 (at least 256 columns fit for K up to 8192). */
+#define NC_BYTES ((int64_t)8 << 20)
 
 static pthread_once_t kernel_once = PTHREAD_ONCE_INIT;
 static const tsr_gemm_kernel *kernel_sel;
@@ -55,8 +60,8 @@ typedef struct gemm_run {
     const tsr_gemm *g;
     const tsr_gemm_kernel *kr;
     cpu_ctx *ctx;
-    int64_t k0, kc, n0, nc;
-    float *bp;      /* packed B: ceil(nc / nr) panels of kc x nr */
+    int64_t n0, nc;
+    float *bp;      /* packed B: ceil(nc / nr) panels of k x nr */
     int64_t nsub;   /* column runs per row block */
     int64_t spanel; /* B panels per column run */
 } gemm_run;
@@ -71,7 +76,7 @@ static void pack_b_task(void *ctx_, int64_t begin, int64_t end, int worker)
     const gemm_run *r = ctx_;
     const tsr_gemm *g = r->g;
     const int nr = r->kr->nr;
-    const int64_t kc = r->kc;
+    const int64_t kc = g->k;
     for (int64_t jp = begin; jp < end; jp++) {
         float *dst = r->bp + jp * nr * kc;
         const int64_t j0 = r->n0 + jp * nr;
@@ -79,14 +84,14 @@ static void pack_b_task(void *ctx_, int64_t begin, int64_t end, int worker)
         if (g->b_kn) {
             for (int64_t p = 0; p < kc; p++) {
                 float *d = dst + p * nr;
-                memcpy(d, g->b + (r->k0 + p) * g->ldb + j0, (size_t)jn * sizeof(float));
+                memcpy(d, g->b + p * g->ldb + j0, (size_t)jn * sizeof(float));
                 for (int64_t jj = jn; jj < nr; jj++)
                     d[jj] = 0.0f;
             }
             continue;
         }
         if (jn == nr) {
-            r->kr->pack_b_nk(g->b + j0 * g->ldb + r->k0, g->ldb, kc, nr, dst);
+            r->kr->pack_b_nk(g->b + j0 * g->ldb, g->ldb, kc, nr, dst);
             continue;
         }
         for (int64_t jj = 0; jj < nr; jj++) {
@@ -95,7 +100,7 @@ static void pack_b_task(void *ctx_, int64_t begin, int64_t end, int worker)
                     dst[p * nr + jj] = 0.0f;
                 continue;
             }
-            const float *src = g->b + (j0 + jj) * g->ldb + r->k0;
+            const float *src = g->b + (j0 + jj) * g->ldb;
             for (int64_t p = 0; p < kc; p++)
                 dst[p * nr + jj] = src[p];
         }
@@ -143,33 +148,30 @@ static void interleave(const float *const *src, int mr, int64_t len, float *dst)
 
 /* Whether every row's columns [k0, k0 + kc) lie contiguous in memory, so
  * the micro-kernel can read A where it lies (no packing). */
-static bool rows_direct(const gemm_run *r)
+static bool rows_direct(const tsr_gemm *g, int64_t k0, int64_t kc)
 {
-    const tsr_gemm *g = r->g;
     if (g->a_km)
         return false;
-    return !g->conv || r->k0 % g->conv->ci + r->kc <= g->conv->ci;
+    return !g->conv || k0 % g->conv->ci + kc <= g->conv->ci;
 }
 
 /* Row `row`'s columns [k0, k0 + kc) when rows_direct() holds. */
-static const float *row_direct(const gemm_run *r, int64_t row)
+static const float *row_direct(const tsr_gemm *g, int64_t row, int64_t k0, int64_t kc)
 {
-    const tsr_gemm *g = r->g;
     if (row >= g->m)
         return zeros;
     if (!g->conv)
-        return g->a + row * g->lda + r->k0;
+        return g->a + row * g->lda + k0;
     int64_t run;
-    return conv_run(g->conv, row, r->k0, r->kc, &run);
+    return conv_run(g->conv, row, k0, kc, &run);
 }
 
 /* Rows [i0, i0 + mc) of A's k-block into MR-row panels at ap, a run of
  * contiguous columns (a kernel tap of a conv) at a time. */
-static void pack_a(const gemm_run *r, int64_t i0, int64_t mc, float *ap)
+static void pack_a(const gemm_run *r, int64_t k0, int64_t kc, int64_t i0, int64_t mc, float *ap)
 {
     const tsr_gemm *g = r->g;
     const int mr = r->kr->mr;
-    const int64_t kc = r->kc, k0 = r->k0;
     _Alignas(64) float gathered[TSR_GEMM_MAX_MR][TSR_GEMM_KC];
     const float *src[TSR_GEMM_MAX_MR];
     for (int64_t ip = 0; ip * mr < mc; ip++) {
@@ -215,8 +217,6 @@ static void gemm_task(void *ctx_, int64_t begin, int64_t end, int worker)
     const tsr_gemm *g = r->g;
     const tsr_gemm_kernel *kr = r->kr;
     const int mr = kr->mr, nr = kr->nr;
-    const int64_t kc = r->kc;
-    const bool acc = g->accumulate || r->k0 > 0;
     float *ap = r->ctx->worker[worker].ptr;
     _Alignas(64) float tile[TSR_GEMM_MAX_MR * TSR_GEMM_MAX_NR];
     /* A's rows, read in place (rows_direct); MC + MR so a short last panel
@@ -229,37 +229,43 @@ static void gemm_task(void *ctx_, int64_t begin, int64_t end, int worker)
         const int64_t jp0 = sb * r->spanel, jp1 = min64(npanels, jp0 + r->spanel);
         if (jp0 >= jp1)
             continue;
-        const bool direct = rows_direct(r);
-        if (direct)
-            for (int64_t i = 0; i < MC + TSR_GEMM_MAX_MR; i++)
-                rowp[i] = i < mc ? row_direct(r, i0 + i) : zeros;
-        else
-            pack_a(r, i0, mc, ap);
-        for (int64_t jp = jp0; jp < jp1; jp++) {
-            const int64_t j = r->n0 + jp * nr;
-            const int64_t cols = min64(nr, g->n - j);
-            const float *bpp = r->bp + jp * nr * kc;
-            for (int64_t ip = 0; ip * mr < mc; ip++) {
-                const int64_t rows = min64(mr, mc - ip * mr);
-                float *cp = g->c + (i0 + ip * mr) * g->ldc + j;
-                const float *app = ap + ip * mr * kc;
-                const float *const *rpp = rowp + ip * mr;
-                if (rows == mr && cols == nr) {
-                    if (direct)
-                        kr->fn_rows(kc, rpp, bpp, cp, g->ldc, g->alpha, acc);
-                    else
-                        kr->fn(kc, app, bpp, cp, g->ldc, g->alpha, acc);
-                    continue;
-                }
-                if (direct)
-                    kr->fn_rows(kc, rpp, bpp, tile, nr, g->alpha, false);
-                else
-                    kr->fn(kc, app, bpp, tile, nr, g->alpha, false);
-                for (int64_t i = 0; i < rows; i++)
-                    for (int64_t jj = 0; jj < cols; jj++) {
-                        const float v = tile[i * nr + jj];
-                        cp[i * g->ldc + jj] = acc ? cp[i * g->ldc + jj] + v : v;
+        /* every k-block in order: the same sums, in the same order, as one
+         * k-block at a time over all of C */
+        for (int64_t k0 = 0, kc; k0 < g->k; k0 += kc) {
+            kc = tsr_gemm_kblock(g, k0);
+            const bool acc = g->accumulate || k0 > 0;
+            const bool direct = rows_direct(g, k0, kc);
+            if (direct)
+                for (int64_t i = 0; i < MC + TSR_GEMM_MAX_MR; i++)
+                    rowp[i] = i < mc ? row_direct(g, i0 + i, k0, kc) : zeros;
+            else
+                pack_a(r, k0, kc, i0, mc, ap);
+            for (int64_t jp = jp0; jp < jp1; jp++) {
+                const int64_t j = r->n0 + jp * nr;
+                const int64_t cols = min64(nr, g->n - j);
+                const float *bpp = r->bp + jp * nr * g->k + k0 * nr;
+                for (int64_t ip = 0; ip * mr < mc; ip++) {
+                    const int64_t rows = min64(mr, mc - ip * mr);
+                    float *cp = g->c + (i0 + ip * mr) * g->ldc + j;
+                    const float *app = ap + ip * mr * kc;
+                    const float *const *rpp = rowp + ip * mr;
+                    if (rows == mr && cols == nr) {
+                        if (direct)
+                            kr->fn_rows(kc, rpp, bpp, cp, g->ldc, g->alpha, acc);
+                        else
+                            kr->fn(kc, app, bpp, cp, g->ldc, g->alpha, acc);
+                        continue;
                     }
+                    if (direct)
+                        kr->fn_rows(kc, rpp, bpp, tile, nr, g->alpha, false);
+                    else
+                        kr->fn(kc, app, bpp, tile, nr, g->alpha, false);
+                    for (int64_t i = 0; i < rows; i++)
+                        for (int64_t jj = 0; jj < cols; jj++) {
+                            const float v = tile[i * nr + jj];
+                            cp[i * g->ldc + jj] = acc ? cp[i * g->ldc + jj] + v : v;
+                        }
+                }
             }
         }
     }
@@ -292,12 +298,16 @@ int tsr_cpu_gemm(cpu_ctx *c, const tsr_gemm *g)
                                                "row-major operands");
     const int nr = r.kr->nr;
     const int threads = c->n_threads > 0 ? c->n_threads : 1;
-    int64_t nc_blk = NC_BYTES / (TSR_GEMM_KC * (int64_t)sizeof(float)) / nr * nr;
-    if (nc_blk < nr)
-        nc_blk = nr;
-    const int64_t nc_max = min64(nc_blk, ((g->n + nr - 1) / nr) * nr);
+    /* column blocks of equal width (in whole panels) whose packed B fits NC_BYTES */
+    const int64_t panels = (g->n + nr - 1) / nr;
+    int64_t fit = NC_BYTES / (g->k * nr * (int64_t)sizeof(float));
+    if (fit < 1)
+        fit = 1;
+    const int64_t nblocks = (panels + fit - 1) / fit;
+    const int64_t nc_blk = (panels + nblocks - 1) / nblocks * nr;
+    const int64_t nc_max = nc_blk;
     const int64_t kc_max = min64(TSR_GEMM_KC, g->k);
-    float *bp = tsr_cpu_scratch_shared(c, (size_t)(nc_max * kc_max) * sizeof(float));
+    float *bp = tsr_cpu_scratch_shared(c, (size_t)(nc_max * g->k) * sizeof(float));
     if (!bp)
         return TSR_ERR_NOMEM;
     int rc = tsr_cpu_scratch_workers_reserve(c, (size_t)(MC * kc_max) * sizeof(float));
@@ -317,14 +327,10 @@ int tsr_cpu_gemm(cpu_ctx *c, const tsr_gemm *g)
             nsub = 1;
         r.spanel = (npanels + nsub - 1) / nsub;
         r.nsub = (npanels + r.spanel - 1) / r.spanel;
-        for (r.k0 = 0; r.k0 < g->k; r.k0 += r.kc) {
-            r.kc = tsr_gemm_kblock(g, r.k0);
-            tsr_pool_parallel_for(c->pool, npanels, tsr_cpu_grain(r.kc * nr, 1 << 14), pack_b_task,
-                                  &r);
-            /* one task per claim: a task is ~0.1-1 ms, so the default
-             * four chunks per thread would idle a thread at every k-block */
-            tsr_pool_parallel_for_chunk(c->pool, mblocks * r.nsub, 1, gemm_task, &r);
-        }
+        tsr_pool_parallel_for(c->pool, npanels, tsr_cpu_grain(g->k * nr, 1 << 14), pack_b_task, &r);
+        /* one task per claim: a task (all of K for MC rows) is long, and the
+         * default four chunks per thread would leave a thread idle at the end */
+        tsr_pool_parallel_for_chunk(c->pool, mblocks * r.nsub, 1, gemm_task, &r);
     }
     return TSR_OK;
 }

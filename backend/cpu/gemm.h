@@ -17,10 +17,13 @@
  * same alone or in any batch, at any thread count, on AVX2 and on AVX-512
  * (tests: cpu_gemm, batch_*).
  *
- * Layout (BLIS's): B is packed per k-block into NR-wide column panels
- * shared by all threads; each task packs an MC x KC block of A into MR-row
- * panels in its own scratch and runs the MR x NR micro-kernel over
- * (B panel, A panel) pairs, B's panel staying in L1 and A's block in L2.
+ * Layout (BLIS's panels): B is packed, all of K for a block of columns,
+ * into NR-wide column panels shared by all threads; each task owns an MC x
+ * run block of C across every k-block (so C stays in L2 and the pool meets
+ * twice per column block), packs A's MC x KC block per k-block into MR-row
+ * panels in its own scratch (or reads it in place) and runs the MR x NR
+ * micro-kernel over (B panel, A panel) pairs, B's panel staying in L1 and
+ * A's block in L2.
  */
 #ifndef TSR_BACKEND_CPU_GEMM_H
 #define TSR_BACKEND_CPU_GEMM_H

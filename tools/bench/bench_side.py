@@ -150,8 +150,16 @@ def machine_info(args):
     lscpu = sh(["lscpu"])
     for line in lscpu.splitlines():
         k, _, v = line.partition(":")
-        if k.strip() in ("Model name", "Flags", "Architecture", "CPU(s)", "L2 cache", "L3 cache"):
+        if k.strip() in ("Model name", "Flags", "Architecture", "CPU(s)", "L1d cache", "L2 cache",
+                         "L3 cache", "CPU family", "Model"):
             info["lscpu_" + k.strip().lower().replace(" ", "_").replace("(s)", "s")] = v.strip()
+    # the measured ceiling the figures run under (tessera bench peak)
+    peak = sh([args.bin, "bench", "peak", "--threads", str(args.threads), "--json"])
+    try:
+        info["peak"] = {r["kind"]: [r["gflops_1"], r["gflops_all"]]
+                        for r in json.loads(peak)["results"]}
+    except ValueError:
+        info["peak"] = {}
     py = args.python
     vers = sh([py, "-c", "import importlib.metadata as m; print(m.version('torch'), "
                "m.version('diffusers'))"])
@@ -452,7 +460,14 @@ def table(info, results):
     ob = info.get("openblas", {})
     lines.append(f"Machine: {info.get('lscpu_model_name', '?')}, {info['nproc']} CPUs visible, "
                  f"{info['threads']} threads per side; {info['date_utc']} UTC")
+    lines.append(f"CPU family {info.get('lscpu_cpu_family', '?')} model "
+                 f"{info.get('lscpu_model', '?')}; L1d {info.get('lscpu_l1d_cache', '?')}, L2 "
+                 f"{info.get('lscpu_l2_cache', '?')}, L3 {info.get('lscpu_l3_cache', '?')}")
     lines.append(f"Flags: {info.get('lscpu_flags', '?')}")
+    if info.get("peak"):
+        lines.append("Measured peak (tessera bench peak, GFLOP/s on 1 / "
+                     f"{info['threads']} threads): " + "; ".join(
+                         f"{k} {v[0]:.0f} / {v[1]:.0f}" for k, v in info["peak"].items()))
     lines.append(f"Tessera {info['tessera_commit']} ({info['tessera_bin']}); OpenBLAS "
                  f"{ob.get('config', ob.get('lib', '?'))}, core {ob.get('core_default', '?')} "
                  f"by default, {ob.get('core_haswell', '?')} with OPENBLAS_CORETYPE=Haswell")
