@@ -49,100 +49,67 @@ static double round_flops(tsr_cpu_peak_kind kind)
     }
 }
 
-#define CHAINS(OP) OP(0) OP(1) OP(2) OP(3) OP(4) OP(5) OP(6) OP(7) OP(8) OP(9) OP(10) OP(11)
+/* One kind's twelve chains and their sum: VEC the accumulator type, SET1
+ * its broadcast of a float, STEP(x) one multiply-add into x, CON the asm
+ * constraint that keeps a VEC in a register, ADD a sum of two, FIRST(s) a
+ * float out of the total (so that nothing is dead code). */
+#define PEAK_CHAINS(VEC, SET1, STEP, CON, ADD, FIRST)                                              \
+    VEC a0 = SET1(0), a1 = SET1(1), a2 = SET1(2), a3 = SET1(3), a4 = SET1(4), a5 = SET1(5),        \
+        a6 = SET1(6), a7 = SET1(7), a8 = SET1(8), a9 = SET1(9), a10 = SET1(10), a11 = SET1(11);    \
+    for (int64_t r = 0; r < rounds; r++) {                                                         \
+        a0 = STEP(a0), a1 = STEP(a1), a2 = STEP(a2), a3 = STEP(a3), a4 = STEP(a4);                 \
+        a5 = STEP(a5), a6 = STEP(a6), a7 = STEP(a7), a8 = STEP(a8), a9 = STEP(a9);                 \
+        a10 = STEP(a10), a11 = STEP(a11);                                                          \
+        __asm__ volatile(""                                                                        \
+                         : CON(a0), CON(a1), CON(a2), CON(a3), CON(a4), CON(a5), CON(a6), CON(a7), \
+                           CON(a8), CON(a9), CON(a10), CON(a11));                                  \
+    }                                                                                              \
+    VEC s_ = ADD(ADD(ADD(a0, a1), ADD(a2, a3)), ADD(ADD(a4, a5), ADD(a6, a7)));                    \
+    s_ = ADD(s_, ADD(ADD(a8, a9), ADD(a10, a11)));                                                 \
+    return FIRST(s_)
 
-/* An asm constraint that keeps a scalar float in a vector register, where
- * the target has one the compiler knows by a letter. */
+/* The constraint that keeps a float in a vector register, where the target
+ * has a letter for one; elsewhere memory (slower, still a figure). */
 #if defined(TSR_PEAK_X86)
-#define FREG "+x"
+#define CON_F(x) "+x"(x)
 #elif defined(__aarch64__)
-#define FREG "+w"
+#define CON_F(x) "+w"(x)
+#else
+#define CON_F(x) "+m"(x)
 #endif
+#define SET_F(v) ((float)(v))
+#define STEP_F(x) __builtin_fmaf(x, 0.999999f, 1e-7f)
+#define ADD_F(x, y) ((x) + (y))
+#define FIRST_F(x) (x)
 
 static float run_scalar(int64_t rounds)
 {
-    float a0 = 0, a1 = 1, a2 = 2, a3 = 3, a4 = 4, a5 = 5, a6 = 6, a7 = 7, a8 = 8, a9 = 9, a10 = 10,
-          a11 = 11;
-    for (int64_t r = 0; r < rounds; r++) {
-#define S(i) a##i = __builtin_fmaf(a##i, 0.999999f, 1e-7f);
-        CHAINS(S)
-#undef S
-#ifdef FREG
-        __asm__ volatile(""
-                         : FREG(a0), FREG(a1), FREG(a2), FREG(a3), FREG(a4), FREG(a5), FREG(a6),
-                           FREG(a7), FREG(a8), FREG(a9), FREG(a10), FREG(a11));
-#else
-        __asm__ volatile("" : : : "memory");
-#endif
-    }
-    return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
+    PEAK_CHAINS(float, SET_F, STEP_F, CON_F, ADD_F, FIRST_F);
 }
 
 #ifdef TSR_PEAK_X86
+#define CON_X(x) "+x"(x)
+#define CON_V(x) "+v"(x)
+#define STEP_256(x) _mm256_fmadd_ps(x, _mm256_set1_ps(0.999999f), _mm256_set1_ps(1e-7f))
+#define FIRST_256(x) _mm_cvtss_f32(_mm256_castps256_ps128(x))
+#define STEP_512(x) _mm512_fmadd_ps(x, _mm512_set1_ps(0.999999f), _mm512_set1_ps(1e-7f))
+/* bf16 1.0 times bf16 ~6e-8, in pairs: 32 products summed into 16 floats */
+#define STEP_BF16(x)                                                                               \
+    _mm512_dpbf16_ps(x, (__m512bh)_mm512_set1_epi16(0x3f80), (__m512bh)_mm512_set1_epi16(0x3380))
+
 __attribute__((target("avx2,fma"))) static float run_avx2(int64_t rounds)
 {
-    const __m256 b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-    __m256 a0 = _mm256_set1_ps(0), a1 = _mm256_set1_ps(1), a2 = _mm256_set1_ps(2),
-           a3 = _mm256_set1_ps(3), a4 = _mm256_set1_ps(4), a5 = _mm256_set1_ps(5),
-           a6 = _mm256_set1_ps(6), a7 = _mm256_set1_ps(7), a8 = _mm256_set1_ps(8),
-           a9 = _mm256_set1_ps(9), a10 = _mm256_set1_ps(10), a11 = _mm256_set1_ps(11);
-    for (int64_t r = 0; r < rounds; r++) {
-#define V(i) a##i = _mm256_fmadd_ps(a##i, b, c);
-        CHAINS(V)
-#undef V
-        __asm__ volatile(""
-                         : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5), "+x"(a6),
-                           "+x"(a7), "+x"(a8), "+x"(a9), "+x"(a10), "+x"(a11));
-    }
-    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                             _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-    s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
-    float out[8];
-    _mm256_storeu_ps(out, s);
-    return out[0];
+    PEAK_CHAINS(__m256, _mm256_set1_ps, STEP_256, CON_X, _mm256_add_ps, FIRST_256);
 }
 
 __attribute__((target("avx512f"))) static float run_avx512(int64_t rounds)
 {
-    const __m512 b = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-    __m512 a0 = _mm512_set1_ps(0), a1 = _mm512_set1_ps(1), a2 = _mm512_set1_ps(2),
-           a3 = _mm512_set1_ps(3), a4 = _mm512_set1_ps(4), a5 = _mm512_set1_ps(5),
-           a6 = _mm512_set1_ps(6), a7 = _mm512_set1_ps(7), a8 = _mm512_set1_ps(8),
-           a9 = _mm512_set1_ps(9), a10 = _mm512_set1_ps(10), a11 = _mm512_set1_ps(11);
-    for (int64_t r = 0; r < rounds; r++) {
-#define V(i) a##i = _mm512_fmadd_ps(a##i, b, c);
-        CHAINS(V)
-#undef V
-        __asm__ volatile(""
-                         : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6),
-                           "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));
-    }
-    __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                             _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
-    s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
-    return _mm512_reduce_add_ps(s);
+    PEAK_CHAINS(__m512, _mm512_set1_ps, STEP_512, CON_V, _mm512_add_ps, _mm512_reduce_add_ps);
 }
 
 __attribute__((target("avx512f,avx512bf16"))) static float run_bf16(int64_t rounds)
 {
-    const __m512bh b = (__m512bh)_mm512_set1_epi16(0x3f80); /* bf16 1.0 */
-    const __m512bh c = (__m512bh)_mm512_set1_epi16(0x3380); /* bf16 ~6e-8 */
-    __m512 a0 = _mm512_set1_ps(0), a1 = _mm512_set1_ps(1), a2 = _mm512_set1_ps(2),
-           a3 = _mm512_set1_ps(3), a4 = _mm512_set1_ps(4), a5 = _mm512_set1_ps(5),
-           a6 = _mm512_set1_ps(6), a7 = _mm512_set1_ps(7), a8 = _mm512_set1_ps(8),
-           a9 = _mm512_set1_ps(9), a10 = _mm512_set1_ps(10), a11 = _mm512_set1_ps(11);
-    for (int64_t r = 0; r < rounds; r++) {
-#define V(i) a##i = _mm512_dpbf16_ps(a##i, b, c);
-        CHAINS(V)
-#undef V
-        __asm__ volatile(""
-                         : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6),
-                           "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));
-    }
-    __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                             _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
-    s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
-    return _mm512_reduce_add_ps(s);
+    PEAK_CHAINS(__m512, _mm512_set1_ps, STEP_BF16, CON_V, _mm512_add_ps, _mm512_reduce_add_ps);
 }
 #endif
 
