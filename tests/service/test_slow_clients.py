@@ -22,9 +22,10 @@ def setup():
 
 
 def test_keepalive(s):
-    # 128x128 with guidance: long enough to outlast 15 s (cancelled once the comment came)
-    # long enough to outlast the first keepalive (15 s) on a fast machine
-    job = s.submit(prompt="a cyan ring", width=192, height=192, steps=1000, seed=1)
+    # The job must outlast the first keepalive (15 s) on the fastest machine: it is
+    # cancelled as soon as the comment came.  192x192 x 1000 steps took 14.1 s on 2
+    # Zen 5 cores (too short); 512x512 is 7x that work.
+    job = s.submit(prompt="a cyan ring", width=512, height=512, steps=1000, seed=1)
     sse = svc.SSE(s.port, "/v1/jobs/%s/events" % job["id"], s.auth(None), timeout=40)
     t0 = time.time()
     got = None
