@@ -502,8 +502,10 @@ def test_drain_answers():
         except openai.APIError as e:
             results[name] = e
 
+    # the running job must outlast 0.5 s + the 1 s drain on the fastest CPU: 64x64 x
+    # LONG steps were answered within it on 2 Zen 5 cores; 192x192 is 9x that work
     threads = [threading.Thread(target=wait_call, args=("running",),
-                                kwargs=dict(prompt="run", size="64x64",
+                                kwargs=dict(prompt="run", size="192x192",
                                             extra_body={"steps": svc.LONG})),
                threading.Thread(target=wait_call, args=("queued",),
                                 kwargs=dict(prompt="queue", size="64x64", stream=True,
