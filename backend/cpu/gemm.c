@@ -76,13 +76,13 @@ static void pack_b_task(void *ctx_, int64_t begin, int64_t end, int worker)
     const gemm_run *r = ctx_;
     const tsr_gemm *g = r->g;
     const int nr = r->kr->nr;
-    const int64_t kc = g->k;
+    const int64_t k = g->k;
     for (int64_t jp = begin; jp < end; jp++) {
-        float *dst = r->bp + jp * nr * kc;
+        float *dst = r->bp + jp * nr * k;
         const int64_t j0 = r->n0 + jp * nr;
         const int64_t jn = min64(nr, g->n - j0);
         if (g->b_kn) {
-            for (int64_t p = 0; p < kc; p++) {
+            for (int64_t p = 0; p < k; p++) {
                 float *d = dst + p * nr;
                 memcpy(d, g->b + p * g->ldb + j0, (size_t)jn * sizeof(float));
                 for (int64_t jj = jn; jj < nr; jj++)
@@ -91,17 +91,17 @@ static void pack_b_task(void *ctx_, int64_t begin, int64_t end, int worker)
             continue;
         }
         if (jn == nr) {
-            r->kr->pack_b_nk(g->b + j0 * g->ldb, g->ldb, kc, nr, dst);
+            r->kr->pack_b_nk(g->b + j0 * g->ldb, g->ldb, k, nr, dst);
             continue;
         }
         for (int64_t jj = 0; jj < nr; jj++) {
             if (jj >= jn) {
-                for (int64_t p = 0; p < kc; p++)
+                for (int64_t p = 0; p < k; p++)
                     dst[p * nr + jj] = 0.0f;
                 continue;
             }
             const float *src = g->b + (j0 + jj) * g->ldb;
-            for (int64_t p = 0; p < kc; p++)
+            for (int64_t p = 0; p < k; p++)
                 dst[p * nr + jj] = src[p];
         }
     }
@@ -305,9 +305,8 @@ int tsr_cpu_gemm(cpu_ctx *c, const tsr_gemm *g)
         fit = 1;
     const int64_t nblocks = (panels + fit - 1) / fit;
     const int64_t nc_blk = (panels + nblocks - 1) / nblocks * nr;
-    const int64_t nc_max = nc_blk;
     const int64_t kc_max = min64(TSR_GEMM_KC, g->k);
-    float *bp = tsr_cpu_scratch_shared(c, (size_t)(nc_max * g->k) * sizeof(float));
+    float *bp = tsr_cpu_scratch_shared(c, (size_t)(nc_blk * g->k) * sizeof(float));
     if (!bp)
         return TSR_ERR_NOMEM;
     int rc = tsr_cpu_scratch_workers_reserve(c, (size_t)(MC * kc_max) * sizeof(float));
