@@ -398,6 +398,20 @@ def parse_case(text, args):
     return {"name": text.strip(), "kind": kind, "model": model, "size": size, "dir": model_dir}
 
 
+# How each side runs: the runner and its arguments.
+SIDE_RUNS = {
+    "tessera": (run_tessera, dict(haswell=False)),
+    "tessera-haswell": (run_tessera, dict(haswell=True)),
+    "tessera-bf16": (run_tessera, dict(haswell=False, device="cpu-bf16gemm")),
+    "tessera-avx2": (run_tessera, dict(haswell=False, avx2=True)),
+    "pytorch": (run_pytorch, {}),
+    "pytorch-avx2": (run_pytorch, dict(avx2=True)),
+    "pytorch-bf16": (run_pytorch, dict(dtype="bf16")),
+    "sdcpp": (run_sdcpp, {}),
+}
+assert set(SIDE_RUNS) == set(SIDES)
+
+
 def run_case(args, case):
     order = [s for s in args.sides if s not in args.skip]
     per_side = {s: [] for s in order}
@@ -407,22 +421,8 @@ def run_case(args, case):
         for side in seq:
             log(f"{case['name']} round {r + 1}/{args.rounds}: {side} "
                 f"(load {os.getloadavg()[0]:.2f})")
-            if side == "tessera":
-                res = run_tessera(args, case, case["dir"], False)
-            elif side == "tessera-haswell":
-                res = run_tessera(args, case, case["dir"], True)
-            elif side == "tessera-bf16":
-                res = run_tessera(args, case, case["dir"], False, "cpu-bf16gemm")
-            elif side == "tessera-avx2":
-                res = run_tessera(args, case, case["dir"], False, avx2=True)
-            elif side == "pytorch":
-                res = run_pytorch(args, case, case["dir"])
-            elif side == "pytorch-avx2":
-                res = run_pytorch(args, case, case["dir"], avx2=True)
-            elif side == "pytorch-bf16":
-                res = run_pytorch(args, case, case["dir"], dtype="bf16")
-            else:
-                res = run_sdcpp(args, case, case["dir"])
+            run, kw = SIDE_RUNS[side]
+            res = run(args, case, case["dir"], **kw)
             if "wall_s" in res:
                 note_cpu(res)
             res["loadavg_after"] = os.getloadavg()

@@ -75,7 +75,8 @@ def main():
     ts = json.loads(subprocess.run([a.bin, "bench", "vae", "--model", a.model, "--json"] + common,
                                    check=True, capture_output=True, text=True).stdout)
     pt = json.loads(subprocess.run([sys.executable, __file__, "--torch-child", "--model", a.model,
-                                    "--torch-dtype", a.torch_dtype] + common, check=True, capture_output=True, text=True).stdout)
+                                    "--torch-dtype", a.torch_dtype] + common,
+                                   check=True, capture_output=True, text=True).stdout)
     print(f"VAE decode {a.size}x{a.size}, batch {a.batch}, threads {a.threads}, median of "
           f"{a.iters} after {a.warmup} warm-up; torch {pt['torch']}\n")
     print("| | tessera | torch | ratio (tessera/torch) |")
