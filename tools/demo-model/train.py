@@ -617,8 +617,7 @@ def train_unet(a, tok, latents, scenes, seed, te=None, snapshot=None, fg=None, i
     torch.manual_seed(seed)
     unet = copy.deepcopy(init).train() if polish else make_unet(a)
     frozen = te is not None
-    if polish and not frozen:
-        raise SystemExit("train.py: the polish stage needs the pretrained, frozen text encoder")
+    assert frozen or not polish, "main() checks that polish has a frozen text encoder"
     if te is None:
         te = make_text_encoder(a, tok)
     log(f"unet: {sum(p.numel() for p in unet.parameters()) / 1e6:.2f}M params, "
@@ -676,8 +675,8 @@ def train_unet(a, tok, latents, scenes, seed, te=None, snapshot=None, fg=None, i
         if a.min_snr > 0 and not polish:
             w = torch.clamp(snr[t], max=a.min_snr) / snr[t]  # min-SNR-gamma, eps-prediction
         err = (pred - noise) ** 2
-        if fg is not None and a.fg_weight > 0:
-            # Shapes are ~15% of the latent pixels: under a plain mean the
+        if fg is not None:
+            # Shapes are ~12% of the latent pixels: under a plain mean the
             # loss spends almost nothing on their geometry (a star's points,
             # a ring's hole), the same reason the VAE got its edge weight.
             # Normalised per image, so min-SNR's per-step weights keep
@@ -699,7 +698,8 @@ def train_unet(a, tok, latents, scenes, seed, te=None, snapshot=None, fg=None, i
         if step % a.log_every == 0 or step == steps - 1:
             dt = time.time() - t_last
             t_last = time.time()
-            log(f"unet {'polish ' if polish else ''}step {step}/{steps} loss {loss.item():.4f} lr {lr:.2e} "
+            stage = "polish " if polish else ""
+            log(f"unet {stage}step {step}/{steps} loss {loss.item():.4f} lr {lr:.2e} "
                 f"({dt:.1f}s)")
         if snapshot and a.snapshot_every and (step + 1) % a.snapshot_every == 0 and \
                 step + 1 < steps and not polish:
@@ -816,6 +816,11 @@ def main():
                          "reuses them and runs only the polish stage on --init-model")
     ap.set_defaults(**RECIPES[ap.parse_known_args()[0].recipe])
     a = ap.parse_args()
+    if a.polish_steps > 0 and a.te_steps <= 0 and a.phase != "polish":
+        # checked before any training, not after the main stage has run
+        ap.error("--polish-steps needs the pretrained, frozen text encoder (--te-steps > 0)")
+    if a.phase == "polish" and (not a.init_model or a.polish_steps <= 0):
+        ap.error("--phase polish needs --init-model and --polish-steps")
     dataset.FREE_SHARE = a.free_captions
     dataset.TWO_SHARE = a.two_share
 
@@ -884,8 +889,6 @@ def main():
         log(f"foreground masks: {fg.mean().item():.3f} of latent pixels weigh "
             f"1 + {a.fg_weight}")
     if a.phase == "polish":
-        if not a.init_model or a.polish_steps <= 0:
-            raise SystemExit("train.py: --phase polish needs --init-model and --polish-steps")
         unet = UNet2DConditionModel.from_pretrained(os.path.join(a.init_model, "unet")).float()
         te = CLIPTextModel.from_pretrained(os.path.join(a.init_model, "text_encoder")).float()
         te.eval()
