@@ -595,6 +595,28 @@ def foreground_masks(imgs, grid):
     return torch.nn.functional.max_pool2d(m, 3, stride=1, padding=1)
 
 
+def caption_for(scenes, i, rng, a):
+    """The training caption of scene i: "" with probability a.cond_drop (for
+    classifier-free guidance), another scene's caption with probability
+    a.cap_noise, else a fresh caption of scene i.
+
+    Why a share of mismatched captions (--cap-noise): web captions describe
+    their images loosely, which is why real SD checkpoints need guidance;
+    the renderer's captions are exact, so a model trained on them alone
+    samples the right picture at cfg 1.0 and is over-driven at 7.5 (extra
+    copies of the shape, grain: docs/demo-model.md, session 10).  With a
+    share rho of captions from a random scene, the model learns
+    p(x | c) = (1 - rho) q(x | c) + rho p(x): at cfg 1.0 about rho of the
+    samples ignore the prompt, and guidance, which divides p(x) back out,
+    restores them.  The draw happens only when cap_noise > 0, so that runs
+    without it keep their caption stream."""
+    if rng.random() < a.cond_drop:
+        return ""
+    if a.cap_noise > 0 and rng.random() < a.cap_noise:
+        i = rng.randrange(len(scenes))
+    return dataset.caption(scenes[i], rng)
+
+
 def train_unet(a, tok, latents, scenes, seed, te=None, snapshot=None, fg=None, init=None):
     """Trains the UNet; with `te` (pretrained) the text encoder stays frozen,
     otherwise a fresh one is trained jointly.  `fg` (foreground_masks) with
@@ -646,8 +668,7 @@ def train_unet(a, tok, latents, scenes, seed, te=None, snapshot=None, fg=None, i
         lr = set_lr(opt, base_lr, step, steps, warmup=10 if polish else 100, floor=0.05)
         idx = torch.randint(0, n, (a.batch,), generator=gen)
         # A fresh caption per visit: the same scene is described differently each time.
-        caps = ["" if rng.random() < a.cond_drop else dataset.caption(scenes[i], rng)
-                for i in idx.tolist()]
+        caps = [caption_for(scenes, i, rng, a) for i in idx.tolist()]
         ids = tokens(caps)
         x0 = latents[idx]
         noise = torch.randn(x0.shape, generator=gen)
@@ -783,7 +804,10 @@ def main():
     ap.add_argument("--unet-steps", type=int)
     ap.add_argument("--unet-lr", type=float, default=1e-3)
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--cond-drop", type=float, default=0.1)
+    ap.add_argument("--cond-drop", type=float, default=0.1,
+                    help="share of empty captions (classifier-free guidance)")
+    ap.add_argument("--cap-noise", type=float, default=0.0,
+                    help="share of captions taken from another, random scene (see caption_for)")
     ap.add_argument("--beta-schedule", help="noise schedule (v1: SD's scaled_linear)")
     ap.add_argument("--beta-start", type=float)
     ap.add_argument("--beta-end", type=float)
