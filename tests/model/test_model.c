@@ -92,7 +92,7 @@ static int test_open_folders(void)
         tsr_model_close(m);
         n++;
     }
-    ASSERT_EQ(n, 4);
+    ASSERT_EQ(n, 5); /* sd1, sd1_inpaint, sd1_f8, sd2v, sdxl */
     cJSON_Delete(exp);
     return 0;
 }

@@ -369,7 +369,8 @@ static int test_previews_image_size(void)
     ASSERT_EQ(s.w, 96);
     ASSERT_EQ(s.h, 64);
     /* TAESD (random weights, 4 latent channels) gives image-size previews on
-     * a model whose VAE is 8x (the demo model); the tiny 2x one refuses it */
+     * a model whose VAE is 8x (sd1_f8, as real checkpoints); the tiny 2x one
+     * refuses it */
     tsr_engine *e = NULL;
     char path[512], tpath[512];
     tsr_engine_options o;
@@ -379,7 +380,7 @@ static int test_previews_image_size(void)
     o.taesd = tsr_test_path("vae/taesd_random_decoder.safetensors", tpath, sizeof tpath);
     ASSERT_EQ(tsr_engine_open(&o, &e), TSR_ERR_INVALID);
     ASSERT_TRUE(strstr(tsr_last_error(), "TAESD") != NULL);
-    if (previews("../../models/demo", "vae/taesd_random_decoder.safetensors", TSR_PREVIEW_LATENT,
+    if (previews("models/sd1_f8", "vae/taesd_random_decoder.safetensors", TSR_PREVIEW_LATENT,
                  &s))
         return 1;
     ASSERT_EQ(s.n, 3);

@@ -7,6 +7,8 @@ the model loader's tests (tests/model/) and for the UNet/VAE goldens:
   sd1          SD 1.x-like: CrossAttn/Down blocks, conv projections, 2 resnets
                per block, quick-GELU CLIP, epsilon prediction
   sd1_inpaint  the same with a 9-channel UNet input
+  sd1_f8       sd1 with a 4-block VAE (factor 8, as real checkpoints): the
+               TAESD preview path needs one, and the demo model is factor 4
   sd2v         SD 2.x-like: linear projections, per-block head counts,
                GELU (OpenCLIP-style) encoder, v-prediction
   sdxl         SDXL-like: two text encoders (the second with a projection),
@@ -93,11 +95,12 @@ def clip_config(vocab, act, layers=2, proj=None, bos=0, eos=1):
                           bos_token_id=bos, eos_token_id=eos, pad_token_id=eos)
 
 
-def tiny_vae(scaling):
+def tiny_vae(scaling, factor=2):
+    blocks = {2: (8, 16), 8: (8, 8, 16, 16)}[factor]
     return AutoencoderKL(in_channels=3, out_channels=3, latent_channels=4,
-                         down_block_types=("DownEncoderBlock2D",) * 2,
-                         up_block_types=("UpDecoderBlock2D",) * 2,
-                         block_out_channels=(8, 16), layers_per_block=1, norm_num_groups=4,
+                         down_block_types=("DownEncoderBlock2D",) * len(blocks),
+                         up_block_types=("UpDecoderBlock2D",) * len(blocks),
+                         block_out_channels=blocks, layers_per_block=1, norm_num_groups=4,
                          sample_size=32, scaling_factor=scaling)
 
 
@@ -115,7 +118,7 @@ def randomise(module, seed):
             p.copy_(torch.randn(p.shape, generator=g) * 0.1)
 
 
-def make_sd(name, seed, inpaint=False, v2=False):
+def make_sd(name, seed, inpaint=False, v2=False, vae_factor=2):
     torch.manual_seed(seed)
     tok, vocab = write_tiny_tokenizer(os.path.join("/tmp", f"tok_{name}"))
     eos = vocab - 1
@@ -128,7 +131,7 @@ def make_sd(name, seed, inpaint=False, v2=False):
         block_out_channels=(8, 16), layers_per_block=1 if v2 else 2, norm_num_groups=2,
         cross_attention_dim=16, attention_head_dim=(2, 4) if v2 else 2,
         use_linear_projection=v2, upcast_attention=v2)
-    vae = tiny_vae(0.18215)
+    vae = tiny_vae(0.18215, vae_factor)
     for i, m in enumerate((te, unet, vae)):
         randomise(m, seed * 10 + i)
     pipe = StableDiffusionPipeline(vae=vae, text_encoder=te, tokenizer=tok, unet=unet,
@@ -347,6 +350,8 @@ def main():
     specs = [
         ("sd1", lambda: make_sd("sd1", 1), "sd1", "SD1.x", False, "epsilon"),
         ("sd1_inpaint", lambda: make_sd("sd1_inpaint", 2, inpaint=True), "sd1", "SD1.x", True,
+         "epsilon"),
+        ("sd1_f8", lambda: make_sd("sd1_f8", 5, vae_factor=8), "sd1", "SD1.x", False,
          "epsilon"),
         ("sd2v", lambda: make_sd("sd2v", 3, v2=True), "sd2v", "SD2.x", False, "v_prediction"),
         ("sdxl", lambda: make_sdxl("sdxl", 4), "sdxl", "SDXL", False, "epsilon"),
