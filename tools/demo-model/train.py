@@ -641,6 +641,11 @@ def train_unet(a, tok, latents, scenes, seed, te=None, snapshot=None, fg=None, i
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     unet = copy.deepcopy(init).train() if polish else make_unet(a)
+    if polish:
+        # `init` is the main stage's EMA copy, whose parameters were frozen
+        # (requires_grad False); its deep copy must train.
+        for p in unet.parameters():
+            p.requires_grad_(True)
     frozen = te is not None
     assert frozen or not polish, "main() checks that polish has a frozen text encoder"
     if te is None:
