@@ -395,12 +395,9 @@ def judge_sheet(vae, sheet_png=None):
 
 @torch.no_grad()
 def encode_all(vae, imgs, bs=64):
-    """The posterior means of every training image (no autograd: the graph of
-    8000 encodes was kept alive until torch.save, for nothing)."""
     out = []
-    with torch.no_grad():
-        for i in range(0, imgs.shape[0], bs):
-            out.append(vae.encode(to_tensor(imgs[i:i + bs])).latent_dist.mean)
+    for i in range(0, imgs.shape[0], bs):
+        out.append(vae.encode(to_tensor(imgs[i:i + bs])).latent_dist.mean)
     return torch.cat(out)
 
 
