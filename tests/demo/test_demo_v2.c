@@ -57,14 +57,21 @@ static const char *const k_shapes[N_SHAPES] = {"circle", "square", "triangle",
 #define BAR_TWO 0.70
 #define BAR_DROP 0.25
 
-/* Floors the committed v1 model holds (measured 2026-12-01 with these
- * instruments: colour/place 0.73, cfg 1.0 drop 0.39, circles 0.80, two X
- * 0.42; docs/demo-model.md): asserted, so that a regression of the model,
- * the engine or the instruments fails, while the v2 bars are only printed. */
-#define FLOOR_PLACE 0.65
+/* Floors the committed model holds (v2, session 12, measured with these
+ * instruments: colour/place 0.80, cfg 1.0 drop 0.47; circles 0.85, stars
+ * 0.85, rings 0.80, crosses 0.75; two X 0.42; docs/demo-model.md): asserted,
+ * with room for a rerun's scatter, so that a regression of the model, the
+ * engine or the instruments fails, while the v2 bars it has yet to meet
+ * (squares, triangles, colour/place 0.95, flat backgrounds, two X 0.70) are
+ * only printed.  v1's floors were colour/place 0.65, drop 0.25, circles 0.60,
+ * two X 0.30; v1 drew no star, ring or cross (0.00, 0.00, 0.15). */
+#define FLOOR_PLACE 0.70
 #define FLOOR_PLACE_DROP 0.25
-#define FLOOR_CIRCLE 0.60
 #define FLOOR_TWO 0.30
+static const struct {
+    const char *shape;
+    double min;
+} k_shape_floors[] = {{"circle", 0.70}, {"star", 0.70}, {"ring", 0.65}, {"cross", 0.60}};
 
 #define SELF_MIN 0.97
 #define MAX_PROMPTS 256
@@ -420,14 +427,21 @@ static int test_v2_bars_report(void)
     ASSERT_TRUE(n_def >= 100 && n_one == n_def);
     report(&p, &d, &o);
     double pl = rate(d.place, d.place_n), pl1 = rate(o.place, o.place_n);
-    int circle = shape_index("circle");
     printf("asserted floors (today's model): colour/place >= %.2f, cfg 1.0 drop >= %.2f, "
-           "circles >= %.2f, two X >= %.2f\n",
-           FLOOR_PLACE, FLOOR_PLACE_DROP, FLOOR_CIRCLE, FLOOR_TWO);
+           "two X >= %.2f",
+           FLOOR_PLACE, FLOOR_PLACE_DROP, FLOOR_TWO);
+    int shape_fails = 0;
+    for (size_t k = 0; k < sizeof k_shape_floors / sizeof k_shape_floors[0]; k++) {
+        int s = shape_index(k_shape_floors[k].shape);
+        double r = s >= 0 ? rate(d.shape_right[s], d.shape_n[s]) : 0.0;
+        printf(", %s >= %.2f", k_shape_floors[k].shape, k_shape_floors[k].min);
+        shape_fails += r < k_shape_floors[k].min;
+    }
+    printf("\n");
     ASSERT_TRUE(pl >= FLOOR_PLACE);
     ASSERT_TRUE(pl - pl1 >= FLOOR_PLACE_DROP);
-    ASSERT_TRUE(rate(d.shape_right[circle], d.shape_n[circle]) >= FLOOR_CIRCLE);
     ASSERT_TRUE(rate(d.two, d.two_n) >= FLOOR_TWO);
+    ASSERT_EQ(shape_fails, 0);
     return 0;
 }
 

@@ -81,8 +81,11 @@ def main():
         x = 8 + i * (CELL + 8)
         fig.paste(Image.open(path).convert("RGB").resize((CELL, CELL), Image.NEAREST), (x, y))
         d.text((x, y + CELL + 4), label, fill="black")
-    d.text((8, y + CELL + 20), f'forming: "{prompt}" (linear latent previews, 1/8 size)',
-           fill="black")
+    # The previews are latent-sized: 1/8 of the image for an 8x-down VAE, 1/4
+    # for the v2 demo model's 4x-down one; say which, from the files.
+    factor = Image.open(final).width // Image.open(frames[0][0]).width
+    d.text((8, y + CELL + 20),
+           f'forming: "{prompt}" (linear latent previews, 1/{factor} size)', fill="black")
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     fig.save(a.out, optimize=True)
     print(f"wrote {a.out}")

@@ -4,37 +4,39 @@ Why it is built this way: Tessera must show real text-to-image generation on a
 fresh machine with no checkpoint and no network, so it ships a tiny model in
 the *standard* diffusers layout (the same classes and file names a real
 Stable Diffusion 1.x checkpoint uses) that the C engine loads like any other.
-The whole model is trained here on one core of a 2-core CPU in under an hour
-(--recipe v1, the default, which made the committed models/demo):
+The whole model is trained here on a 2-core CPU in under an hour
+(--recipe v2, the default, which made the committed models/demo):
 
   1. tokenizer  - a CLIP-format byte-level BPE (vocab.json + merges.txt) learnt
                   over the caption vocabulary, loaded by transformers' CLIPTokenizer;
-  2. vae        - a small AutoencoderKL, 128x128x3 <-> 16x16x4 (8x down, as SD);
+  2. vae        - a small AutoencoderKL, 128x128x3 <-> 32x32x4 (4x down),
+                  trained with an edge-weighted loss and judged on the shape
+                  sheet's round trip (every shape must survive it);
   3. latents    - the training images encoded once and cached (the encoder is
                   the costly part, so it never runs inside the UNet loop);
   4. text       - a small CLIPTextModel pretrained alone to state its
                   caption's facts (background, each shape's colour, place,
-                  kind, size) from its pooled output, then frozen;
-  5. unet       - a small UNet2DConditionModel with cross-attention on the
-                  frozen text encoder, epsilon prediction on the SD 1.x noise
-                  schedule, strong offset noise, 10% caption dropout for
-                  classifier-free guidance and an EMA of the weights;
+                  kind, size, whether "two" was said) from its pooled
+                  output, then frozen;
+  5. unet       - a 4-level UNet2DConditionModel (24/32/64/64, cross-attention
+                  at 16x16 and 8x8) on the frozen text encoder: epsilon
+                  prediction on a noise schedule shifted to more noise,
+                  strong offset noise, min-SNR-gamma 5, a foreground-weighted
+                  loss, 10% caption dropout for classifier-free guidance and
+                  an EMA of the weights; then two late stages (stages): a
+                  low-noise polish, and a loosen stage with a share of
+                  mismatched captions, so that guidance matters as it does
+                  on web-captioned checkpoints;
   6. export     - fp16 safetensors, StableDiffusionPipeline.save_pretrained.
 
---recipe v2-wip is issue 15's work in progress (docs/demo-model.md, "v2"): a
-4x-down VAE (32x32x4 latents) trained with an edge-weighted loss, which keeps
-every shape of the shape sheet, judged on that sheet after the VAE phase; a
-4-level UNet with cross-attention at 16x16 and 8x8; captions also from
-dataset.py's free word-order grammar; two torch threads; a noise schedule
-shifted to more noise (noise_schedule); min-SNR-gamma 5 loss weighting.
-Measured: without min-SNR (session 7) it learnt place and colour late (0.78
-held-out after 5500 steps, v1 1.00); with it (session 9) 0.78 at step 3000
-and 0.92 at the end, shapes 0.33 against v1's 0.19, but still far from
-issue 15's bars, so models/demo stays v1 (docs/demo-model.md, "v2").
+Captions also come from dataset.py's free word-order grammar.  --recipe v1
+reproduces the first committed model (8x-down VAE, 3-level UNet, one thread,
+2026-11-30).  What each v2 knob does and how it was measured:
+docs/demo-model.md, "v2".
 
-Everything is seeded (torch, python random, the data generator), uses one
-torch thread in v1 (--threads; with any other job on a core two threads slow
-down several times), and runs in one process.  Data come from
+Everything is seeded (torch, python random, the data generator), uses two
+torch threads in v2 (--threads; with any other job on a core two threads slow
+down several times, so v1 used one), and runs in one process.  Data come from
 dataset.py, which is a pure function of (seed, index), so nothing but this
 script is needed to retrain.
 
@@ -435,8 +437,8 @@ def noise_schedule(a):
     signal keeps sqrt(alphas_cumprod) = 0.068 of its amplitude at t = 999;
     low-passed at a large shape's size, a 32x32 latent's shapes show through
     the noise at 0.097 of its amplitude there (v1's 16x16 about half that),
-    and v2-wip's UNet on SD's schedule drew blobs where the start noise put
-    them (1/36, 3/36 held-out at steps 1000, 2000).  v2-wip uses
+    and v2's UNet on SD's schedule drew blobs where the start noise put
+    them (1/36, 3/36 held-out at steps 1000, 2000).  v2 uses
     scaled_linear 0.00085..0.02 (0.015 left at t = 999, the low-noise end
     unchanged): 0/36, 16/36, 31/36 at steps 1500, 3000, 4500 (session 7,
     docs/demo-model.md "v2").  An earlier linear 1e-4..0.02 run was spoilt
@@ -470,7 +472,7 @@ FACTS = [("background", dataset.COLOUR_NAMES)] + [
     (f"{k}{i}", names) for i in range(2) for k, names in
     (("colour", dataset.COLOUR_NAMES + ["none"]), ("region", dataset.REGION_NAMES),
      ("shape", dataset.SHAPES), ("size", ["small", "large"]))]
-# v2-wip: also whether the caption says "two X" (a count, not only a second colour).
+# v2: also whether the caption says "two X" (a count, not only a second colour).
 FACTS_TWO = FACTS + [("two", ["no", "yes"])]
 
 
@@ -595,10 +597,11 @@ def foreground_masks(imgs, grid):
     return torch.nn.functional.max_pool2d(m, 3, stride=1, padding=1)
 
 
-def caption_for(scenes, i, rng, a):
+def caption_for(scenes, i, rng, a, cap_noise):
     """The training caption of scene i: "" with probability a.cond_drop (for
     classifier-free guidance), another scene's caption with probability
-    a.cap_noise, else a fresh caption of scene i.
+    cap_noise (the stage's: --cap-noise in the main stage, --loosen-cap-noise
+    in the loosen stage), else a fresh caption of scene i.
 
     Why a share of mismatched captions (--cap-noise): web captions describe
     their images loosely, which is why real SD checkpoints need guidance;
@@ -611,42 +614,73 @@ def caption_for(scenes, i, rng, a):
     restores them.  The draw happens only when cap_noise > 0, so that runs
     without it keep their caption stream.  Measured (session 11, 4000-step
     runs at 0.2 and 0.35): the model then learnt neither background nor
-    place by step 3000, so it is off in every recipe."""
+    place by step 3000, so it is off in every main stage; the loosen stage
+    (Stage) applies it once the layout is learnt."""
     if rng.random() < a.cond_drop:
         return ""
-    if a.cap_noise > 0 and rng.random() < a.cap_noise:
+    if cap_noise > 0 and rng.random() < cap_noise:
         i = rng.randrange(len(scenes))
     return dataset.caption(scenes[i], rng)
 
 
-def train_unet(a, tok, latents, scenes, seed, te=None, snapshot=None, fg=None, init=None):
-    """Trains the UNet; with `te` (pretrained) the text encoder stays frozen,
-    otherwise a fresh one is trained jointly.  `fg` (foreground_masks) with
-    a.fg_weight > 0 weighs the loss on the latent pixels of shapes by
-    1 + a.fg_weight.
+# One UNet training stage: the main stage from nothing, then the late stages
+# on its EMA weights, each with a fresh AdamW and its own EMA.
+Stage = collections.namedtuple(
+    "Stage", "name steps lr tmin tmax min_snr cap_noise warmup seed rng_seed")
 
-    With `init` (a trained UNet) it is the polish stage instead: a.polish_steps
-    more steps from those weights, a fresh AdamW at a.polish_lr, noise levels
-    t < a.polish_tmax only, and plain epsilon MSE.  Why: min-SNR-gamma weighs
-    an epsilon-loss step by min(SNR, gamma) / SNR: on v2-wip's schedule (gamma
-    5) 0.05 at t = 10, 0.10 at t = 20, 0.27 at t = 50 and 1 from t = 150, so
-    the main stage trains the last denoising steps least, and those are the
-    steps that should clear the speckle off flat backgrounds."""
-    polish = init is not None
-    steps = a.polish_steps if polish else a.unet_steps
-    base_lr = a.polish_lr if polish else a.unet_lr
-    tmax = a.polish_tmax if polish else 1000
+
+def stages(a):
+    """The UNet stages of a run, in order (those with steps > 0 run):
+
+    main    a.unet_steps from nothing, every noise level, min-SNR;
+    polish  a.polish_steps at t < a.polish_tmax with plain epsilon MSE.  Why:
+            min-SNR-gamma weighs an epsilon-loss step by min(SNR, gamma) /
+            SNR: on v2's schedule (gamma 5) 0.05 at t = 10, 0.10 at
+            t = 20, 0.27 at t = 50 and 1 from t = 150, so the main stage
+            trains the last denoising steps least, and those are the steps
+            that clear the speckle off flat backgrounds;
+    loosen  a.loosen_steps at t >= a.polish_tmax (the noise levels polish
+            leaves alone, where the layout is decided), min-SNR, with a share
+            a.loosen_cap_noise of the captions taken from another scene
+            (caption_for).  Why: the renderer's captions are exact, so a
+            model trained on them alone draws the right picture at cfg 1.0
+            and guidance only over-drives it, while web-captioned
+            checkpoints need guidance because their captions are loose.
+            From the start, caption noise kept the model from learning the
+            layout at all (session 11), so it comes once the layout is learnt.
+    The late stages start from the stage before's EMA weights with a fresh
+    AdamW and EMA; each stage has fixed seeds of its own, so adding one leaves
+    the others' streams unchanged."""
+    return [s for s in (
+        Stage("main", a.unet_steps, a.unet_lr, 0, 1000, a.min_snr, a.cap_noise, 100,
+              a.seed + 2, a.seed + 17),
+        Stage("polish", a.polish_steps, a.polish_lr, 0, a.polish_tmax, 0.0, 0.0, 10,
+              a.seed + 5, a.seed + 29),
+        Stage("loosen", a.loosen_steps, a.loosen_lr, a.polish_tmax, 1000, a.min_snr,
+              a.loosen_cap_noise, 10, a.seed + 7, a.seed + 31),
+    ) if s.steps > 0]
+
+
+def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, fg=None, init=None):
+    """Trains the UNet for one Stage; with `te` (pretrained) the text encoder
+    stays frozen, otherwise a fresh one is trained jointly (main stage only).
+    `fg` (foreground_masks) with a.fg_weight > 0 weighs the loss on the
+    latent pixels of shapes by 1 + a.fg_weight.  `init` (a trained UNet, for
+    the late stages) is the starting point; it is copied, not changed."""
+    late = init is not None
+    steps, base_lr = stage.steps, stage.lr
+    seed = stage.seed
     # Its own generator, so this phase does not depend on the VAE phases.
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    unet = copy.deepcopy(init).train() if polish else make_unet(a)
-    if polish:
-        # `init` is the main stage's EMA copy, whose parameters were frozen
+    unet = copy.deepcopy(init).train() if late else make_unet(a)
+    if late:
+        # `init` is the stage before's EMA copy, whose parameters were frozen
         # (requires_grad False); its deep copy must train.
         for p in unet.parameters():
             p.requires_grad_(True)
     frozen = te is not None
-    assert frozen or not polish, "main() checks that polish has a frozen text encoder"
+    assert frozen or not late, "main() checks that late stages have a frozen text encoder"
     if te is None:
         te = make_text_encoder(a, tok)
     log(f"unet: {sum(p.numel() for p in unet.parameters()) / 1e6:.2f}M params, "
@@ -666,16 +700,16 @@ def train_unet(a, tok, latents, scenes, seed, te=None, snapshot=None, fg=None, i
         p.requires_grad_(False)
     tokens = Tokens(tok)
     n = latents.shape[0]
-    rng = random.Random(a.seed + (29 if polish else 17))
+    rng = random.Random(stage.rng_seed)
     unet.train()
     if not frozen:
         te.train()
     t_last = time.time()
     for step in range(steps):
-        lr = set_lr(opt, base_lr, step, steps, warmup=10 if polish else 100, floor=0.05)
+        lr = set_lr(opt, base_lr, step, steps, warmup=stage.warmup, floor=0.05)
         idx = torch.randint(0, n, (a.batch,), generator=gen)
         # A fresh caption per visit: the same scene is described differently each time.
-        caps = [caption_for(scenes, i, rng, a) for i in idx.tolist()]
+        caps = [caption_for(scenes, i, rng, a, stage.cap_noise) for i in idx.tolist()]
         ids = tokens(caps)
         x0 = latents[idx]
         noise = torch.randn(x0.shape, generator=gen)
@@ -691,7 +725,7 @@ def train_unet(a, tok, latents, scenes, seed, te=None, snapshot=None, fg=None, i
         # background followed the prompt by 500 steps.
         noise = noise + a.offset_noise * torch.randn(x0.shape[0], x0.shape[1], 1, 1,
                                                       generator=gen)
-        t = torch.randint(0, tmax, (a.batch,), generator=gen)
+        t = torch.randint(stage.tmin, stage.tmax, (a.batch,), generator=gen)
         xt = sched.add_noise(x0, noise, t)
         if frozen:
             with torch.no_grad():
@@ -700,8 +734,8 @@ def train_unet(a, tok, latents, scenes, seed, te=None, snapshot=None, fg=None, i
             cond = te(ids).last_hidden_state
         pred = unet(xt, t, encoder_hidden_states=cond).sample
         w = torch.ones_like(snr[t])
-        if a.min_snr > 0 and not polish:
-            w = torch.clamp(snr[t], max=a.min_snr) / snr[t]  # min-SNR-gamma, eps-prediction
+        if stage.min_snr > 0:
+            w = torch.clamp(snr[t], max=stage.min_snr) / snr[t]  # min-SNR-gamma, eps-prediction
         err = (pred - noise) ** 2
         if fg is not None:
             # Shapes are ~12% of the latent pixels: under a plain mean the
@@ -726,11 +760,11 @@ def train_unet(a, tok, latents, scenes, seed, te=None, snapshot=None, fg=None, i
         if step % a.log_every == 0 or step == steps - 1:
             dt = time.time() - t_last
             t_last = time.time()
-            stage = "polish " if polish else ""
-            log(f"unet {stage}step {step}/{steps} loss {loss.item():.4f} lr {lr:.2e} "
+            name = "" if stage.name == "main" else stage.name + " "
+            log(f"unet {name}step {step}/{steps} loss {loss.item():.4f} lr {lr:.2e} "
                 f"({dt:.1f}s)")
         if snapshot and a.snapshot_every and (step + 1) % a.snapshot_every == 0 and \
-                step + 1 < steps and not polish:
+                step + 1 < steps and not late:
             snapshot(ema_u, ema_t, step + 1)
     return ema_u, ema_t
 
@@ -754,28 +788,29 @@ def export(a, vae, unet, te, tok, out=None):
 
 
 # Recipes: the defaults of the knobs that differ between model versions.
-# "v1" made the committed models/demo (and stays the default until a v2 is
-# committed); "v2-wip" is issue 15's work in progress, whose measurements are
-# in docs/demo-model.md ("v2"): its VAE keeps every shape; its UNet was
-# trained in full in sessions 7, 9 and 10, and session 10's recipe (24/32/64/64,
-# foreground weight 4, polish 500) draws stars, rings and crosses, but does not
-# meet every v2 bar yet.
+# "v2" (the default) made the committed models/demo (session 12; what each
+# knob does and how it was measured: docs/demo-model.md, "v2"): a 4x-down VAE
+# with an edge-weighted loss, a 24/32/64/64 UNet with min-SNR 5 and a
+# foreground-weighted loss, then the polish and loosen stages (stages).  It was
+# called "v2-wip" until session 12, without the loosen stage.  "v1" made the
+# first committed model (2026-11-30) and is kept to reproduce it.
 RECIPES = {
     "v1": dict(threads=1, vae_channels=[16, 32, 64, 64], vae_edge=0.0, vae_pre_steps=1000,
                vae_steps=300, te_steps=600, unet_channels=[32, 64, 64], unet_attn=[0, 1],
                unet_steps=4000, beta_schedule="scaled_linear", beta_start=0.00085,
                beta_end=0.012, free_captions=0.0, two_share=0.35, two_fact=0),
-    "v2-wip": dict(threads=2, vae_channels=[16, 32, 64], vae_edge=4.0, vae_pre_steps=1500,
+    "v2": dict(threads=2, vae_channels=[16, 32, 64], vae_edge=4.0, vae_pre_steps=1500,
                    vae_steps=600, te_steps=1000, unet_channels=[24, 32, 64, 64],
                    unet_attn=[1, 2], unet_steps=5500, beta_schedule="scaled_linear",
                    beta_start=0.00085, beta_end=0.02, free_captions=0.5, two_share=0.4,
-                   two_fact=1, min_snr=5.0, fg_weight=4.0, polish_steps=500),
+                   two_fact=1, min_snr=5.0, fg_weight=4.0, polish_steps=500,
+                   loosen_steps=600, loosen_cap_noise=0.2),
 }
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--recipe", choices=sorted(RECIPES), default="v1",
+    ap.add_argument("--recipe", choices=sorted(RECIPES), default="v2",
                     help="defaults for the knobs below that differ between versions")
     ap.add_argument("--out", default="models/demo")
     ap.add_argument("--work", default="out/demo-train", help="cache/scratch folder")
@@ -829,29 +864,40 @@ def main():
                     help="min-SNR-gamma loss weighting (0: off, plain epsilon MSE)")
     ap.add_argument("--fg-weight", type=float, default=0.0,
                     help="extra UNet loss weight on the latent pixels of shapes (0: off)")
+    ap.add_argument("--loosen-steps", type=int, default=0,
+                    help="after the polish stage, this many steps at t >= --polish-tmax "
+                         "with a share --loosen-cap-noise of mismatched captions "
+                         "(0: none; see stages)")
+    ap.add_argument("--loosen-cap-noise", type=float, default=0.0)
+    ap.add_argument("--loosen-lr", type=float, default=3e-4)
     ap.add_argument("--polish-steps", type=int, default=0,
                     help="after the UNet's main stage, this many low-noise steps with plain "
-                         "epsilon MSE (0: none; see train_unet)")
+                         "epsilon MSE (0: none; see stages)")
     ap.add_argument("--polish-tmax", type=int, default=200,
-                    help="polish stage: noise levels t < this")
+                    help="polish stage: noise levels t < this (loosen: t >= this)")
     ap.add_argument("--polish-lr", type=float, default=1e-4)
-    ap.add_argument("--init-model", help="--phase polish: the exported folder to polish")
+    ap.add_argument("--init-model", help="--phase late: the exported folder to go on from")
     ap.add_argument("--ema", type=float, default=0.995)
     ap.add_argument("--log-every", type=int, default=100)
     ap.add_argument("--snapshot-every", type=int, default=0,
                     help="development: also export the EMA weights to work/snapshot-STEP "
                          "every this many UNet steps")
-    ap.add_argument("--phase", choices=["all", "vae", "unet", "polish"], default="all",
+    ap.add_argument("--phase", choices=["all", "vae", "unet", "late"], default="all",
                     help="development: 'vae' stops after the VAE + latents; 'unet' reuses "
-                         "work/vae + latents from an earlier 'vae' run; 'polish' also "
-                         "reuses them and runs only the polish stage on --init-model")
+                         "work/vae + latents from an earlier 'vae' run; 'late' also "
+                         "reuses them and runs only the late stages (polish, loosen) "
+                         "on --init-model")
     ap.set_defaults(**RECIPES[ap.parse_known_args()[0].recipe])
     a = ap.parse_args()
-    if a.polish_steps > 0 and a.te_steps <= 0 and a.phase != "polish":
+    late = a.loosen_steps + a.polish_steps > 0
+    if late and a.te_steps <= 0 and a.phase != "late":
         # checked before any training, not after the main stage has run
-        ap.error("--polish-steps needs the pretrained, frozen text encoder (--te-steps > 0)")
-    if a.phase == "polish" and (not a.init_model or a.polish_steps <= 0):
-        ap.error("--phase polish needs --init-model and --polish-steps")
+        ap.error("--loosen-steps and --polish-steps need the pretrained, frozen text "
+                 "encoder (--te-steps > 0)")
+    if a.phase != "late" and a.unet_steps <= 0:
+        ap.error("--unet-steps must be > 0 (or --phase late on --init-model)")
+    if a.phase == "late" and (not a.init_model or not late):
+        ap.error("--phase late needs --init-model and --loosen-steps or --polish-steps")
     dataset.FREE_SHARE = a.free_captions
     dataset.TWO_SHARE = a.two_share
 
@@ -872,7 +918,7 @@ def main():
     lat_path = os.path.join(a.work, "latents.pt")
     fp_path = os.path.join(a.work, "latents.json")
     fingerprint = data_fingerprint(imgs, scenes)
-    if a.phase in ("unet", "polish"):
+    if a.phase in ("unet", "late"):
         try:
             with open(fp_path) as f:
                 cached = json.load(f)["data_sha256"]
@@ -919,16 +965,21 @@ def main():
         fg = foreground_masks(imgs, latents.shape[-1])
         log(f"foreground masks: {fg.mean().item():.3f} of latent pixels weigh "
             f"1 + {a.fg_weight}")
-    if a.phase == "polish":
+    run = stages(a)
+    unet = None
+    if a.phase == "late":
         unet = UNet2DConditionModel.from_pretrained(os.path.join(a.init_model, "unet")).float()
         te = CLIPTextModel.from_pretrained(os.path.join(a.init_model, "text_encoder")).float()
         te.eval()
-        log(f"polish: {a.init_model} loaded")
+        run = [st for st in run if st.name != "main"]
+        log(f"late stages on {a.init_model}: " + ", ".join(st.name for st in run))
     else:
         te = pretrain_text_encoder(a, tok, scenes, a.seed + 3) if a.te_steps > 0 else None
-        unet, te = train_unet(a, tok, latents, scenes, a.seed + 2, te, snapshot, fg)
-    if a.polish_steps > 0:
-        unet, te = train_unet(a, tok, latents, scenes, a.seed + 5, te, None, fg, init=unet)
+    for st in run:
+        if st.name == "main":
+            unet, te = train_unet(a, tok, latents, scenes, st, te, snapshot, fg)
+        else:
+            unet, te = train_unet(a, tok, latents, scenes, st, te, None, fg, init=unet)
     export(a, vae, unet, te, tok)
     log("done")
 
