@@ -3,12 +3,14 @@
 # models/demo (one command, fixed seeds, CPU only).
 #
 # Why: the demo model is part of the source tree, so anyone must be able to
-# rebuild it bit-for-bit from the scripts here.  It runs at nice 15 because the
-# machine is shared, and with one torch thread by default: with any other job
-# on the 2 cores, two OpenMP threads were measured 5-10x slower per step than
-# one (VAE: no 50 steps in 100 s vs 0.7 s per step; spin-waiting on a busy
-# core); an idle machine gives 0.45 vs 0.62 s per VAE step, so pass
-# --threads 2 only when nothing else runs.
+# rebuild it from the scripts here (fixed seeds; the same CPU and thread count
+# give the same weights).  It runs at nice 15 because the machine is shared.
+# The default recipe (v2) uses two torch threads: on an idle machine they are
+# faster (0.385 s per UNet step, session 12), but with any other job on the 2
+# cores two OpenMP threads were measured 5-10x slower per step than one
+# (spin-waiting on a busy core), so pass --threads 1 when something else runs.
+# About 49 minutes on an idle 2-core Intel Xeon (docs/demo-model.md,
+# "Session 12").
 #
 # Usage: tools/demo-model/train.sh [extra train.py args]
 set -euo pipefail
