@@ -800,11 +800,11 @@ RECIPES = {
                unet_steps=4000, beta_schedule="scaled_linear", beta_start=0.00085,
                beta_end=0.012, free_captions=0.0, two_share=0.35, two_fact=0),
     "v2": dict(threads=2, vae_channels=[16, 32, 64], vae_edge=4.0, vae_pre_steps=1500,
-                   vae_steps=600, te_steps=1000, unet_channels=[24, 32, 64, 64],
-                   unet_attn=[1, 2], unet_steps=5500, beta_schedule="scaled_linear",
-                   beta_start=0.00085, beta_end=0.02, free_captions=0.5, two_share=0.4,
-                   two_fact=1, min_snr=5.0, fg_weight=4.0, polish_steps=500,
-                   loosen_steps=600, loosen_cap_noise=0.2),
+               vae_steps=600, te_steps=1000, unet_channels=[24, 32, 64, 64],
+               unet_attn=[1, 2], unet_steps=5500, beta_schedule="scaled_linear",
+               beta_start=0.00085, beta_end=0.02, free_captions=0.5, two_share=0.4,
+               two_fact=1, min_snr=5.0, fg_weight=4.0, polish_steps=500,
+               loosen_steps=600, loosen_cap_noise=0.2),
 }
 
 
@@ -976,10 +976,8 @@ def main():
     else:
         te = pretrain_text_encoder(a, tok, scenes, a.seed + 3) if a.te_steps > 0 else None
     for st in run:
-        if st.name == "main":
-            unet, te = train_unet(a, tok, latents, scenes, st, te, snapshot, fg)
-        else:
-            unet, te = train_unet(a, tok, latents, scenes, st, te, None, fg, init=unet)
+        # unet is None before the main stage; train_unet snapshots the main stage only
+        unet, te = train_unet(a, tok, latents, scenes, st, te, snapshot, fg, init=unet)
     export(a, vae, unet, te, tok)
     log("done")
 
