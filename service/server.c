@@ -22,6 +22,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include <event2/event.h>
 #include <event2/thread.h>
@@ -465,6 +468,23 @@ static void on_work_msg(void *user, svc_msg *m)
     }
 }
 
+/* The last running image just ended and nothing is queued: hand the pages
+ * that the work freed back to the system.  glibc keeps freed memory in each
+ * thread's arena (the workers' activations, the encoders' buffers), so
+ * without this an idle server holds its busiest moment's high-water mark:
+ * service_soak measured idle RSS steps of 7-9 MiB with the 64 px demo model.
+ * malloc_trim walks every arena; it runs once per busy period, on the loop,
+ * and costs about a millisecond. */
+static void release_idle_memory(svc_server *s)
+{
+#ifdef __GLIBC__
+    if (s->running_images == 0 && s->queue->ops->length(s->queue) == 0)
+        malloc_trim(0);
+#else
+    (void)s;
+#endif
+}
+
 static void on_msg(void *user, svc_msg *m)
 {
     svc_server *s = user;
@@ -526,8 +546,10 @@ static void on_msg(void *user, svc_msg *m)
     }
     svc_jobs_update_positions(s);
     if (m->type == SVC_MSG_IMAGE_STORED || m->type == SVC_MSG_IMAGE_CANCELLED ||
-        m->type == SVC_MSG_IMAGE_FAILED)
+        m->type == SVC_MSG_IMAGE_FAILED) {
         svc_jobs_gc(s); /* never inside a route: the job may be in use there */
+        release_idle_memory(s);
+    }
 }
 
 static void on_gc_timer(evutil_socket_t fd, short what, void *arg)

@@ -135,15 +135,13 @@ def test_soak(s):
     assert s.get("/v1/batches/%s" % batch_ids[0]).status == 404
     assert s.get("/v1/jobs/%s" % all_jobs[0][0]).status == 404
     assert s.get("/v1/batches/%s" % batch_ids[-1]).status == 200
-    # 10% of the level after warm-up, plus 24 MiB of slack.  The server is
-    # small here (~25-45 MiB), and its idle RSS moves in steps of 7-9 MiB
-    # that go down as well as up and level off (measured with the v2 demo
-    # model, whose 64 px activations are 4x v1's: 23.6 -> 30.4 -> 39.4 ->
-    # 41.7 -> 41.7 MiB in one run, 38.7 -> 23.6 -> 30.5 in another; in
-    # /proc/PID/smaps the swing is in anonymous mappings of 1-60 MiB, glibc
-    # arenas or compute scratch, not in [heap]).  v1 stayed within 8 MiB.
-    # A leak of 40 KiB per job (600 jobs after warm-up) still fails.
-    assert rss_max <= rss_w * 1.10 + 24576, "RSS grew %d -> %d KiB" % (rss_w, rss_max)
+    # 10% of the level after warm-up, plus 8 MiB of slack.  The server hands
+    # freed memory back when it goes idle (malloc_trim in server.c): before
+    # that, the v2 demo model's 64 px activations left glibc's thread arenas
+    # holding 7-9 MiB steps that went down as well as up (23.6 -> 41.7 MiB
+    # in one CI run); with it the idle RSS stays within ~1 MiB from wave 3
+    # on.  A leak of 16 KiB per job (600 jobs after warm-up) fails.
+    assert rss_max <= rss_w * 1.10 + 8192, "RSS grew %d -> %d KiB" % (rss_w, rss_max)
     assert fds_max <= math.ceil(fds_w * 1.10), "fds grew %d -> %d" % (fds_w, fds_max)
     assert s.stop() == 0
 
