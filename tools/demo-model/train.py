@@ -444,7 +444,7 @@ def noise_schedule(a):
     docs/demo-model.md "v2").  An earlier linear 1e-4..0.02 run was spoilt
     by stale cached latents, so it says nothing."""
     return dict(num_train_timesteps=1000, beta_start=a.beta_start, beta_end=a.beta_end,
-                beta_schedule=a.beta_schedule, prediction_type="epsilon", clip_sample=False)
+                beta_schedule=a.beta_schedule, prediction_type=a.prediction, clip_sample=False)
 
 
 class Tokens:
@@ -574,8 +574,11 @@ def pretrain_text_encoder(a, tok, scenes, seed):
 
 
 def foreground_masks(imgs, grid):
-    """[N, 1, grid, grid] float32: 1 on the latent pixels that cover a shape or
-    touch one (a 3x3 dilation), 0 on plain background.
+    """([N, 1, grid, grid], same) float32: the foreground mask, 1 on the latent
+    pixels that cover a shape or touch one (a 3x3 dilation), 0 on plain
+    background; and the outline mask, 1 on the latent pixels whose image
+    block holds both shape and background pixels (not dilated): where a
+    square's corners and a triangle's sides are.
 
     The background is each image's commonest exact RGB value (the renderer
     fills it with one jittered colour, and it covers most of every image);
@@ -587,14 +590,28 @@ def foreground_masks(imgs, grid):
     packed = (imgs[..., 0].astype(np.int32) << 16) | (imgs[..., 1].astype(np.int32) << 8) | \
         imgs[..., 2].astype(np.int32)
     out = np.empty((n, 1, grid, grid), dtype=np.float32)
+    mixed = np.empty((n, 1, grid, grid), dtype=np.float32)
     for i in range(n):
         vals, counts = np.unique(packed[i], return_counts=True)
         v = vals[counts.argmax()]
         bg = np.array([(v >> 16) & 255, (v >> 8) & 255, v & 255], dtype=np.int16)
-        px = (np.abs(imgs[i].astype(np.int16) - bg).max(axis=2) > 24)
-        out[i, 0] = px.reshape(grid, f, grid, f).any(axis=(1, 3))
-    m = torch.from_numpy(out)
-    return torch.nn.functional.max_pool2d(m, 3, stride=1, padding=1)
+        px = (np.abs(imgs[i].astype(np.int16) - bg).max(axis=2) > 24).reshape(grid, f, grid, f)
+        out[i, 0] = px.any(axis=(1, 3))
+        mixed[i, 0] = out[i, 0] * ~px.all(axis=(1, 3))
+    fg = torch.nn.functional.max_pool2d(torch.from_numpy(out), 3, stride=1, padding=1)
+    return fg, torch.from_numpy(mixed)
+
+
+def loss_weights(a, imgs, grid):
+    """[N, 1, grid, grid] per-latent-pixel weights of the UNet loss, or None
+    when both are off: 1 + a.fg_weight on shapes (foreground_masks) +
+    a.edge_weight more on their outlines."""
+    if a.fg_weight <= 0 and a.edge_weight <= 0:
+        return None
+    fg, edge = foreground_masks(imgs, grid)
+    log(f"loss weights: {fg.mean().item():.3f} of latent pixels are shape (+{a.fg_weight}), "
+        f"{edge.mean().item():.3f} outline (+{a.edge_weight} more)")
+    return 1.0 + a.fg_weight * fg + a.edge_weight * edge
 
 
 def caption_for(scenes, i, rng, a, cap_noise):
@@ -661,12 +678,12 @@ def stages(a):
     ) if s.steps > 0]
 
 
-def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, fg=None, init=None):
+def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None, init=None):
     """Trains the UNet for one Stage; with `te` (pretrained) the text encoder
     stays frozen, otherwise a fresh one is trained jointly (main stage only).
-    `fg` (foreground_masks) with a.fg_weight > 0 weighs the loss on the
-    latent pixels of shapes by 1 + a.fg_weight.  `init` (a trained UNet, for
-    the late stages) is the starting point; it is copied, not changed."""
+    `wmap` (loss_weights), when given, weighs the loss per latent pixel.
+    `init` (a trained UNet, for the late stages) is the starting point; it is
+    copied, not changed."""
     late = init is not None
     steps, base_lr = stage.steps, stage.lr
     seed = stage.seed
@@ -735,15 +752,19 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, fg=None, 
         pred = unet(xt, t, encoder_hidden_states=cond).sample
         w = torch.ones_like(snr[t])
         if stage.min_snr > 0:
-            w = torch.clamp(snr[t], max=stage.min_snr) / snr[t]  # min-SNR-gamma, eps-prediction
-        err = (pred - noise) ** 2
-        if fg is not None:
+            # min-SNR-gamma: the weight of an x0 error, min(SNR, gamma), over
+            # what the target's loss already gives it (SNR for epsilon,
+            # SNR + 1 for v)
+            w = torch.clamp(snr[t], max=stage.min_snr) / (snr[t] + (a.prediction != "epsilon"))
+        target = noise if a.prediction == "epsilon" else sched.get_velocity(x0, noise, t)
+        err = (pred - target) ** 2
+        if wmap is not None:
             # Shapes are ~12% of the latent pixels: under a plain mean the
             # loss spends almost nothing on their geometry (a star's points,
             # a ring's hole), the same reason the VAE got its edge weight.
             # Normalised per image, so min-SNR's per-step weights keep
             # their meaning.
-            ws = 1.0 + a.fg_weight * fg[idx]
+            ws = wmap[idx]
             per = (err * ws).sum(dim=(1, 2, 3)) / (ws.sum(dim=(1, 2, 3)) * err.shape[1])
         else:
             per = err.mean(dim=(1, 2, 3))
@@ -850,6 +871,8 @@ def main():
                     help="share of empty captions (classifier-free guidance)")
     ap.add_argument("--cap-noise", type=float, default=0.0,
                     help="share of captions taken from another, random scene (see caption_for)")
+    ap.add_argument("--prediction", choices=["epsilon", "v_prediction"], default="epsilon",
+                    help="what the UNet predicts (written into the exported scheduler)")
     ap.add_argument("--beta-schedule", help="noise schedule (v1: SD's scaled_linear)")
     ap.add_argument("--beta-start", type=float)
     ap.add_argument("--beta-end", type=float)
@@ -864,6 +887,8 @@ def main():
                     help="min-SNR-gamma loss weighting (0: off, plain epsilon MSE)")
     ap.add_argument("--fg-weight", type=float, default=0.0,
                     help="extra UNet loss weight on the latent pixels of shapes (0: off)")
+    ap.add_argument("--edge-weight", type=float, default=0.0,
+                    help="and this much more on the latent pixels of their outlines (0: off)")
     ap.add_argument("--loosen-steps", type=int, default=0,
                     help="after the polish stage, this many steps at t >= --polish-tmax "
                          "with a share --loosen-cap-noise of mismatched captions "
@@ -960,11 +985,7 @@ def main():
         # Development aid: an exported folder part-way, to score while training goes on.
         export(a, vae, u, t, tok, out=os.path.join(a.work, f"snapshot-{step}"))
 
-    fg = None
-    if a.fg_weight > 0:
-        fg = foreground_masks(imgs, latents.shape[-1])
-        log(f"foreground masks: {fg.mean().item():.3f} of latent pixels weigh "
-            f"1 + {a.fg_weight}")
+    wmap = loss_weights(a, imgs, latents.shape[-1])
     run = stages(a)
     unet = None
     if a.phase == "late":
@@ -977,7 +998,7 @@ def main():
         te = pretrain_text_encoder(a, tok, scenes, a.seed + 3) if a.te_steps > 0 else None
     for st in run:
         # unet is None before the main stage; train_unet snapshots the main stage only
-        unet, te = train_unet(a, tok, latents, scenes, st, te, snapshot, fg, init=unet)
+        unet, te = train_unet(a, tok, latents, scenes, st, te, snapshot, wmap, init=unet)
     export(a, vae, unet, te, tok)
     log("done")
 
