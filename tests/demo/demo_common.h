@@ -51,8 +51,9 @@ int demo_nearest(const demo_palette *p, const uint8_t *px);
 /* Every pixel of an RGB image -> its nearest palette index (w*h bytes). */
 void demo_label(const tsr_image *img, const demo_palette *p, uint8_t *lab);
 
-/* The colour/place rule: 1 pass, 0 fail, -1 bad input; fg/bg receive the
- * covered fractions of the core box and of the rest. */
+/* The colour/place rule: 1 pass, 0 fail, -1 bad input or out of memory;
+ * fg/bg receive the covered fractions of the core box (by the named colour
+ * with its holes filled) and of the rest. */
 int demo_score_place(const tsr_image *img, const demo_palette *p, int colour, int background,
                      double cx, double cy, double *fg, double *bg);
 

@@ -68,15 +68,17 @@ static void free_heldout(void)
 /* ---- self_score: the scorer on pictures drawn here ---- */
 
 /* A flat `background` image with a filled square of half side `half` in
- * `colour` around (cx, cy) (128-pixel units). */
+ * `colour` around (cx, cy) (128-pixel units), less a square hole of half
+ * side `hole` (0: none) in the background colour. */
 static int draw_scene(tsr_image *img, const demo_palette *p, int colour, int background,
-                      double cx, double cy, double half)
+                      double cx, double cy, double half, double hole)
 {
     if (tsr_image_alloc(img, 128, 128, 3) != 0)
         return -1;
     for (uint32_t y = 0; y < 128; y++) {
         for (uint32_t x = 0; x < 128; x++) {
-            int in = fabs(x + 0.5 - cx) <= half && fabs(y + 0.5 - cy) <= half;
+            double d = fmax(fabs(x + 0.5 - cx), fabs(y + 0.5 - cy));
+            int in = d <= half && !(d <= hole);
             const double *c = p->rgb[in ? colour : background];
             for (int k = 0; k < 3; k++)
                 img->data[(y * 128 + x) * 3 + k] = (uint8_t)c[k];
@@ -107,18 +109,20 @@ static int test_self_score(void)
     /* The right picture passes; each kind of wrong one fails. */
     struct {
         int colour, background;
-        double half;
+        double half, hole;
         int want;
         const char *what;
     } cases[] = {
-        {red, blue, 17.0, 1, "red square top left on blue"},
-        {white, blue, 17.0, 0, "white instead of red"},
-        {red, white, 17.0, 0, "white background instead of blue"},
-        {red, blue, 6.0, 0, "too small to cover the region"},
-        {red, blue, 100.0, 0, "covers the rest as well"},
+        {red, blue, 17.0, 0.0, 1, "red square top left on blue"},
+        {red, blue, 17.0, 11.0, 1, "a red ring there (its hole counts)"},
+        {white, blue, 17.0, 0.0, 0, "white instead of red"},
+        {red, white, 17.0, 0.0, 0, "white background instead of blue"},
+        {red, blue, 6.0, 0.0, 0, "too small to cover the region"},
+        {red, blue, 100.0, 0.0, 0, "covers the rest as well"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (draw_scene(&img, &p, cases[i].colour, cases[i].background, cx, cy, cases[i].half))
+        if (draw_scene(&img, &p, cases[i].colour, cases[i].background, cx, cy, cases[i].half,
+                       cases[i].hole))
             TSR_FAIL("draw_scene");
         int r = demo_score_place(&img, &p, red, blue, cx, cy, &fg, &bg);
         tsr_image_free(&img);
@@ -129,7 +133,7 @@ static int test_self_score(void)
         }
     }
     /* Right picture, wrong region asked for. */
-    if (draw_scene(&img, &p, red, blue, cx, cy, 17.0))
+    if (draw_scene(&img, &p, red, blue, cx, cy, 17.0, 0.0))
         TSR_FAIL("draw_scene");
     int r = demo_score_place(&img, &p, red, blue, ox, oy, &fg, &bg);
     tsr_image_free(&img);

@@ -7,9 +7,9 @@ order) is scored against held-out prompt i by colour and position:
 
   * every pixel is classified to its nearest palette colour (dataset.COLOURS);
   * the named region is the inner box of the named 3x3 grid cell (a square of
-    side 2*CORE/128 of the image around the cell centre, which a large circle
-    or square always covers): the named colour must cover at least
-    FG_MIN of it;
+    side 2*CORE/128 of the image around the cell centre, which every large
+    shape covers once a ring's hole is filled): the named colour, with the
+    holes it encloses filled, must cover at least FG_MIN of it;
   * the rest is every pixel farther than REST/128 of the image (Chebyshev) from
     the cell centre: the background colour must cover at least BG_MIN of it.
 
@@ -60,8 +60,21 @@ def classify(img):
     return d.argmin(1).reshape(img.shape[:2])
 
 
+def enclosed(mask):
+    """`mask` (HxW bool) with its holes filled: every pixel outside it that
+    cannot reach the image border through other such pixels (4-connected)
+    is added."""
+    lab, _ = components(~mask)
+    border = set(lab[0].tolist()) | set(lab[-1].tolist()) | set(lab[:, 0].tolist()) | \
+        set(lab[:, -1].tolist())
+    return mask | ((lab >= 0) & ~np.isin(lab, sorted(border)))
+
+
 def score_image(img, item):
-    """Returns (passed, fg_fraction, bg_fraction) for one image and prompt."""
+    """Returns (passed, fg_fraction, bg_fraction) for one image and prompt.
+    The named colour counts with its holes filled, so that a ring (whose
+    hole is most of the core box) is at its place as a disc is: on the clean
+    renders every large shape passes, rings 0/10 without the filling."""
     h, w = img.shape[:2]
     lab = classify(img)
     s = w / float(dataset.SIZE)
@@ -72,7 +85,7 @@ def score_image(img, item):
     dist = np.maximum(np.abs(xs - cx), np.abs(ys - cy))
     core = dist <= CORE
     rest = dist > REST
-    fg = float((lab[core] == NAMES.index(item["colour"])).mean())
+    fg = float(enclosed(lab == NAMES.index(item["colour"]))[core].mean())
     bg = float((lab[rest] == NAMES.index(item["background"])).mean())
     return fg >= FG_MIN and bg >= BG_MIN, fg, bg
 
