@@ -20,13 +20,15 @@ The whole model is trained here on a 2-core CPU in under an hour
                   output, then frozen;
   5. unet       - a 4-level UNet2DConditionModel (24/32/64/64, cross-attention
                   at 16x16 and 8x8) on the frozen text encoder: epsilon
-                  prediction on a noise schedule shifted to more noise,
+                  prediction (then converted to v) on a noise schedule
+                  shifted to more noise,
                   strong offset noise, min-SNR-gamma 5, a foreground-weighted
                   loss, 10% caption dropout for classifier-free guidance and
-                  an EMA of the weights; then two late stages (stages): a
-                  low-noise polish, and a loosen stage with a share of
-                  mismatched captions, so that guidance matters as it does
-                  on web-captioned checkpoints;
+                  an EMA of the weights; then three late stages (stages): a
+                  low-noise polish, a conversion to v-prediction (flatter
+                  backgrounds, fewer extra copies), and a loosen stage with
+                  a share of mismatched captions, so that guidance matters
+                  as it does on web-captioned checkpoints;
   6. export     - fp16 safetensors, StableDiffusionPipeline.save_pretrained.
 
 Captions also come from dataset.py's free word-order grammar.  --recipe v1
@@ -431,7 +433,7 @@ def make_unet(a):
         norm_num_groups=a.unet_groups)
 
 
-def noise_schedule(a):
+def noise_schedule(a, prediction=None):
     """The training noise schedule, also written into the exported
     scheduler (v1: SD's scaled_linear 0.00085..0.012).  On SD's schedule the
     signal keeps sqrt(alphas_cumprod) = 0.068 of its amplitude at t = 999;
@@ -444,7 +446,8 @@ def noise_schedule(a):
     docs/demo-model.md "v2").  An earlier linear 1e-4..0.02 run was spoilt
     by stale cached latents, so it says nothing."""
     return dict(num_train_timesteps=1000, beta_start=a.beta_start, beta_end=a.beta_end,
-                beta_schedule=a.beta_schedule, prediction_type=a.prediction, clip_sample=False)
+                beta_schedule=a.beta_schedule, prediction_type=prediction or a.prediction,
+                clip_sample=False)
 
 
 class Tokens:
@@ -643,7 +646,12 @@ def caption_for(scenes, i, rng, a, cap_noise):
 # One UNet training stage: the main stage from nothing, then the late stages
 # on its EMA weights, each with a fresh AdamW and its own EMA.
 Stage = collections.namedtuple(
-    "Stage", "name steps lr tmin tmax min_snr cap_noise warmup seed rng_seed")
+    "Stage", "name steps lr tmin tmax min_snr cap_noise warmup seed rng_seed prediction")
+
+
+def final_prediction(a):
+    """What the exported UNet predicts: v once a convert stage has run."""
+    return "v_prediction" if a.convert_steps > 0 else a.prediction
 
 
 def stages(a):
@@ -656,6 +664,14 @@ def stages(a):
             t = 20, 0.27 at t = 50 and 1 from t = 150, so the main stage
             trains the last denoising steps least, and those are the steps
             that clear the speckle off flat backgrounds;
+    convert a.convert_steps at every t with plain v MSE: retrains the
+            (epsilon) UNet to predict v = sqrt(a) eps - sqrt(1 - a) x0, about
+            -x0 at high noise, so that the first sampling steps get a layout
+            from the caption rather than an epsilon error amplified ~50x on
+            the way to x0.  Measured from session 12's run F (session 13):
+            flat backgrounds 30 -> 88 of 120, one region per single shape 56
+            -> 78 of 100 (the loosen stage after it gives part back: 63);
+            from here on the stages and the export are in v;
     loosen  a.loosen_steps at t >= a.polish_tmax (the noise levels polish
             leaves alone, where the layout is decided), min-SNR, with a share
             a.loosen_cap_noise of the captions taken from another scene
@@ -670,11 +686,13 @@ def stages(a):
     the others' streams unchanged."""
     return [s for s in (
         Stage("main", a.unet_steps, a.unet_lr, 0, 1000, a.min_snr, a.cap_noise, 100,
-              a.seed + 2, a.seed + 17),
+              a.seed + 2, a.seed + 17, a.prediction),
         Stage("polish", a.polish_steps, a.polish_lr, 0, a.polish_tmax, 0.0, 0.0, 10,
-              a.seed + 5, a.seed + 29),
+              a.seed + 5, a.seed + 29, a.prediction),
+        Stage("convert", a.convert_steps, a.convert_lr, 0, 1000, 0.0, 0.0, 10,
+              a.seed + 11, a.seed + 37, "v_prediction"),
         Stage("loosen", a.loosen_steps, a.loosen_lr, a.polish_tmax, 1000, a.min_snr,
-              a.loosen_cap_noise, 10, a.seed + 7, a.seed + 31),
+              a.loosen_cap_noise, 10, a.seed + 7, a.seed + 31, final_prediction(a)),
     ) if s.steps > 0]
 
 
@@ -755,8 +773,8 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
             # min-SNR-gamma: the weight of an x0 error, min(SNR, gamma), over
             # what the target's loss already gives it (SNR for epsilon,
             # SNR + 1 for v)
-            w = torch.clamp(snr[t], max=stage.min_snr) / (snr[t] + (a.prediction != "epsilon"))
-        target = noise if a.prediction == "epsilon" else sched.get_velocity(x0, noise, t)
+            w = torch.clamp(snr[t], max=stage.min_snr) / (snr[t] + (stage.prediction != "epsilon"))
+        target = noise if stage.prediction == "epsilon" else sched.get_velocity(x0, noise, t)
         err = (pred - target) ** 2
         if wmap is not None:
             # Shapes are ~12% of the latent pixels: under a plain mean the
@@ -793,7 +811,8 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
 # ---------------------------------------------------------------- 5. export
 
 def export(a, vae, unet, te, tok, out=None):
-    scheduler = DDIMScheduler(**noise_schedule(a), set_alpha_to_one=False, steps_offset=1)
+    scheduler = DDIMScheduler(**noise_schedule(a, final_prediction(a)), set_alpha_to_one=False,
+                              steps_offset=1)
     pipe = StableDiffusionPipeline(vae=vae, text_encoder=te, tokenizer=tok, unet=unet,
                                    scheduler=scheduler, safety_checker=None,
                                    feature_extractor=None, requires_safety_checker=False)
@@ -812,8 +831,9 @@ def export(a, vae, unet, te, tok, out=None):
 # "v2" (the default) made the committed models/demo (session 12; what each
 # knob does and how it was measured: docs/demo-model.md, "v2"): a 4x-down VAE
 # with an edge-weighted loss, a 24/32/64/64 UNet with min-SNR 5 and a
-# foreground-weighted loss, then the polish and loosen stages (stages).  It was
-# called "v2-wip" until session 12, without the loosen stage.  "v1" made the
+# foreground-weighted loss, then the polish, convert (to v-prediction) and
+# loosen stages (stages).  It was called "v2-wip" until session 12, without
+# the loosen stage; session 12's committed model is --convert-steps 0.  "v1" made the
 # first committed model (2026-11-30) and is kept to reproduce it.
 RECIPES = {
     "v1": dict(threads=1, vae_channels=[16, 32, 64, 64], vae_edge=0.0, vae_pre_steps=1000,
@@ -825,7 +845,7 @@ RECIPES = {
                unet_attn=[1, 2], unet_steps=5500, beta_schedule="scaled_linear",
                beta_start=0.00085, beta_end=0.02, free_captions=0.5, two_share=0.4,
                two_fact=1, min_snr=5.0, fg_weight=4.0, polish_steps=500,
-               loosen_steps=600, loosen_cap_noise=0.2),
+               convert_steps=1000, loosen_steps=600, loosen_cap_noise=0.2),
 }
 
 
@@ -901,6 +921,10 @@ def main():
     ap.add_argument("--polish-tmax", type=int, default=200,
                     help="polish stage: noise levels t < this (loosen: t >= this)")
     ap.add_argument("--polish-lr", type=float, default=1e-4)
+    ap.add_argument("--convert-steps", type=int, default=0,
+                    help="after the polish stage, this many steps at every t that retrain an "
+                         "epsilon UNet to predict v (0: none; see stages)")
+    ap.add_argument("--convert-lr", type=float, default=3e-4)
     ap.add_argument("--init-model", help="--phase late: the exported folder to go on from")
     ap.add_argument("--ema", type=float, default=0.995)
     ap.add_argument("--log-every", type=int, default=100)
@@ -914,7 +938,7 @@ def main():
                          "on --init-model")
     ap.set_defaults(**RECIPES[ap.parse_known_args()[0].recipe])
     a = ap.parse_args()
-    late = a.loosen_steps + a.polish_steps > 0
+    late = a.loosen_steps + a.polish_steps + a.convert_steps > 0
     if late and a.te_steps <= 0 and a.phase != "late":
         # checked before any training, not after the main stage has run
         ap.error("--loosen-steps and --polish-steps need the pretrained, frozen text "
@@ -923,6 +947,13 @@ def main():
         ap.error("--unet-steps must be > 0 (or --phase late on --init-model)")
     if a.phase == "late" and (not a.init_model or not late):
         ap.error("--phase late needs --init-model and --loosen-steps or --polish-steps")
+    if a.phase == "late":
+        # the late stages go on in what --init-model predicts
+        try:
+            with open(os.path.join(a.init_model, "scheduler", "scheduler_config.json")) as f:
+                a.prediction = json.load(f).get("prediction_type", "epsilon")
+        except (OSError, ValueError) as e:
+            ap.error(f"--init-model {a.init_model}: no readable scheduler config ({e})")
     dataset.FREE_SHARE = a.free_captions
     dataset.TWO_SHARE = a.two_share
 
