@@ -127,50 +127,6 @@ void demo_label(const tsr_image *img, const demo_palette *p, uint8_t *lab)
         lab[i] = (uint8_t)demo_nearest(p, img->data + i * 3);
 }
 
-/* in[i] != 0 marks the mask; out[i] := 1 on the mask and on every pixel
- * outside it that cannot reach the image border through other such pixels
- * (4-connected): the mask with its holes filled.  Returns -1 out of memory. */
-static int fill_holes(const uint8_t *in, uint32_t w, uint32_t h, uint8_t *out)
-{
-    const size_t n = (size_t)w * h;
-    size_t *stack = malloc(n * sizeof *stack);
-    if (!stack)
-        return -1;
-    size_t top = 0;
-    /* out: 1 = the mask or not yet reached, 0 = outside (reached) */
-    for (size_t i = 0; i < n; i++)
-        out[i] = 1;
-    for (uint32_t y = 0; y < h; y++)
-        for (uint32_t x = 0; x < w; x++) {
-            size_t i = (size_t)y * w + x;
-            if ((x == 0 || y == 0 || x == w - 1 || y == h - 1) && !in[i] && out[i]) {
-                out[i] = 0;
-                stack[top++] = i;
-            }
-        }
-    while (top) {
-        size_t i = stack[--top];
-        uint32_t x = (uint32_t)(i % w), y = (uint32_t)(i / w);
-        size_t nb[4];
-        int k = 0;
-        if (x > 0)
-            nb[k++] = i - 1;
-        if (x + 1 < w)
-            nb[k++] = i + 1;
-        if (y > 0)
-            nb[k++] = i - w;
-        if (y + 1 < h)
-            nb[k++] = i + w;
-        for (int j = 0; j < k; j++)
-            if (!in[nb[j]] && out[nb[j]]) {
-                out[nb[j]] = 0;
-                stack[top++] = nb[j];
-            }
-    }
-    free(stack);
-    return 0;
-}
-
 int demo_score_place(const tsr_image *img, const demo_palette *p, int colour, int background,
                      double cx, double cy, double *fg, double *bg)
 {
@@ -186,8 +142,8 @@ int demo_score_place(const tsr_image *img, const demo_palette *p, int colour, in
     for (size_t i = 0; i < n; i++)
         named[i] = lab[i] == colour;
     /* the named colour counts with its holes filled, as score.py's
-     * enclosed(): a ring's hole is most of the core box */
-    if (fill_holes(named, w, h, filled))
+     * fill_holes(): a ring's hole is most of the core box */
+    if (demo_fill_holes(named, (int)w, (int)h, filled))
         goto out;
     double sx = (double)w / DEMO_DATA_SIZE, sy = (double)h / DEMO_DATA_SIZE;
     size_t core = 0, core_hit = 0, rest = 0, rest_hit = 0;

@@ -69,6 +69,11 @@ int demo_score_place(const tsr_image *img, const demo_palette *p, int colour, in
 #define DEMO_MIN_REGION 40 /* pixels at 128x128 */
 #define DEMO_FLAT_MAX 6.0  /* /255 */
 
+/* filled := mask[i] != 0 with its holes filled: every pixel outside the
+ * mask that cannot reach the image border through other such pixels
+ * (4-connected), as score.py's fill_holes().  0, or -1 when out of memory. */
+int demo_fill_holes(const uint8_t *mask, int w, int h, uint8_t *filled);
+
 typedef struct demo_shape_features {
     int present; /* 0: the colour is absent */
     long area, filled;

@@ -85,6 +85,59 @@ static int components(const uint8_t *mask, int w, int h, comps *c)
     return 0;
 }
 
+/* filled := mask[i] != 0 with its holes filled (every pixel outside the
+ * mask that cannot reach the image border through other such pixels,
+ * 4-connected); *holes and *biggest (either may be NULL) receive the holes'
+ * total and largest size.  0, or -1 when out of memory. */
+static int fill_holes(const uint8_t *mask, int w, int h, uint8_t *filled, long *holes,
+                      long *biggest)
+{
+    size_t n = (size_t)w * h;
+    for (size_t i = 0; i < n; i++)
+        filled[i] = !mask[i];
+    comps o;
+    if (components(filled, w, h, &o) != 0)
+        return -1;
+    /* Components touching the border are outside; the rest are holes. */
+    uint8_t *border = calloc((size_t)o.n + 1, 1);
+    if (!border) {
+        comps_free(&o);
+        return -1;
+    }
+    for (int x = 0; x < w; x++) {
+        if (o.lab[x] >= 0)
+            border[o.lab[x]] = 1;
+        if (o.lab[(size_t)(h - 1) * w + x] >= 0)
+            border[o.lab[(size_t)(h - 1) * w + x]] = 1;
+    }
+    for (int y = 0; y < h; y++) {
+        if (o.lab[(size_t)y * w] >= 0)
+            border[o.lab[(size_t)y * w]] = 1;
+        if (o.lab[(size_t)y * w + w - 1] >= 0)
+            border[o.lab[(size_t)y * w + w - 1]] = 1;
+    }
+    long total = 0, most = 0;
+    for (int k = 0; k < o.n; k++)
+        if (!border[k]) {
+            total += o.sizes[k];
+            most = o.sizes[k] > most ? o.sizes[k] : most;
+        }
+    for (size_t i = 0; i < n; i++)
+        filled[i] = mask[i] || (o.lab[i] >= 0 && !border[o.lab[i]]);
+    if (holes)
+        *holes = total;
+    if (biggest)
+        *biggest = most;
+    free(border);
+    comps_free(&o);
+    return 0;
+}
+
+int demo_fill_holes(const uint8_t *mask, int w, int h, uint8_t *filled)
+{
+    return fill_holes(mask, w, h, filled, NULL, NULL);
+}
+
 typedef struct pt {
     long long x, y;
 } pt;
@@ -224,7 +277,7 @@ int demo_shape_features_of(const uint8_t *lab, int w, int h, int colour, demo_sh
     for (int k = 1; k < c.n; k++)
         if (c.sizes[k] > c.sizes[big])
             big = k;
-    /* mask := the region; then its complement for the holes. */
+    /* mask := the region */
     int bx0 = w, by0 = h, bx1 = -1, by1 = -1;
     for (size_t i = 0; i < n; i++) {
         mask[i] = c.lab[i] == big;
@@ -243,65 +296,33 @@ int demo_shape_features_of(const uint8_t *lab, int w, int h, int colour, demo_sh
     const long long hull2 = a2 < 0 ? -a2 : a2;
     f->area = c.sizes[big];
     comps_free(&c);
-    for (size_t i = 0; i < n; i++)
-        mask[i] = !mask[i];
-    comps o;
-    if (hull_rc != 0 || components(mask, w, h, &o) != 0) {
-        free(hull);
-        free(mask);
-        return -1;
-    }
-    /* Components touching the border are outside; the rest are holes. */
-    uint8_t *border = calloc((size_t)o.n + 1, 1);
-    if (!border) {
-        free(hull);
-        free(mask);
-        comps_free(&o);
-        return -1;
-    }
-    for (int x = 0; x < w; x++) {
-        if (o.lab[x] >= 0)
-            border[o.lab[x]] = 1;
-        if (o.lab[(size_t)(h - 1) * w + x] >= 0)
-            border[o.lab[(size_t)(h - 1) * w + x]] = 1;
-    }
-    for (int y = 0; y < h; y++) {
-        if (o.lab[(size_t)y * w] >= 0)
-            border[o.lab[(size_t)y * w]] = 1;
-        if (o.lab[(size_t)y * w + w - 1] >= 0)
-            border[o.lab[(size_t)y * w + w - 1]] = 1;
-    }
+    /* filled := the region with its holes, for "top" and the bays */
+    uint8_t *filled = malloc(n);
     long holes = 0, biggest = 0;
-    for (int k = 0; k < o.n; k++)
-        if (!border[k]) {
-            holes += o.sizes[k];
-            biggest = o.sizes[k] > biggest ? o.sizes[k] : biggest;
-        }
-    /* "top": the filled shape (region or hole) above vs below the box's
-     * middle row. */
+    if (hull_rc != 0 || !filled || fill_holes(mask, w, h, filled, &holes, &biggest) != 0) {
+        free(filled);
+        free(hull);
+        free(mask);
+        return -1;
+    }
+    /* "top": the filled shape above vs below the box's middle row. */
     long bh_rows = by1 - by0 + 1, top = 0, bottom = 0;
     for (int y = by0; y <= by1; y++) {
         long twice = 2L * (y - by0) + 1;
         if (twice == bh_rows)
             continue;
         long row = 0;
-        for (int x = 0; x < w; x++) {
-            size_t i = (size_t)y * w + x;
-            row += !mask[i] || (o.lab[i] >= 0 && !border[o.lab[i]]);
-        }
+        for (int x = 0; x < w; x++)
+            row += filled[(size_t)y * w + x];
         if (twice < bh_rows)
             top += row;
         else
             bottom += row;
     }
-    /* mask := filled (the region or one of its holes), for the bays. */
-    for (size_t i = 0; i < n; i++)
-        mask[i] = !mask[i] || (o.lab[i] >= 0 && !border[o.lab[i]]);
-    f->bays = count_bays(hull, nk, a2, mask, w, h);
+    f->bays = count_bays(hull, nk, a2, filled, w, h);
+    free(filled);
     free(hull);
-    free(border);
     free(mask);
-    comps_free(&o);
     if (f->bays < 0)
         return -1;
     long bw = bx1 - bx0 + 1, bh = by1 - by0 + 1;

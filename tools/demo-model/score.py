@@ -60,14 +60,14 @@ def classify(img):
     return d.argmin(1).reshape(img.shape[:2])
 
 
-def enclosed(mask):
-    """`mask` (HxW bool) with its holes filled: every pixel outside it that
-    cannot reach the image border through other such pixels (4-connected)
-    is added."""
-    lab, _ = components(~mask)
-    border = set(lab[0].tolist()) | set(lab[-1].tolist()) | set(lab[:, 0].tolist()) | \
-        set(lab[:, -1].tolist())
-    return mask | ((lab >= 0) & ~np.isin(lab, sorted(border)))
+def fill_holes(mask):
+    """(`mask` (HxW bool) with its holes filled, the holes' sizes): a hole is
+    a 4-connected component of the pixels outside the mask that does not
+    reach the image border."""
+    ol, osz = components(~mask)
+    border = set(ol[0, :].tolist() + ol[-1, :].tolist() + ol[:, 0].tolist() + ol[:, -1].tolist())
+    holes = [n for k, n in enumerate(osz) if k not in border]
+    return mask | ((ol >= 0) & ~np.isin(ol, sorted(border))), holes
 
 
 def score_image(img, item):
@@ -85,7 +85,7 @@ def score_image(img, item):
     dist = np.maximum(np.abs(xs - cx), np.abs(ys - cy))
     core = dist <= CORE
     rest = dist > REST
-    fg = float(enclosed(lab == NAMES.index(item["colour"]))[core].mean())
+    fg = float(fill_holes(lab == NAMES.index(item["colour"]))[0][core].mean())
     bg = float((lab[rest] == NAMES.index(item["background"])).mean())
     return fg >= FG_MIN and bg >= BG_MIN, fg, bg
 
@@ -222,12 +222,8 @@ def shape_features(lab, colour):
         return None
     big = int(np.argmax(sizes))  # first of the largest, as the C port
     region = cl == big
-    # Holes: non-region pixels that cannot reach the border through
-    # non-region pixels (4-connected).
-    ol, osz = components(~region)
+    inside, holes = fill_holes(region)
     h, w = region.shape
-    border = set(ol[0, :].tolist() + ol[-1, :].tolist() + ol[:, 0].tolist() + ol[:, -1].tolist())
-    holes = [n for k, n in enumerate(osz) if k not in border]
     area = int(sizes[big])
     filled = area + sum(holes)
     ys, xs = np.nonzero(region)
@@ -235,7 +231,6 @@ def shape_features(lab, colour):
     bw, bh = int(xs.max() - xs.min() + 1), int(ys.max() - y0 + 1)
     hull, a2 = _hull(region)
     hull2 = abs(a2)
-    inside = region | ((ol >= 0) & ~np.isin(ol, sorted(border)))
     rows = inside.sum(1)
     top = sum(int(rows[y]) for y in range(h) if 2 * (y - y0) + 1 < bh)
     bottom = sum(int(rows[y]) for y in range(h) if 2 * (y - y0) + 1 > bh)
