@@ -672,8 +672,9 @@ def stages(a):
             flat backgrounds 30 -> 88 of 120, one region per single shape 56
             -> 78 of 100 (the loosen stage after it gives part back: 63);
             from here on the stages and the export are in v;
-    loosen  a.loosen_steps at t >= a.polish_tmax (the noise levels polish
-            leaves alone, where the layout is decided), min-SNR, with a share
+    loosen  a.loosen_steps at a.polish_tmax <= t < a.loosen_tmax (the
+            noise levels polish leaves alone; the default 1000 includes
+            those where the layout is decided), min-SNR, with a share
             a.loosen_cap_noise of the captions taken from another scene
             (caption_for).  Why: the renderer's captions are exact, so a
             model trained on them alone draws the right picture at cfg 1.0
@@ -698,7 +699,7 @@ def stages(a):
               a.seed + 5, a.seed + 29, a.prediction),
         Stage("convert", a.convert_steps, a.convert_lr, 0, 1000, 0.0, 0.0, 10,
               a.seed + 11, a.seed + 37, "v_prediction"),
-        Stage("loosen", a.loosen_steps, a.loosen_lr, a.polish_tmax, 1000,
+        Stage("loosen", a.loosen_steps, a.loosen_lr, a.polish_tmax, a.loosen_tmax,
               a.min_snr if a.loosen_min_snr is None else a.loosen_min_snr,
               a.loosen_cap_noise, 10, a.seed + 7, a.seed + 31, final_prediction(a)),
     ) if s.steps > 0]
@@ -923,6 +924,8 @@ def main():
                          "(0: none; see stages)")
     ap.add_argument("--loosen-cap-noise", type=float, default=0.0)
     ap.add_argument("--loosen-lr", type=float, default=3e-4)
+    ap.add_argument("--loosen-tmax", type=int, default=1000,
+                    help="the loosen stage trains t in [--polish-tmax, this)")
     ap.add_argument("--loosen-min-snr", type=float,
                     help="the loosen stage's min-SNR gamma (default --min-snr; 0: plain MSE)")
     ap.add_argument("--polish-steps", type=int, default=0,
