@@ -956,6 +956,10 @@ def main():
         # checked before any training, not after the main stage has run
         ap.error("--loosen-steps and --polish-steps need the pretrained, frozen text "
                  "encoder (--te-steps > 0)")
+    if a.loosen_steps > 0 and not a.polish_tmax < a.loosen_tmax <= 1000:
+        # checked here, not as torch.randint's error after the earlier stages
+        ap.error(f"--loosen-tmax {a.loosen_tmax}: must be in (--polish-tmax "
+                 f"{a.polish_tmax}, 1000]")
     if a.phase != "late" and a.unet_steps <= 0:
         ap.error("--unet-steps must be > 0 (or --phase late on --init-model)")
     if a.phase == "late" and (not a.init_model or not late):
