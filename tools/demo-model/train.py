@@ -646,7 +646,8 @@ def caption_for(scenes, i, rng, a, cap_noise):
 # One UNet training stage: the main stage from nothing, then the late stages
 # on its EMA weights, each with a fresh AdamW and its own EMA.
 Stage = collections.namedtuple(
-    "Stage", "name steps lr tmin tmax min_snr cap_noise warmup seed rng_seed prediction")
+    "Stage", "name steps lr tmin tmax min_snr cap_noise warmup seed rng_seed prediction guide",
+    defaults=(0.0,))
 
 
 def final_prediction(a):
@@ -702,7 +703,32 @@ def stages(a):
         Stage("loosen", a.loosen_steps, a.loosen_lr, a.polish_tmax, a.loosen_tmax,
               a.min_snr if a.loosen_min_snr is None else a.loosen_min_snr,
               a.loosen_cap_noise, 10, a.seed + 7, a.seed + 31, final_prediction(a)),
+        Stage("guide", a.guide_steps, a.guide_lr, 0, 1000, 0.0, 0.0, 10,
+              a.seed + 13, a.seed + 41, final_prediction(a), a.guide_scale),
     ) if s.steps > 0]
+
+
+def guided(unet, xt, t, pred, caps, tokens, te, scale):
+    """The guide stage's prediction and per-sample loss factor.  For the
+    captioned samples of the batch the prediction is classifier-free
+    guidance's, g = u + scale * (c - u), where c is `pred` and u is the same
+    UNet's prediction for the empty caption, without gradient; the loss
+    factor 1 / scale**2 makes |g - target|**2 / scale**2 = |c - c*|**2 with
+    c* = u + (target - u) / scale, an MSE in the conditional branch's own
+    units.  The uncaptioned samples (caption dropout) keep their plain
+    prediction and factor 1, so u stays the unconditional model.  Returns
+    (prediction, [N] factors)."""
+    keep = torch.tensor([c != "" for c in caps])
+    factor = torch.ones(len(caps))
+    if not keep.any():
+        return pred, factor
+    with torch.no_grad():
+        empty = te(tokens([""] * int(keep.sum()))).last_hidden_state
+        u = unet(xt[keep], t[keep], encoder_hidden_states=empty).sample
+    out = pred.clone()
+    out[keep] = u + scale * (pred[keep] - u)
+    factor[keep] = 1.0 / scale ** 2
+    return out, factor
 
 
 def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None, init=None):
@@ -778,11 +804,15 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
             cond = te(ids).last_hidden_state
         pred = unet(xt, t, encoder_hidden_states=cond).sample
         w = torch.ones_like(snr[t])
+        if stage.guide > 0:
+            pred, factor = guided(unet, xt, t, pred, caps, tokens, te, stage.guide)
+            w = w * factor
         if stage.min_snr > 0:
             # min-SNR-gamma: the weight of an x0 error, min(SNR, gamma), over
             # what the target's loss already gives it (SNR for epsilon,
             # SNR + 1 for v)
-            w = torch.clamp(snr[t], max=stage.min_snr) / (snr[t] + (stage.prediction != "epsilon"))
+            w = w * torch.clamp(snr[t], max=stage.min_snr) / \
+                (snr[t] + (stage.prediction != "epsilon"))
         target = noise if stage.prediction == "epsilon" else sched.get_velocity(x0, noise, t)
         err = (pred - target) ** 2
         if wmap is not None:
@@ -938,6 +968,11 @@ def main():
                     help="after the polish stage, this many steps at every t that retrain an "
                          "epsilon UNet to predict v (0: none; see stages)")
     ap.add_argument("--convert-lr", type=float, default=3e-4)
+    ap.add_argument("--guide-steps", type=int, default=0,
+                    help="last, this many steps at every t whose loss is on the classifier-"
+                         "free-guided prediction at --guide-scale (0: none; see stages)")
+    ap.add_argument("--guide-scale", type=float, default=2.5)
+    ap.add_argument("--guide-lr", type=float, default=3e-4)
     ap.add_argument("--init-model", help="--phase late: the exported folder to go on from")
     ap.add_argument("--ema", type=float, default=0.995)
     ap.add_argument("--log-every", type=int, default=100)
@@ -951,7 +986,9 @@ def main():
                          "on --init-model")
     ap.set_defaults(**RECIPES[ap.parse_known_args()[0].recipe])
     a = ap.parse_args()
-    late = a.loosen_steps + a.polish_steps + a.convert_steps > 0
+    late = a.loosen_steps + a.polish_steps + a.convert_steps + a.guide_steps > 0
+    if a.guide_steps > 0 and not a.guide_scale >= 1.0:
+        ap.error(f"--guide-scale {a.guide_scale}: must be >= 1")
     if late and a.te_steps <= 0 and a.phase != "late":
         # checked before any training, not after the main stage has run
         ap.error("--loosen-steps and --polish-steps need the pretrained, frozen text "
