@@ -689,7 +689,13 @@ def stages(a):
             the held-out margin fell to 0.14, under the 0.25 asked).  Its
             min-SNR weight is --loosen-min-snr (default --min-snr): plain v
             MSE there (0) trained the high-noise steps on the noisy captions
-            and lost colour/place 0.92 -> 0.85.
+            and lost colour/place 0.92 -> 0.85;
+    guide   a.guide_steps (default 0: off) at every t, plain MSE on the
+            classifier-free-guided prediction at a.guide_scale (guided()),
+            so that cfg s then acts like cfg s / guide_scale did before.
+            Measured (session 16, convert then guide 600 at 3 from run F):
+            flat 71 -> 103 of 120 and triangles 0.15 -> 0.50, but rings
+            0.80 -> 0.50 and two X 0.46 -> 0.21, so it is not in v2.
     The late stages start from the stage before's EMA weights with a fresh
     AdamW and EMA; each stage has fixed seeds of its own, so adding one leaves
     the others' streams unchanged."""
@@ -708,7 +714,7 @@ def stages(a):
     ) if s.steps > 0]
 
 
-def guided(unet, xt, t, pred, caps, tokens, te, scale):
+def guided(unet, xt, t, pred, caps, empty, scale):
     """The guide stage's prediction and per-sample loss factor.  For the
     captioned samples of the batch the prediction is classifier-free
     guidance's, g = u + scale * (c - u), where c is `pred` and u is the same
@@ -716,15 +722,16 @@ def guided(unet, xt, t, pred, caps, tokens, te, scale):
     factor 1 / scale**2 makes |g - target|**2 / scale**2 = |c - c*|**2 with
     c* = u + (target - u) / scale, an MSE in the conditional branch's own
     units.  The uncaptioned samples (caption dropout) keep their plain
-    prediction and factor 1, so u stays the unconditional model.  Returns
-    (prediction, [N] factors)."""
+    prediction and factor 1, so u stays the unconditional model.  `empty` is
+    the frozen text encoder's [1, L, D] state for "", computed once per stage.
+    Returns (prediction, [N] factors)."""
     keep = torch.tensor([c != "" for c in caps])
     factor = torch.ones(len(caps))
     if not keep.any():
         return pred, factor
     with torch.no_grad():
-        empty = te(tokens([""] * int(keep.sum()))).last_hidden_state
-        u = unet(xt[keep], t[keep], encoder_hidden_states=empty).sample
+        n = int(keep.sum())
+        u = unet(xt[keep], t[keep], encoder_hidden_states=empty.expand(n, -1, -1)).sample
     out = pred.clone()
     out[keep] = u + scale * (pred[keep] - u)
     factor[keep] = 1.0 / scale ** 2
@@ -769,6 +776,9 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
     for p in list(ema_u.parameters()) + list(ema_t.parameters()):
         p.requires_grad_(False)
     tokens = Tokens(tok)
+    if stage.guide > 0:
+        with torch.no_grad():  # the text encoder is frozen in every late stage
+            empty = te(tokens([""])).last_hidden_state
     n = latents.shape[0]
     rng = random.Random(stage.rng_seed)
     unet.train()
@@ -805,7 +815,7 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
         pred = unet(xt, t, encoder_hidden_states=cond).sample
         w = torch.ones_like(snr[t])
         if stage.guide > 0:
-            pred, factor = guided(unet, xt, t, pred, caps, tokens, te, stage.guide)
+            pred, factor = guided(unet, xt, t, pred, caps, empty, stage.guide)
             w = w * factor
         if stage.min_snr > 0:
             # min-SNR-gamma: the weight of an x0 error, min(SNR, gamma), over
@@ -991,7 +1001,8 @@ def main():
         ap.error(f"--guide-scale {a.guide_scale}: must be >= 1")
     if late and a.te_steps <= 0 and a.phase != "late":
         # checked before any training, not after the main stage has run
-        ap.error("--loosen-steps and --polish-steps need the pretrained, frozen text "
+        ap.error("the late stages (--polish/--convert/--loosen/--guide-steps) need the "
+                 "pretrained, frozen text "
                  "encoder (--te-steps > 0)")
     if a.loosen_steps > 0 and not a.polish_tmax < a.loosen_tmax <= 1000:
         # checked here, not as torch.randint's error after the earlier stages
@@ -1000,7 +1011,8 @@ def main():
     if a.phase != "late" and a.unet_steps <= 0:
         ap.error("--unet-steps must be > 0 (or --phase late on --init-model)")
     if a.phase == "late" and (not a.init_model or not late):
-        ap.error("--phase late needs --init-model and --loosen-steps or --polish-steps")
+        ap.error("--phase late needs --init-model and a late stage "
+                 "(--polish/--convert/--loosen/--guide-steps)")
     if a.phase == "late":
         # the late stages go on in what --init-model predicts
         try:
