@@ -627,7 +627,7 @@ def caption_for(scenes, i, rng, a, cap_noise):
     their images loosely, which is why real SD checkpoints need guidance;
     the renderer's captions are exact, so a model trained on them alone
     samples the right picture at cfg 1.0 and is over-driven at 7.5 (extra
-    copies of the shape, grain: docs/demo-model.md, session 10).  With a
+    copies of the shape, grain: docs/demo-model-log.md, session 10).  With a
     share rho of captions from a random scene, the model learns
     p(x | c) = (1 - rho) q(x | c) + rho p(x): at cfg 1.0 about rho of the
     samples ignore the prompt, and guidance, which divides p(x) back out,
@@ -690,9 +690,10 @@ def stages(a):
             min-SNR weight is --loosen-min-snr (default --min-snr): plain v
             MSE there (0) trained the high-noise steps on the noisy captions
             and lost colour/place 0.92 -> 0.85;
-    guide   a.guide_steps (default 0: off) at every t, plain MSE on the
-            classifier-free-guided prediction at a.guide_scale (guided()),
-            so that cfg s then acts like cfg s / guide_scale did before.
+    guide   a.guide_steps (default 0: off) at t < a.guide_tmax (default
+            1000: every t), plain MSE on the classifier-free-guided
+            prediction at a.guide_scale (guided()), so that cfg s then acts
+            like cfg s / guide_scale did before.
             Measured (session 16, convert then guide 600 at 3 from run F):
             flat 71 -> 103 of 120 and triangles 0.15 -> 0.50, but rings
             0.80 -> 0.50 and two X 0.46 -> 0.21, so it is not in v2.
@@ -709,7 +710,7 @@ def stages(a):
         Stage("loosen", a.loosen_steps, a.loosen_lr, a.polish_tmax, a.loosen_tmax,
               a.min_snr if a.loosen_min_snr is None else a.loosen_min_snr,
               a.loosen_cap_noise, 10, a.seed + 7, a.seed + 31, final_prediction(a)),
-        Stage("guide", a.guide_steps, a.guide_lr, 0, 1000, 0.0, 0.0, 10,
+        Stage("guide", a.guide_steps, a.guide_lr, 0, a.guide_tmax, 0.0, 0.0, 10,
               a.seed + 13, a.seed + 41, final_prediction(a), a.guide_scale),
     ) if s.steps > 0]
 
@@ -983,6 +984,8 @@ def main():
                          "free-guided prediction at --guide-scale (0: none; see stages)")
     ap.add_argument("--guide-scale", type=float, default=2.5)
     ap.add_argument("--guide-lr", type=float, default=3e-4)
+    ap.add_argument("--guide-tmax", type=int, default=1000,
+                    help="the guide stage trains at t < this (1000: every t)")
     ap.add_argument("--init-model", help="--phase late: the exported folder to go on from")
     ap.add_argument("--ema", type=float, default=0.995)
     ap.add_argument("--log-every", type=int, default=100)
@@ -999,6 +1002,8 @@ def main():
     late = a.loosen_steps + a.polish_steps + a.convert_steps + a.guide_steps > 0
     if a.guide_steps > 0 and not a.guide_scale >= 1.0:
         ap.error(f"--guide-scale {a.guide_scale}: must be >= 1")
+    if a.guide_steps > 0 and not 0 < a.guide_tmax <= 1000:
+        ap.error(f"--guide-tmax {a.guide_tmax}: must be in (0, 1000]")
     if late and a.te_steps <= 0 and a.phase != "late":
         # checked before any training, not after the main stage has run
         ap.error("the late stages (--polish/--convert/--loosen/--guide-steps) need the "
