@@ -10,7 +10,8 @@
 # cores two OpenMP threads were measured 5-10x slower per step than one
 # (spin-waiting on a busy core), so pass --threads 1 when something else runs.
 # Measured end to end: 2964 s = 49.4 minutes on an idle 2-core Intel Xeon,
-# max RSS 4.2 GB (docs/demo-model-log.md, "Sessions 14-15").
+# max RSS 4.2 GB (docs/demo-model-log.md, "Sessions 14-15"), before the guide
+# stage (session 17), which adds 128 s: an estimate of 52 minutes today.
 #
 # Usage: tools/demo-model/train.sh [extra train.py args]
 set -euo pipefail
