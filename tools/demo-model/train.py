@@ -714,8 +714,8 @@ def stages(a):
               a.min_snr if a.loosen_min_snr is None else a.loosen_min_snr,
               a.loosen_cap_noise, 10, a.seed + 7, a.seed + 31, final_prediction(a)),
         Stage("guide", a.guide_steps, a.guide_lr, a.guide_tmin, a.guide_tmax, 0.0,
-              a.guide_cap_noise, 10,
-              a.seed + 13, a.seed + 41, final_prediction(a), a.guide_scale),
+              a.guide_cap_noise, 10, a.seed + 13, a.seed + 41, final_prediction(a),
+              a.guide_scale),
     ) if s.steps > 0]
 
 
@@ -985,8 +985,9 @@ def main():
                          "epsilon UNet to predict v (0: none; see stages)")
     ap.add_argument("--convert-lr", type=float, default=3e-4)
     ap.add_argument("--guide-steps", type=int, default=0,
-                    help="last, this many steps at every t whose loss is on the classifier-"
-                         "free-guided prediction at --guide-scale (0: none; see stages)")
+                    help="last, this many steps at --guide-tmin <= t < --guide-tmax whose loss "
+                         "is on the classifier-free-guided prediction at --guide-scale "
+                         "(0: none; see stages)")
     ap.add_argument("--guide-scale", type=float, default=2.5)
     ap.add_argument("--guide-lr", type=float, default=3e-4)
     ap.add_argument("--guide-cap-noise", type=float, default=0.0,
@@ -1010,18 +1011,18 @@ def main():
     ap.set_defaults(**RECIPES[ap.parse_known_args()[0].recipe])
     a = ap.parse_args()
     late = a.loosen_steps + a.polish_steps + a.convert_steps + a.guide_steps > 0
-    if a.guide_steps > 0 and not a.guide_scale >= 1.0:
-        ap.error(f"--guide-scale {a.guide_scale}: must be >= 1")
-    if a.guide_steps > 0 and not 0.0 <= a.guide_cap_noise < 1.0:
-        ap.error(f"--guide-cap-noise {a.guide_cap_noise}: must be in [0, 1)")
-    if a.guide_steps > 0 and not 0 <= a.guide_tmin < a.guide_tmax <= 1000:
-        ap.error(f"--guide-tmin {a.guide_tmin}, --guide-tmax {a.guide_tmax}: "
-                 "need 0 <= tmin < tmax <= 1000")
+    if a.guide_steps > 0:
+        if not a.guide_scale >= 1.0:
+            ap.error(f"--guide-scale {a.guide_scale}: must be >= 1")
+        if not 0.0 <= a.guide_cap_noise < 1.0:
+            ap.error(f"--guide-cap-noise {a.guide_cap_noise}: must be in [0, 1)")
+        if not 0 <= a.guide_tmin < a.guide_tmax <= 1000:
+            ap.error(f"--guide-tmin {a.guide_tmin}, --guide-tmax {a.guide_tmax}: "
+                     "need 0 <= tmin < tmax <= 1000")
     if late and a.te_steps <= 0 and a.phase != "late":
         # checked before any training, not after the main stage has run
         ap.error("the late stages (--polish/--convert/--loosen/--guide-steps) need the "
-                 "pretrained, frozen text "
-                 "encoder (--te-steps > 0)")
+                 "pretrained, frozen text encoder (--te-steps > 0)")
     if a.loosen_steps > 0 and not a.polish_tmax < a.loosen_tmax <= 1000:
         # checked here, not as torch.randint's error after the earlier stages
         ap.error(f"--loosen-tmax {a.loosen_tmax}: must be in (--polish-tmax "
