@@ -195,15 +195,15 @@ static void print_log(const char *log)
     }
 }
 
-int demo_generate(const char *prompt, long long seed, double cfg, const char *out, const char *log,
-                  double *seconds)
+static int generate(const char *prompt, long long seed, double cfg, const char *init,
+                    double strength, const char *out, const char *log, double *seconds)
 {
     const char *bin = getenv("TSR_BIN");
     if (!bin || !*bin) {
         fprintf(stderr, "TSR_BIN is not set (run through ctest)\n");
         return -1;
     }
-    char model[PATH_MAX], seed_s[32], cfg_s[32];
+    char model[PATH_MAX], seed_s[32], cfg_s[32], strength_s[32];
     /* TSR_DEMO_MODEL scores another folder (a training snapshot) with the
      * same checks; ctest never sets it. */
     const char *other = getenv("TSR_DEMO_MODEL");
@@ -213,7 +213,7 @@ int demo_generate(const char *prompt, long long seed, double cfg, const char *ou
         snprintf(model, sizeof model, "%s/models/demo", demo_source_dir());
     snprintf(seed_s, sizeof seed_s, "%lld", seed);
     snprintf(cfg_s, sizeof cfg_s, "%g", cfg);
-    char *argv[24];
+    char *argv[28];
     int n = 0;
     argv[n++] = (char *)bin;
     argv[n++] = "generate";
@@ -234,6 +234,13 @@ int demo_generate(const char *prompt, long long seed, double cfg, const char *ou
     /* One thread: ctest runs this beside other tests, and on a busy core
      * OpenBLAS's spinning workers made a 0.5 s image take 3 s (measured);
      * the image is the same at any thread count. */
+    if (init) {
+        snprintf(strength_s, sizeof strength_s, "%g", strength);
+        argv[n++] = "--init-image";
+        argv[n++] = (char *)init;
+        argv[n++] = "--strength";
+        argv[n++] = strength_s;
+    }
     argv[n++] = "--threads";
     argv[n++] = "1";
     argv[n++] = "--quiet";
@@ -250,6 +257,18 @@ int demo_generate(const char *prompt, long long seed, double cfg, const char *ou
         return -1;
     }
     return 0;
+}
+
+int demo_generate(const char *prompt, long long seed, double cfg, const char *out, const char *log,
+                  double *seconds)
+{
+    return generate(prompt, seed, cfg, NULL, 0.0, out, log, seconds);
+}
+
+int demo_img2img(const char *prompt, long long seed, double cfg, const char *init, double strength,
+                 const char *out, const char *log)
+{
+    return generate(prompt, seed, cfg, init, strength, out, log, NULL);
 }
 
 void demo_cleanup(const char *dir, const char *const *names, size_t n)

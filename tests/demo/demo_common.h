@@ -101,6 +101,9 @@ int demo_make_tmp(char *dir, size_t size);
  * success. */
 int demo_generate(const char *prompt, long long seed, double cfg, const char *out, const char *log,
                   double *seconds);
+/* The same from the picture `init` (img2img) at `strength`. */
+int demo_img2img(const char *prompt, long long seed, double cfg, const char *init, double strength,
+                 const char *out, const char *log);
 /* Removes dir/names[i] and dir unless TSR_DEMO_KEEP is set. */
 void demo_cleanup(const char *dir, const char *const *names, size_t n);
 

@@ -33,6 +33,10 @@
  *                      (FLOOR_*), so it guards the instruments and the model
  *                      against regressions without failing on the bars v2
  *                      has yet to meet (golden)
+ *   img2img_keeps      img2img at strength 0.1, cfg 1.0, from the sheet's
+ *                      clean large tiles gives them back: shape kept, mean
+ *                      abs difference bounded (the demo VAE's posterior is
+ *                      a point, so encoding does not add noise; golden)
  *
  * The rules are those of tools/demo-model/score.py (--v2); see
  * docs/demo-model.md, "v2".  TSR_DEMO_KEEP=1 keeps the generated images.
@@ -464,10 +468,125 @@ static int test_v2_bars_report(void)
     return 0;
 }
 
+/* ---- img2img_keeps ---- */
+
+/* img2img at a low strength must give back the picture it was given: two
+ * large single-shape tiles of each shape from the clean sheet, at strength
+ * IMG2IMG_STRENGTH and cfg 1.0 (guidance itself redraws), each keep their
+ * shape and the mean absolute difference to the input stays under
+ * IMG2IMG_MAX_DIFF.  This holds the encoder's posterior to a point: img2img
+ * samples it (diffusers' retrieve_latents and Tessera alike), and the demo
+ * VAE trained before session 18 had a posterior std of ~1.0 against latent
+ * means of std ~2.5, which alone put these tiles ~10/255 off and turned
+ * squares wavy (train.py pin_logvar(); measured in docs/demo-model-log.md,
+ * session 18). */
+#define IMG2IMG_TILES_PER_SHAPE 2
+#define IMG2IMG_STRENGTH 0.1
+#define IMG2IMG_MAX_DIFF 7.5 /* /255, the mean over tiles */
+#define IMG2IMG_MIN_KEPT 10  /* of 12 */
+
+static int test_img2img_keeps(void)
+{
+    cJSON *held = demo_load_json("tools/demo-model/heldout2.json");
+    ASSERT_TRUE(held != NULL);
+    demo_palette p;
+    ASSERT_OK(demo_load_palette(held, &p));
+    char path[PATH_MAX], dir[PATH_MAX];
+    size_t len = 0;
+    char *text = tsr_test_read_file(tsr_test_path("demo/shape_sheet.json", path, sizeof path), &len);
+    ASSERT_TRUE(text != NULL);
+    cJSON *facts = cJSON_ParseWithLength(text, len);
+    free(text);
+    ASSERT_TRUE(facts != NULL);
+    const cJSON *tiles = cJSON_GetObjectItemCaseSensitive(facts, "tiles");
+    const cJSON *cols_j = cJSON_GetObjectItemCaseSensitive(facts, "cols");
+    const cJSON *tile_j = cJSON_GetObjectItemCaseSensitive(facts, "tile");
+    ASSERT_TRUE(cJSON_IsArray(tiles) && cJSON_IsNumber(cols_j) && cJSON_IsNumber(tile_j));
+    int cols = cols_j->valueint, t = tile_j->valueint;
+    tsr_image sheet = {0};
+    ASSERT_OK(tsr_png_read(tsr_test_path("demo/shape_sheet.png", path, sizeof path), 3, &sheet,
+                           NULL));
+    ASSERT_OK(demo_make_tmp(dir, sizeof dir));
+    static const char *const names[] = {"in.png", "out.png", "log.txt"};
+    int used[N_SHAPES] = {0}, n = 0, done = 0, kept = 0, bad = 0;
+    double diff_sum = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, tiles)
+    {
+        int k = n++;
+        int s = shape_index(demo_jstr(it, "shape"));
+        const char *size = demo_jstr(it, "size"), *region = NULL;
+        const cJSON *regs = cJSON_GetObjectItemCaseSensitive(it, "regions");
+        if (s < 0 || !size || strcmp(size, "large") != 0 || cJSON_GetArraySize(regs) != 1 ||
+            used[s] >= IMG2IMG_TILES_PER_SHAPE)
+            continue;
+        region = cJSON_GetArrayItem(regs, 0)->valuestring;
+        const char *colour = demo_jstr(it, "colour"), *bg = demo_jstr(it, "background");
+        double centre[1][2];
+        int ci = demo_colour_index(&p, colour), bi = demo_colour_index(&p, bg);
+        int tx = (k % cols) * t, ty = (k / cols) * t;
+        if (ci < 0 || bi < 0 || !region ||
+            demo_region_centre(held, region, &centre[0][0], &centre[0][1]) != 0 ||
+            (uint32_t)(ty + t) > sheet.height || (uint32_t)(tx + t) > sheet.width) {
+            bad = 1;
+            break;
+        }
+        used[s]++;
+        tsr_image tile = {0}, got = {0};
+        ASSERT_OK(tsr_image_alloc(&tile, (uint32_t)t, (uint32_t)t, 3));
+        for (int y = 0; y < t; y++)
+            memcpy(tile.data + (size_t)y * t * 3,
+                   sheet.data + ((size_t)(ty + y) * sheet.width + tx) * 3, (size_t)t * 3);
+        char in[PATH_MAX], out[PATH_MAX], log[PATH_MAX], prompt[256];
+        snprintf(in, sizeof in, "%s/in.png", dir);
+        snprintf(out, sizeof out, "%s/out.png", dir);
+        snprintf(log, sizeof log, "%s/log.txt", dir);
+        snprintf(prompt, sizeof prompt, "a large %s %s in the %s on %s %s background", colour,
+                 k_shapes[s], region, strchr("aeiou", bg[0]) ? "an" : "a", bg);
+        measure m;
+        int ok = tsr_png_write(in, &tile, NULL, 0) == 0 &&
+                 demo_img2img(prompt, 1000 + k, 1.0, in, IMG2IMG_STRENGTH, out, log) == 0 &&
+                 tsr_png_read(out, 3, &got, NULL) == 0 && got.width == tile.width &&
+                 got.height == tile.height &&
+                 measure_image(&got, &p, ci, bi, (const double(*)[2])centre, 1, &m) == 0;
+        if (ok) {
+            double d = 0;
+            for (size_t i = 0; i < (size_t)t * t * 3; i++)
+                d += abs((int)got.data[i] - (int)tile.data[i]);
+            d /= (double)t * t * 3;
+            diff_sum += d;
+            kept += strcmp(m.shape, k_shapes[s]) == 0;
+            done++;
+            printf("tile %3d %-8s -> %-8s mean abs diff %.2f/255  \"%s\"\n", k, k_shapes[s],
+                   m.shape, d, prompt);
+        }
+        tsr_image_free(&tile);
+        tsr_image_free(&got);
+        if (!ok) {
+            bad = 1;
+            break;
+        }
+    }
+    tsr_image_free(&sheet);
+    cJSON_Delete(facts);
+    cJSON_Delete(held);
+    demo_cleanup(dir, names, sizeof names / sizeof names[0]);
+    ASSERT_EQ(bad, 0);
+    ASSERT_EQ(done, N_SHAPES * IMG2IMG_TILES_PER_SHAPE);
+    double mean = diff_sum / done;
+    printf("img2img at strength %.2f, cfg 1.0: shape kept %d/%d (floor %d), mean abs diff "
+           "%.2f/255 (bar %.1f)\n",
+           IMG2IMG_STRENGTH, kept, done, IMG2IMG_MIN_KEPT, mean, IMG2IMG_MAX_DIFF);
+    ASSERT_TRUE(kept >= IMG2IMG_MIN_KEPT);
+    ASSERT_TRUE(mean < IMG2IMG_MAX_DIFF);
+    return 0;
+}
+
 static const tsr_test_entry k_tests[] = {
     {"shape_scorer_self", test_shape_scorer_self},
     {"shape_scorer_ports", test_shape_scorer_ports},
     {"v2_bars_report", test_v2_bars_report},
+    {"img2img_keeps", test_img2img_keeps},
 };
 
 int main(int argc, char **argv)
