@@ -231,9 +231,6 @@ static int generate(const char *prompt, long long seed, double cfg, const char *
         argv[n++] = "--cfg-scale";
         argv[n++] = cfg_s;
     }
-    /* One thread: ctest runs this beside other tests, and on a busy core
-     * OpenBLAS's spinning workers made a 0.5 s image take 3 s (measured);
-     * the image is the same at any thread count. */
     if (init) {
         snprintf(strength_s, sizeof strength_s, "%g", strength);
         argv[n++] = "--init-image";
@@ -241,6 +238,9 @@ static int generate(const char *prompt, long long seed, double cfg, const char *
         argv[n++] = "--strength";
         argv[n++] = strength_s;
     }
+    /* One thread: ctest runs this beside other tests, and on a busy core
+     * OpenBLAS's spinning workers made a 0.5 s image take 3 s (measured);
+     * the image is the same at any thread count. */
     argv[n++] = "--threads";
     argv[n++] = "1";
     argv[n++] = "--quiet";

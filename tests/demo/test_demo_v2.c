@@ -159,6 +159,40 @@ static int same_as_python(const cJSON *it, const measure *m, int n)
     return same;
 }
 
+/* tests/data/demo/<name>.json (the sheet's facts, returned; NULL on any
+ * error) and the sheet image, <name>.png or `png` when not NULL, with its
+ * tile layout. */
+static cJSON *load_sheet(const char *name, const char *png, tsr_image *sheet, int *cols, int *tile)
+{
+    char path[PATH_MAX], rel[64];
+    size_t len = 0;
+    snprintf(rel, sizeof rel, "demo/%s.json", name);
+    char *text = tsr_test_read_file(tsr_test_path(rel, path, sizeof path), &len);
+    cJSON *facts = text ? cJSON_ParseWithLength(text, len) : NULL;
+    free(text);
+    const cJSON *tiles = cJSON_GetObjectItemCaseSensitive(facts, "tiles");
+    const cJSON *cols_j = cJSON_GetObjectItemCaseSensitive(facts, "cols");
+    const cJSON *tile_j = cJSON_GetObjectItemCaseSensitive(facts, "tile");
+    snprintf(rel, sizeof rel, "demo/%s.png", name);
+    if (!cJSON_IsArray(tiles) || !cJSON_IsNumber(cols_j) || !cJSON_IsNumber(tile_j) ||
+        tsr_png_read(png ? png : tsr_test_path(rel, path, sizeof path), 3, sheet, NULL) != 0) {
+        fprintf(stderr, "%s: the sheet's facts or image are missing or malformed\n", name);
+        cJSON_Delete(facts);
+        return NULL;
+    }
+    *cols = cols_j->valueint;
+    *tile = tile_j->valueint;
+    return facts;
+}
+
+/* Tile `n` of a sheet laid out `cols` tiles of t x t to a row, as a new
+ * image; < 0 when it lies outside the sheet. */
+static int sheet_tile(const tsr_image *sheet, int n, int cols, int t, tsr_image *tile)
+{
+    int tx = (n % cols) * t, ty = (n / cols) * t;
+    return tsr_image_crop(sheet, (tsr_rect){tx, ty, tx + t, ty + t}, tile);
+}
+
 /* Measures every tile of tests/data/demo/<name>.png against <name>.json.
  * clean: the renderer's own images, held to SELF_MIN per shape, exact region
  * counts and flat backgrounds; otherwise (a VAE round trip) the C port must
@@ -169,26 +203,15 @@ static int check_sheet(const char *name, int clean)
     ASSERT_TRUE(held != NULL);
     demo_palette p;
     ASSERT_OK(demo_load_palette(held, &p));
-    char path[PATH_MAX], rel[64];
-    size_t len = 0;
-    snprintf(rel, sizeof rel, "demo/%s.json", name);
-    char *text = tsr_test_read_file(tsr_test_path(rel, path, sizeof path), &len);
-    ASSERT_TRUE(text != NULL);
-    cJSON *facts = cJSON_ParseWithLength(text, len);
-    free(text);
-    ASSERT_TRUE(facts != NULL);
-    const cJSON *tiles = cJSON_GetObjectItemCaseSensitive(facts, "tiles");
-    const cJSON *cols_j = cJSON_GetObjectItemCaseSensitive(facts, "cols");
-    const cJSON *tile_j = cJSON_GetObjectItemCaseSensitive(facts, "tile");
-    ASSERT_TRUE(cJSON_IsArray(tiles) && cJSON_IsNumber(cols_j) && cJSON_IsNumber(tile_j));
-    int cols = cols_j->valueint, t = tile_j->valueint;
-    tsr_image sheet = {0};
     /* TSR_DEMO_SHEET: another image of the same layout (e.g. a VAE round trip
      * of the sheet, tools/demo-model/vae_pilot.py --save) is measured instead,
      * every tile printed and nothing asserted: for comparing with score.py. */
     const char *other = clean ? getenv("TSR_DEMO_SHEET") : NULL;
-    snprintf(rel, sizeof rel, "demo/%s.png", name);
-    ASSERT_OK(tsr_png_read(other ? other : tsr_test_path(rel, path, sizeof path), 3, &sheet, NULL));
+    tsr_image sheet = {0};
+    int cols = 0, t = 0;
+    cJSON *facts = load_sheet(name, other, &sheet, &cols, &t);
+    ASSERT_TRUE(facts != NULL);
+    const cJSON *tiles = cJSON_GetObjectItemCaseSensitive(facts, "tiles");
 
     int right[N_SHAPES] = {0}, total[N_SHAPES] = {0}, count_bad = 0, n = 0, bad = 0, differ = 0;
     int placed[N_SHAPES] = {0}, large[N_SHAPES] = {0}; /* the colour/place rule, large tiles */
@@ -206,20 +229,12 @@ static int check_sheet(const char *name, int clean)
         for (int k = 0; ok && k < nreg; k++)
             ok = demo_region_centre(held, cJSON_GetArrayItem(regs, k)->valuestring, &centres[k][0],
                                     &centres[k][1]) == 0;
-        int tx = (n % cols) * t, ty = (n / cols) * t;
-        if (!ok || (uint32_t)(ty + t) > sheet.height || (uint32_t)(tx + t) > sheet.width) {
+        tsr_image tile = {0};
+        if (!ok || sheet_tile(&sheet, n, cols, t, &tile) != 0) {
             fprintf(stderr, "shape_sheet.json: tile %d is malformed\n", n);
             bad = 1;
             break;
         }
-        tsr_image tile = {0};
-        if (tsr_image_alloc(&tile, (uint32_t)t, (uint32_t)t, 3) != 0) {
-            bad = 1;
-            break;
-        }
-        for (int y = 0; y < t; y++)
-            memcpy(tile.data + (size_t)y * t * 3,
-                   sheet.data + ((size_t)(ty + y) * sheet.width + tx) * 3, (size_t)t * 3);
         measure m;
         int rc =
             measure_image(&tile, &p, colour, background, (const double(*)[2])centres, nreg, &m);
@@ -491,21 +506,12 @@ static int test_img2img_keeps(void)
     ASSERT_TRUE(held != NULL);
     demo_palette p;
     ASSERT_OK(demo_load_palette(held, &p));
-    char path[PATH_MAX], dir[PATH_MAX];
-    size_t len = 0;
-    char *text = tsr_test_read_file(tsr_test_path("demo/shape_sheet.json", path, sizeof path), &len);
-    ASSERT_TRUE(text != NULL);
-    cJSON *facts = cJSON_ParseWithLength(text, len);
-    free(text);
+    tsr_image sheet = {0};
+    int cols = 0, t = 0;
+    cJSON *facts = load_sheet("shape_sheet", NULL, &sheet, &cols, &t);
     ASSERT_TRUE(facts != NULL);
     const cJSON *tiles = cJSON_GetObjectItemCaseSensitive(facts, "tiles");
-    const cJSON *cols_j = cJSON_GetObjectItemCaseSensitive(facts, "cols");
-    const cJSON *tile_j = cJSON_GetObjectItemCaseSensitive(facts, "tile");
-    ASSERT_TRUE(cJSON_IsArray(tiles) && cJSON_IsNumber(cols_j) && cJSON_IsNumber(tile_j));
-    int cols = cols_j->valueint, t = tile_j->valueint;
-    tsr_image sheet = {0};
-    ASSERT_OK(tsr_png_read(tsr_test_path("demo/shape_sheet.png", path, sizeof path), 3, &sheet,
-                           NULL));
+    char dir[PATH_MAX];
     ASSERT_OK(demo_make_tmp(dir, sizeof dir));
     static const char *const names[] = {"in.png", "out.png", "log.txt"};
     int used[N_SHAPES] = {0}, n = 0, done = 0, kept = 0, bad = 0;
@@ -524,19 +530,15 @@ static int test_img2img_keeps(void)
         const char *colour = demo_jstr(it, "colour"), *bg = demo_jstr(it, "background");
         double centre[1][2];
         int ci = demo_colour_index(&p, colour), bi = demo_colour_index(&p, bg);
-        int tx = (k % cols) * t, ty = (k / cols) * t;
+        tsr_image tile = {0}, got = {0};
         if (ci < 0 || bi < 0 || !region ||
             demo_region_centre(held, region, &centre[0][0], &centre[0][1]) != 0 ||
-            (uint32_t)(ty + t) > sheet.height || (uint32_t)(tx + t) > sheet.width) {
+            sheet_tile(&sheet, k, cols, t, &tile) != 0) {
+            fprintf(stderr, "shape_sheet.json: tile %d is malformed\n", k);
             bad = 1;
             break;
         }
         used[s]++;
-        tsr_image tile = {0}, got = {0};
-        ASSERT_OK(tsr_image_alloc(&tile, (uint32_t)t, (uint32_t)t, 3));
-        for (int y = 0; y < t; y++)
-            memcpy(tile.data + (size_t)y * t * 3,
-                   sheet.data + ((size_t)(ty + y) * sheet.width + tx) * 3, (size_t)t * 3);
         char in[PATH_MAX], out[PATH_MAX], log[PATH_MAX], prompt[256];
         snprintf(in, sizeof in, "%s/in.png", dir);
         snprintf(out, sizeof out, "%s/out.png", dir);
