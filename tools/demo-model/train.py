@@ -24,11 +24,14 @@ The whole model is trained here on a 2-core CPU in under an hour
                   shifted to more noise,
                   strong offset noise, min-SNR-gamma 5, a foreground-weighted
                   loss, 10% caption dropout for classifier-free guidance and
-                  an EMA of the weights; then three late stages (stages): a
+                  an EMA of the weights; then five late stages (stages): a
                   low-noise polish, a conversion to v-prediction (flatter
-                  backgrounds, fewer extra copies), and a loosen stage with
+                  backgrounds, fewer extra copies), a loosen stage with
                   a share of mismatched captions, so that guidance matters
-                  as it does on web-captioned checkpoints;
+                  as it does on web-captioned checkpoints, a guide stage
+                  (the loss on a guided prediction), and an interval stage
+                  that distils the model so that guidance at the default
+                  7.5 acts only at t >= 300, where the layout is decided;
   6. export     - fp16 safetensors, StableDiffusionPipeline.save_pretrained.
 
 Captions also come from dataset.py's free word-order grammar.  --recipe v1
@@ -669,8 +672,8 @@ def caption_for(scenes, i, rng, a, cap_noise):
 # One UNet training stage: the main stage from nothing, then the late stages
 # on its EMA weights, each with a fresh AdamW and its own EMA.
 Stage = collections.namedtuple(
-    "Stage", "name steps lr tmin tmax min_snr cap_noise warmup seed rng_seed prediction guide",
-    defaults=(0.0,))
+    "Stage", "name steps lr tmin tmax min_snr cap_noise warmup seed rng_seed prediction guide "
+    "interval", defaults=(0.0, 0.0))
 
 
 def final_prediction(a):
@@ -722,7 +725,23 @@ def stages(a):
             the cfg 1.0 margin stays): flat backgrounds 71 -> 97 of 120,
             triangles 0.15 -> 0.40, held-out drop 0.25 -> 0.39, squares
             0.20 -> 0.00, two X 0.46 -> 0.38.  More steps or a larger
-            scale flatten further but lose rings, two X or the margin.
+            scale flatten further but lose rings, two X or the margin;
+    interval a.interval_steps (default 0: off): distils the stage before
+            into a model whose classifier-free guidance acts only at t >=
+            a.interval_tmax when used at the default scale a.interval_scale
+            (interval_target()).  Why: the shapes' outlines form at low t,
+            where guidance has no layout left to fix and only over-drives
+            the geometry (c - u is the named shape minus the unconditional
+            round blob, so squares come out pincushioned, triangles as
+            tents).  Sampled with guidance 7.5 at t >= 300 and 1.0 below,
+            the session-18 model drew squares 0.00 -> 0.50, triangles 0.40
+            -> 0.75, colour/place 0.95 -> 0.99, two X 0.38 -> 0.54
+            (session 19, docs/demo-model-log.md); baked into the weights,
+            every engine's default sampling (diffusers', tessera's) gets it.
+            v2 runs 400 steps at lr 3e-4 from the guide stage's model:
+            squares 0.00 -> 0.20, triangles 0.40 -> 0.70, colour/place
+            0.95 -> 0.97 (the distilled model gets about half of the
+            sampling-time gain; 800 steps did no better).
     The late stages start from the stage before's EMA weights with a fresh
     AdamW and EMA; each stage has fixed seeds of its own, so adding one leaves
     the others' streams unchanged."""
@@ -739,6 +758,8 @@ def stages(a):
         Stage("guide", a.guide_steps, a.guide_lr, a.guide_tmin, a.guide_tmax, 0.0,
               a.guide_cap_noise, 10, a.seed + 13, a.seed + 41, final_prediction(a),
               a.guide_scale),
+        Stage("interval", a.interval_steps, a.interval_lr, 0, 1000, 0.0, 0.0, 10,
+              a.seed + 19, a.seed + 43, final_prediction(a), 0.0, a.interval_scale),
     ) if s.steps > 0]
 
 
@@ -764,6 +785,29 @@ def guided(unet, xt, t, pred, caps, empty, scale):
     out[keep] = u + scale * (pred[keep] - u)
     factor[keep] = 1.0 / scale ** 2
     return out, factor
+
+
+@torch.no_grad()
+def interval_target(teacher, xt, t, cond, caps, empty, scale, tmax):
+    """The interval stage's target: what the frozen `teacher` (the UNet the
+    stage starts from) predicts, changed so that the student sampled with
+    classifier-free guidance at `scale` is guided as the teacher at `scale`
+    for t >= tmax and not at all (scale 1) below.  With the teacher's
+    unconditional and conditional predictions u and c, the student keeps u
+    for the empty caption and learns, for a caption, c' = u + k (c - u),
+    k = 1 at t >= tmax and 1 / scale below: then u + scale (c' - u) =
+    u + (c - u) = c there.  A closed form of the teacher, so no guided pass
+    through the student is needed.  u is held by the caption dropout's
+    samples only; training both branches on every sample was measured
+    worse (session 19: stars 0.85 -> 0.70, two X 0.42 -> 0.38).  `empty`
+    is the frozen text encoder's [1, L, D] state for ""."""
+    n = xt.shape[0]
+    both = teacher(torch.cat([xt, xt]), torch.cat([t, t]),
+                   encoder_hidden_states=torch.cat([cond, empty.expand(n, -1, -1)])).sample
+    c, u = both[:n], both[n:]
+    k = torch.where(t < tmax, 1.0 / scale, 1.0)[:, None, None, None]
+    keep = torch.tensor([cap != "" for cap in caps])[:, None, None, None]
+    return torch.where(keep, u + k * (c - u), u)
 
 
 def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None, init=None):
@@ -804,9 +848,11 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
     for p in list(ema_u.parameters()) + list(ema_t.parameters()):
         p.requires_grad_(False)
     tokens = Tokens(tok)
-    if stage.guide > 0:
+    if stage.guide > 0 or stage.interval > 0:
         with torch.no_grad():  # the text encoder is frozen in every late stage
             empty = te(tokens([""])).last_hidden_state
+    if stage.interval > 0:
+        teacher = copy.deepcopy(init).eval()
     n = latents.shape[0]
     rng = random.Random(stage.rng_seed)
     unet.train()
@@ -834,6 +880,11 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
         noise = noise + a.offset_noise * torch.randn(x0.shape[0], x0.shape[1], 1, 1,
                                                       generator=gen)
         t = torch.randint(stage.tmin, stage.tmax, (a.batch,), generator=gen)
+        if stage.interval > 0:
+            # half the batch where the target differs from the teacher; the
+            # rest over every t keeps the layout steps the teacher's
+            t[: a.batch // 2] = torch.randint(0, a.interval_tmax, (a.batch // 2,),
+                                               generator=gen)
         xt = sched.add_noise(x0, noise, t)
         if frozen:
             with torch.no_grad():
@@ -851,7 +902,13 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
             # SNR + 1 for v)
             w = w * torch.clamp(snr[t], max=stage.min_snr) / \
                 (snr[t] + (stage.prediction != "epsilon"))
-        target = noise if stage.prediction == "epsilon" else sched.get_velocity(x0, noise, t)
+        if stage.interval > 0:
+            target = interval_target(teacher, xt, t, cond, caps, empty, stage.interval,
+                                     a.interval_tmax)
+        elif stage.prediction == "epsilon":
+            target = noise
+        else:
+            target = sched.get_velocity(x0, noise, t)
         err = (pred - target) ** 2
         if wmap is not None:
             # Shapes are ~12% of the latent pixels: under a plain mean the
@@ -923,7 +980,8 @@ RECIPES = {
                beta_start=0.00085, beta_end=0.02, free_captions=0.5, two_share=0.4,
                two_fact=1, min_snr=5.0, fg_weight=4.0, polish_steps=500,
                convert_steps=1000, loosen_steps=600, loosen_cap_noise=0.15,
-               guide_steps=200, guide_scale=1.5, guide_lr=1e-4, guide_cap_noise=0.15),
+               guide_steps=200, guide_scale=1.5, guide_lr=1e-4, guide_cap_noise=0.15,
+               interval_steps=400),
 }
 
 
@@ -1020,6 +1078,16 @@ def main():
                     help="the guide stage trains t in [this, --guide-tmax)")
     ap.add_argument("--guide-tmax", type=int, default=1000,
                     help="the guide stage trains t in [--guide-tmin, this)")
+    ap.add_argument("--interval-steps", type=int, default=0,
+                    help="last, this many steps distilling the model before into one whose "
+                         "guidance at --interval-scale acts only at t >= --interval-tmax "
+                         "(0: off; see stages())")
+    ap.add_argument("--interval-scale", type=float, default=7.5,
+                    help="the guidance scale the interval stage is distilled for (the "
+                         "default cfg of tessera and diffusers)")
+    ap.add_argument("--interval-tmax", type=int, default=300,
+                    help="below this t the distilled model is not guided at --interval-scale")
+    ap.add_argument("--interval-lr", type=float, default=3e-4)
     ap.add_argument("--init-model", help="--phase late: the exported folder to go on from")
     ap.add_argument("--ema", type=float, default=0.995)
     ap.add_argument("--log-every", type=int, default=100)
@@ -1033,7 +1101,13 @@ def main():
                          "on --init-model")
     ap.set_defaults(**RECIPES[ap.parse_known_args()[0].recipe])
     a = ap.parse_args()
-    late = a.loosen_steps + a.polish_steps + a.convert_steps + a.guide_steps > 0
+    late = a.loosen_steps + a.polish_steps + a.convert_steps + a.guide_steps + \
+        a.interval_steps > 0
+    if a.interval_steps > 0:
+        if not a.interval_scale > 1.0:
+            ap.error(f"--interval-scale {a.interval_scale}: must be > 1")
+        if not 0 < a.interval_tmax < 1000:
+            ap.error(f"--interval-tmax {a.interval_tmax}: must be in (0, 1000)")
     if a.guide_steps > 0:
         if not a.guide_scale >= 1.0:
             ap.error(f"--guide-scale {a.guide_scale}: must be >= 1")
@@ -1054,7 +1128,7 @@ def main():
         ap.error("--unet-steps must be > 0 (or --phase late on --init-model)")
     if a.phase == "late" and (not a.init_model or not late):
         ap.error("--phase late needs --init-model and a late stage "
-                 "(--polish/--convert/--loosen/--guide-steps)")
+                 "(--polish/--convert/--loosen/--guide/--interval-steps)")
     if a.phase == "late":
         # the late stages go on in what --init-model predicts
         try:
