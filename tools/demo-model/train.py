@@ -1066,10 +1066,9 @@ def main():
                          "epsilon UNet to predict v (0: none; see stages)")
     ap.add_argument("--convert-lr", type=float, default=3e-4)
     ap.add_argument("--guide-steps", type=int, default=0,
-                    help="after the loosen stage, this many steps at --guide-tmin <= t < --guide-tmax "
-                         "whose loss "
-                         "is on the classifier-free-guided prediction at --guide-scale "
-                         "(0: none; see stages)")
+                    help="after the loosen stage, this many steps at --guide-tmin <= t < "
+                         "--guide-tmax whose loss is on the classifier-free-guided prediction "
+                         "at --guide-scale (0: none; see stages)")
     ap.add_argument("--guide-scale", type=float, default=2.5)
     ap.add_argument("--guide-lr", type=float, default=3e-4)
     ap.add_argument("--guide-cap-noise", type=float, default=0.0,
