@@ -788,7 +788,8 @@ def guided(unet, xt, t, pred, caps, empty, scale):
 
 
 @torch.no_grad()
-def interval_target(teacher, xt, t, cond, caps, empty, scale, tmax):
+def interval_target(teacher, xt, t, cond, caps, empty, scale, tmax, v=None, tdata=1000,
+                    dscale=1.0):
     """The interval stage's target: what the frozen `teacher` (the UNet the
     stage starts from) predicts, changed so that the student sampled with
     classifier-free guidance at `scale` is guided as the teacher at `scale`
@@ -800,14 +801,28 @@ def interval_target(teacher, xt, t, cond, caps, empty, scale, tmax):
     through the student is needed.  u is held by the caption dropout's
     samples only; training both branches on every sample was measured
     worse (session 19: stars 0.85 -> 0.70, two X 0.42 -> 0.38).  `empty`
-    is the frozen text encoder's [1, L, D] state for ""."""
+    is the frozen text encoder's [1, L, D] state for "".
+
+    With `v` (the batch's data target, v of x0 and the noise) and tdata <
+    1000, the caption target at t >= tdata is u + (v - u) / dscale instead:
+    the data, reached by guidance at dscale.  Why: the extra copies of a
+    shape are a layout error of the high-noise steps that the teacher
+    passes on; training those steps on the data with the right captions
+    removes about half of them (session 20: one region for 96 -> 106 of
+    120 single shapes), and dscale 2 rather than 1 keeps the cfg 1.0 margin.
+    Off in the recipe: it costs triangles, stars and rings (docs/
+    demo-model-log.md, session 20)."""
     n = xt.shape[0]
     both = teacher(torch.cat([xt, xt]), torch.cat([t, t]),
                    encoder_hidden_states=torch.cat([cond, empty.expand(n, -1, -1)])).sample
     c, u = both[:n], both[n:]
     k = torch.where(t < tmax, 1.0 / scale, 1.0)[:, None, None, None]
     keep = torch.tensor([cap != "" for cap in caps])[:, None, None, None]
-    return torch.where(keep, u + k * (c - u), u)
+    cc = u + k * (c - u)
+    if v is not None:
+        # at t >= tdata the data: guided at dscale, u + dscale (c' - u) = v
+        cc = torch.where((t >= tdata)[:, None, None, None], u + (v - u) / dscale, cc)
+    return torch.where(keep, cc, u)
 
 
 def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None, init=None):
@@ -885,6 +900,10 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
             # rest over every t keeps the layout steps the teacher's
             t[: a.batch // 2] = torch.randint(0, a.interval_tmax, (a.batch // 2,),
                                                generator=gen)
+            if a.interval_data_tmin < 1000:
+                q = a.batch // 4
+                t[a.batch // 2: a.batch // 2 + q] = torch.randint(
+                    a.interval_data_tmin, 1000, (q,), generator=gen)
         xt = sched.add_noise(x0, noise, t)
         if frozen:
             with torch.no_grad():
@@ -903,8 +922,10 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
             w = w * torch.clamp(snr[t], max=stage.min_snr) / \
                 (snr[t] + (stage.prediction != "epsilon"))
         if stage.interval > 0:
-            target = interval_target(teacher, xt, t, cond, caps, empty, stage.interval,
-                                     a.interval_tmax)
+            target = interval_target(
+                teacher, xt, t, cond, caps, empty, stage.interval, a.interval_tmax,
+                sched.get_velocity(x0, noise, t) if a.interval_data_tmin < 1000 else None,
+                a.interval_data_tmin, a.interval_data_scale)
         elif stage.prediction == "epsilon":
             target = noise
         else:
@@ -1088,6 +1109,12 @@ def main():
     ap.add_argument("--interval-tmax", type=int, default=300,
                     help="below this t the distilled model is not guided at --interval-scale")
     ap.add_argument("--interval-lr", type=float, default=3e-4)
+    ap.add_argument("--interval-data-tmin", type=int, default=1000,
+                    help="at t >= this the interval stage's caption target comes from the "
+                         "data instead of the teacher (1000: off; see interval_target())")
+    ap.add_argument("--interval-data-scale", type=float, default=2.0,
+                    help="with --interval-data-tmin: the scale W at which guidance gives the "
+                         "data target (the caption branch learns u + (v - u) / W)")
     ap.add_argument("--init-model", help="--phase late: the exported folder to go on from")
     ap.add_argument("--ema", type=float, default=0.995)
     ap.add_argument("--log-every", type=int, default=100)
@@ -1108,6 +1135,11 @@ def main():
             ap.error(f"--interval-scale {a.interval_scale}: must be > 1")
         if not 0 < a.interval_tmax < 1000:
             ap.error(f"--interval-tmax {a.interval_tmax}: must be in (0, 1000)")
+        if not a.interval_tmax <= a.interval_data_tmin <= 1000:
+            ap.error(f"--interval-data-tmin {a.interval_data_tmin}: must be in "
+                     f"[--interval-tmax, 1000]")
+        if not a.interval_data_scale >= 1.0:
+            ap.error(f"--interval-data-scale {a.interval_data_scale}: must be >= 1")
     if a.guide_steps > 0:
         if not a.guide_scale >= 1.0:
             ap.error(f"--guide-scale {a.guide_scale}: must be >= 1")
