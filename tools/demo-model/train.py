@@ -904,6 +904,10 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
                 q = a.batch // 4
                 t[a.batch // 2: a.batch // 2 + q] = torch.randint(
                     a.interval_data_tmin, 1000, (q,), generator=gen)
+                if a.interval_data_mid:
+                    m = a.batch - a.batch // 2 - q
+                    t[a.batch - m:] = torch.randint(a.interval_tmax, a.interval_data_tmin,
+                                                    (m,), generator=gen)
         xt = sched.add_noise(x0, noise, t)
         if frozen:
             with torch.no_grad():
@@ -1115,6 +1119,9 @@ def main():
     ap.add_argument("--interval-data-scale", type=float, default=2.0,
                     help="with --interval-data-tmin: the scale W at which guidance gives the "
                          "data target (the caption branch learns u + (v - u) / W)")
+    ap.add_argument("--interval-data-mid", action="store_true",
+                    help="with --interval-data-tmin: the last quarter of each batch at "
+                         "--interval-tmax <= t < --interval-data-tmin instead of every t")
     ap.add_argument("--init-model", help="--phase late: the exported folder to go on from")
     ap.add_argument("--ema", type=float, default=0.995)
     ap.add_argument("--log-every", type=int, default=100)
@@ -1140,6 +1147,8 @@ def main():
                      f"[--interval-tmax, 1000]")
         if not a.interval_data_scale >= 1.0:
             ap.error(f"--interval-data-scale {a.interval_data_scale}: must be >= 1")
+        if a.interval_data_mid and not a.interval_tmax < a.interval_data_tmin < 1000:
+            ap.error("--interval-data-mid needs --interval-tmax < --interval-data-tmin < 1000")
     if a.guide_steps > 0:
         if not a.guide_scale >= 1.0:
             ap.error(f"--guide-scale {a.guide_scale}: must be >= 1")
