@@ -789,7 +789,7 @@ def guided(unet, xt, t, pred, caps, empty, scale):
 
 @torch.no_grad()
 def interval_target(teacher, xt, t, cond, caps, empty, scale, tmax, v=None, tdata=1000,
-                    dscale=1.0):
+                    dscale=2.0):
     """The interval stage's target: what the frozen `teacher` (the UNet the
     stage starts from) predicts, changed so that the student sampled with
     classifier-free guidance at `scale` is guided as the teacher at `scale`
