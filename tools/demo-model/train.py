@@ -788,8 +788,7 @@ def guided(unet, xt, t, pred, caps, empty, scale):
 
 
 @torch.no_grad()
-def interval_target(teacher, xt, t, cond, caps, empty, scale, tmax, v=None, tdata=1000,
-                    dscale=2.0):
+def interval_target(teacher, xt, t, cond, caps, empty, scale, tmax, v, tdata, dscale):
     """The interval stage's target: what the frozen `teacher` (the UNet the
     stage starts from) predicts, changed so that the student sampled with
     classifier-free guidance at `scale` is guided as the teacher at `scale`
@@ -803,13 +802,14 @@ def interval_target(teacher, xt, t, cond, caps, empty, scale, tmax, v=None, tdat
     worse (session 19: stars 0.85 -> 0.70, two X 0.42 -> 0.38).  `empty`
     is the frozen text encoder's [1, L, D] state for "".
 
-    With `v` (the batch's data target, v of x0 and the noise) and tdata <
-    1000, the caption target at t >= tdata is u + (v - u) / dscale instead:
-    the data, reached by guidance at dscale.  Why: the extra copies of a
-    shape are a layout error of the high-noise steps that the teacher
-    passes on; training those steps on the data with the right captions
-    removes about half of them (session 20: one region for 96 -> 106 of
-    120 single shapes), and dscale 2 rather than 1 keeps the cfg 1.0 margin.
+    With `v` (the batch's data target, v of x0 and the noise; None when
+    the data target is off), the caption target at t >= tdata is
+    u + (v - u) / dscale instead: the data, reached by guidance at dscale.
+    Why: the extra copies of a shape are a layout error of the high-noise
+    steps that the teacher passes on; training those steps on the data
+    with the right captions removes about half of them (session 20: one
+    region for 96 -> 106 of 120 single shapes), and dscale 2 rather than 1
+    keeps the cfg 1.0 margin.
     Off in the recipe: it costs triangles, stars and rings (docs/
     demo-model-log.md, session 20)."""
     n = xt.shape[0]
@@ -868,6 +868,8 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
             empty = te(tokens([""])).last_hidden_state
     if stage.interval > 0:
         teacher = copy.deepcopy(init).eval()
+    # the interval stage's data target at high t (--interval-data-tmin)
+    data = stage.interval > 0 and a.interval_data_tmin < 1000
     n = latents.shape[0]
     rng = random.Random(stage.rng_seed)
     unet.train()
@@ -900,7 +902,7 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
             # rest over every t keeps the layout steps the teacher's
             t[: a.batch // 2] = torch.randint(0, a.interval_tmax, (a.batch // 2,),
                                                generator=gen)
-            if a.interval_data_tmin < 1000:
+            if data:
                 q = a.batch // 4
                 t[a.batch // 2: a.batch // 2 + q] = torch.randint(
                     a.interval_data_tmin, 1000, (q,), generator=gen)
@@ -928,7 +930,7 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
         if stage.interval > 0:
             target = interval_target(
                 teacher, xt, t, cond, caps, empty, stage.interval, a.interval_tmax,
-                sched.get_velocity(x0, noise, t) if a.interval_data_tmin < 1000 else None,
+                sched.get_velocity(x0, noise, t) if data else None,
                 a.interval_data_tmin, a.interval_data_scale)
         elif stage.prediction == "epsilon":
             target = noise
