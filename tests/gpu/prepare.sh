@@ -12,8 +12,12 @@
 #                libraries, fetched with `apt-get download`: the dependency
 #                closure minus what every CUDA base image has (libc, libstdc++,
 #                zlib1g, ...).  run.sh unpacks them (dpkg -x) into a prefix.
-#   debs/tools/  cmake, ninja and pkg-config with their closure, used by
-#                run.sh only when the machine has none of its own.
+#   debs/pkgconf/ pkg-config (pkgconf), used by run.sh where the machine has
+#                none of its own.
+#   debs/tools/  cmake and ninja with their closure, used by run.sh only when
+#                the machine lacks one of them.  Carry it only then: the tree
+#                (~29 MiB) with lib and pkgconf (~16 MiB) fits the device
+#                tool's 64 MiB; with tools (~27 MiB) as well it does not.
 #   MANIFEST     what was fetched (name, version, size), this tree's commit.
 # The test models are not carried: full-size SD1.5/SDXL-shaped random
 # models are ~2 and ~7 GB, so run.sh makes them there
@@ -30,7 +34,8 @@ LIBS="libopenblas-dev libopenblas0 libopenblas-pthread-dev libopenblas0-pthread 
       libevent-extra-2.1-7 libevent-openssl-2.1-7 libevent-pthreads-2.1-7 libpng-dev libpng16-16
       zlib1g-dev libjpeg62-turbo-dev libjpeg62-turbo libturbojpeg0-dev libturbojpeg0"
 # cmake's own closure, minus the base image (libc6, libstdc++6, libssl3, ...)
-TOOLS="pkgconf pkgconf-bin libpkgconf3 ninja-build cmake cmake-data libjsoncpp25 librhash0 libuv1
+PKGCONF="pkgconf pkgconf-bin libpkgconf3"
+TOOLS="ninja-build cmake cmake-data libjsoncpp25 librhash0 libuv1
        libarchive13 libcurl4 libnghttp2-14 librtmp1 libssh2-1 libpsl5 libldap-2.5-0 libbrotli1
        libsasl2-2 libsasl2-modules-db libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0
        libkeyutils1 libidn2-0 libunistring2 libgnutls30 libhogweed6 libnettle8 libgmp10
@@ -42,7 +47,7 @@ die() { printf 'prepare: FAILED: %s\n' "$*" >&2; exit 1; }
 
 command -v apt-get >/dev/null || die "apt-get is needed (a Debian/Ubuntu machine with network)"
 rm -rf "$OUT"
-mkdir -p "$OUT/debs/lib" "$OUT/debs/tools"
+mkdir -p "$OUT/debs/lib" "$OUT/debs/pkgconf" "$OUT/debs/tools"
 
 fetch() { # dir, packages...
     local dir=$1
@@ -56,6 +61,7 @@ say "fetching $(echo $LIBS | wc -w) library packages"
 fetch "$OUT/debs/lib" $LIBS
 say "fetching $(echo $TOOLS | wc -w) build-tool packages (used only where the GPU machine lacks them)"
 fetch "$OUT/debs/tools" $TOOLS
+fetch "$OUT/debs/pkgconf" $PKGCONF
 
 {
     echo "# tests/gpu/prepared: made by tests/gpu/prepare.sh on $(hostname) at $(date -u +%FT%TZ)"

@@ -89,9 +89,18 @@ if [ -n "$missing" ] || [ "${TSR_GPU_FORCE_PREFIX:-0}" = 1 ]; then
     fi
     rm -rf "$PREFIX"
     mkdir -p "$PREFIX"
+    # pkg-config alone is small (debs/pkgconf); cmake and ninja with their
+    # closure (debs/tools) are carried only where the machine lacks them, as
+    # the tree and both sets together pass the device tool's 64 MiB
     sets=lib
-    for t in cmake ninja pkg-config; do command -v $t >/dev/null || sets="lib tools"; done
+    command -v pkg-config >/dev/null || sets="$sets pkgconf"
+    for t in cmake ninja; do command -v $t >/dev/null || sets="lib pkgconf tools"; done
     for s in $sets; do
+        if ! ls "$PREP"/debs/$s/*.deb >/dev/null 2>&1; then
+            result deps FAIL "missing:$missing, and $PREP/debs/$s was not carried"
+            table
+            exit 1
+        fi
         for f in "$PREP"/debs/$s/*.deb; do
             if command -v dpkg-deb >/dev/null; then
                 dpkg-deb -x "$f" "$PREFIX"
