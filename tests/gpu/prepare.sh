@@ -8,7 +8,7 @@
 # and NCCL only inside the nvidia-cudnn-cu13 / nvidia-nccl-cu13 wheels; it
 # has no network and cannot install packages.  So:
 #   debs/lib/    Debian -dev packages Tessera builds against (OpenBLAS,
-#                cJSON, libevent, libpng, libjpeg-turbo) and their runtime
+#                cJSON, libevent, libpng, libjpeg-turbo, hiredis) and their runtime
 #                libraries, fetched with `apt-get download`: the dependency
 #                closure minus what every CUDA base image has (libc, libstdc++,
 #                zlib1g, ...).  run.sh unpacks them (dpkg -x) into a prefix.
@@ -32,7 +32,8 @@ OUT=tests/gpu/prepared
 LIBS="libopenblas-dev libopenblas0 libopenblas-pthread-dev libopenblas0-pthread libgfortran5
       libquadmath0 libcjson-dev libcjson1 libevent-dev libevent-2.1-7 libevent-core-2.1-7
       libevent-extra-2.1-7 libevent-openssl-2.1-7 libevent-pthreads-2.1-7 libpng-dev libpng16-16
-      zlib1g-dev libjpeg62-turbo-dev libjpeg62-turbo libturbojpeg0-dev libturbojpeg0"
+      zlib1g-dev libjpeg62-turbo-dev libjpeg62-turbo libturbojpeg0-dev libturbojpeg0
+      libhiredis-dev libhiredis0.14"
 # cmake's own closure, minus the base image (libc6, libstdc++6, libssl3, ...)
 PKGCONF="pkgconf pkgconf-bin libpkgconf3"
 TOOLS="ninja-build cmake cmake-data libjsoncpp25 librhash0 libuv1
