@@ -25,6 +25,7 @@
  */
 #include "ops_conv.cuh"
 #include "ops_elementwise.cuh"
+#include "ops_gemm.cuh"
 
 #define CONV_WORKSPACE_MAX ((size_t)1 << 30)
 
@@ -181,10 +182,23 @@ int tsr_cu_conv2d(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, cons
     int rc = tsr_cu_usable("conv2d");
     if (rc < 0)
         return rc;
-    conv_desc d;
-    memset(&d, 0, sizeof d);
-    rc = conv_run(b, x, w, p, y, &d);
-    conv_release(&d);
+    if (w->ne[1] == 1 && w->ne[2] == 1 && p->stride_h == 1 && p->stride_w == 1 && p->pad_t == 0 &&
+        p->pad_l == 0 && p->pad_b == 0 && p->pad_r == 0 && x->dtype == w->dtype &&
+        x->dtype == y->dtype) {
+        /* 1x1, stride 1, no padding: on NHWC/OHWI tensors a GEMM over the
+         * n*h*w pixels (cuBLASLt); cuDNN's NHWC choice for it ran at ~5 TFLOP/s
+         * on an H200 (docs/perf.md) */
+        const int64_t px = x->ne[0] * x->ne[1] * x->ne[2];
+        tsr_tensor x2 = tsr_tensor_2d(x->dtype, px, x->ne[3], x->data);
+        tsr_tensor w2 = tsr_tensor_2d(w->dtype, w->ne[0], w->ne[3], w->data);
+        tsr_tensor y2 = tsr_tensor_2d(y->dtype, px, w->ne[0], y->data);
+        rc = tsr_cu_gemm_rows(b, &x2, &w2, &y2);
+    } else {
+        conv_desc d;
+        memset(&d, 0, sizeof d);
+        rc = conv_run(b, x, w, p, y, &d);
+        conv_release(&d);
+    }
     if (rc < 0)
         return rc;
     return tsr_cu_epilogue(b, y, bias, e, "conv2d");

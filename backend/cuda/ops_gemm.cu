@@ -131,6 +131,15 @@ int tsr_cu_linear(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, cons
     return tsr_cu_epilogue(b, y, fuse_bias ? NULL : bias, e, "linear");
 }
 
+int tsr_cu_gemm_rows(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, tsr_tensor *y)
+{
+    lt_call l;
+    memset(&l, 0, sizeof l);
+    int rc = lt_linear(b, x, w, NULL, y, &l);
+    lt_release(&l);
+    return rc;
+}
+
 int tsr_cu_matmul(tsr_backend *b, const tsr_tensor *a, const tsr_tensor *bm, bool trans_a,
                   bool trans_b, float alpha, tsr_tensor *y)
 {
