@@ -1,39 +1,44 @@
 /*
  * backend/cuda/ops_attention.cu - scaled-dot-product attention on the GPU,
- * two paths:
+ * three paths, tried in this order (TSR_CUDA_ATTENTION=wmma|gemm|flash
+ * forces one where it applies):
  *
- * 1. GEMM path (the default): per batch item and chunk of query rows,
- *      S = scale * Q K^T   cuBLAS strided-batched GEMM over the heads, f16
- *                          (or bf16/f32) in, f32 out, f32 accumulation;
+ * 1. Tensor-core flash kernel (f16, head dims up to 160), for key sequences
+ *    of at most 128 (cross-attention over the text, the text encoders):
+ *    tiled over keys, online softmax, WMMA 16x16x16 products with f32
+ *    accumulation, no Lq x Lk buffer (k_attention_wmma below has the
+ *    details).  Its running output lives in shared memory, so over long key
+ *    sequences it is slower than the GEMM path (H200: 2.4 against 1.7 ms at
+ *    SD1.5's 4096x4096, 0.108 against 0.181 ms at 4096x77).
+ * 2. GEMM path (any dtype and head size: self-attention, the VAE's one
+ *    512-wide head):
+ *    per batch item and chunk of query rows,
+ *      S = scale * Q K^T   cuBLAS strided-batched GEMM over the heads, f32 out;
  *      P = softmax(S)      own kernel, one block per row, f32, causal mask,
  *                          stored in v's dtype;
  *      Y = P V             cuBLAS strided-batched GEMM, written straight
  *                          into y's [b, i, h*D + d] layout (ldc = heads*D).
- *    Both products run on the tensor cores at any head size (40, 64, 80,
- *    160, and the VAE's 512).  The S/P buffer is the backend's scratch,
- *    bounded: the query rows are cut into chunks so that S (f32) and P of
- *    one chunk take at most TSR_CUDA_ATTENTION_SCRATCH_MIB (default 256)
- *    MiB.  Measured on an H200 (docs/perf.md): 20-70x the flash kernel
- *    below on SD's self-attention.
- * 2. Flash path (TSR_CUDA_ATTENTION=flash, and the fallback when the
- *    scratch cannot be had): one kernel, tiled over keys, online softmax,
- *    f32 accumulation, no Lq x Lk buffer at all.  A block takes ATT_QROWS
- *    query rows of one (batch, head) and walks the keys in tiles of 32,
- *    staged in shared memory as f32.  Each warp owns ATT_RPW query rows; for
- *    one row, lane j scores key j of the tile, the warp reduces the tile's
- *    max and sum, and the running max, sum and output are updated with the
+ *    The S/P buffer is the backend's scratch, bounded: the query rows are
+ *    cut into chunks of at most TSR_CUDA_ATTENTION_SCRATCH_MIB (default 256)
+ *    MiB of S and P.
+ * 3. CUDA-core flash kernel (TSR_CUDA_ATTENTION=flash, and the fallback when
+ *    neither applies or the scratch cannot be had): one kernel, tiled over
+ *    keys, online softmax, f32 everywhere.  A block takes ATT_QROWS query
+ *    rows of one (batch, head) and walks the keys in tiles of 32, staged in
+ *    shared memory as f32.  Each warp owns ATT_RPW query rows; for one row,
+ *    lane j scores key j of the tile, the warp reduces the tile's max and
+ *    sum, and the running max, sum and output are updated with the
  *    online-softmax rescale of cuda_math.h (tested on the host).  Lane l
  *    accumulates output dims l, l+32, ..., so any head size up to 512 works.
- *    CUDA cores only: correct everywhere, slow (docs/perf.md).
- * Masked keys (causal, or past the end of a tile) weigh exactly 0 on both
- * paths, and a row with no visible key is 0.
- *
- * Not yet: a tensor-core flash kernel (mma/wgmma, no S buffer) or cuDNN's
- * fused SDPA, which would save the S/P round trip through memory.
+ * Masked keys (causal, or past the end of a tile) weigh exactly 0 on every
+ * path, and a row with no visible key is 0.  Timings of each on an H200:
+ * docs/perf.md.
  */
 #include "ops_attention.cuh"
 #include "ops_gemm.cuh"
 
+#include <cuda_fp16.h>
+#include <mma.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -153,6 +158,199 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     }
 }
 
+/* ---- the tensor-core flash path (f16, head dims up to 160) ----
+ * A block of 4 warps takes 64 query rows of one (batch, head); warp w owns
+ * rows 16w..16w+15.  Keys are walked in tiles of BK (64 for padded head dims
+ * up to 80, 32 above, so the shared memory fits sm_86/89's 99 KiB), K and V
+ * staged in shared memory as f16 with the head dim zero-padded to DP (a
+ * multiple of 16).  Per tile and warp: S = Q K^T on the tensor cores (WMMA
+ * 16x16x16, f32 accumulators) into a warp-private f32 tile; the online-softmax
+ * update of cuda_math.h by lane pairs (lane 2r and 2r+1 share row r, half of
+ * the tile's columns each), P stored as f16; the running output O (f32, in
+ * shared memory, since a WMMA accumulator's element-to-row map is opaque) is
+ * rescaled by the lane pairs, then O += P V on the tensor cores.  No Lq x Lk
+ * buffer; the only memory beyond q, k, v and y is shared. */
+#define WM_WARPS 4
+/* Longest key sequence the default dispatch sends to the tensor-core flash
+ * kernel (tsr_cu_attention). */
+#define TSR_CU_ATTN_WMMA_MAX_LK 128
+#define WM_QROWS (16 * WM_WARPS)
+
+template <int DP, int BK> struct wm_smem {
+    static constexpr int LDH = DP + 8;  /* f16 rows of Q, K, V (ldm: multiple of 8) */
+    static constexpr int LDS = BK + 4;  /* f32 rows of S (multiple of 4) */
+    static constexpr int LDP = BK + 8;  /* f16 rows of P */
+    static constexpr int LDO = DP + 4;  /* f32 rows of O */
+    static constexpr size_t q = (size_t)WM_QROWS * LDH * 2, k = (size_t)BK * LDH * 2;
+    static constexpr size_t sf = (size_t)16 * LDS * 4, pf = (size_t)16 * LDP * 2,
+                            of = (size_t)16 * LDO * 4;
+    static constexpr size_t bytes = q + 2 * k + WM_WARPS * (sf + pf + of);
+};
+
+template <int DP, int BK>
+__global__ void __launch_bounds__(WM_WARPS * 32)
+    k_attention_wmma(const __half *q, const __half *k, const __half *v, __half *y, int64_t lq,
+                     int64_t lk, int heads, int d, float scale, int causal)
+{
+    using namespace nvcuda;
+    typedef wm_smem<DP, BK> L;
+    extern __shared__ __align__(128) unsigned char wm_raw[];
+    __half *qs = (__half *)wm_raw;
+    __half *ks = (__half *)(wm_raw + L::q);
+    __half *vs = (__half *)(wm_raw + L::q + L::k);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    unsigned char *wbase = wm_raw + L::q + 2 * L::k + warp * (L::sf + L::pf + L::of);
+    float *sf = (float *)wbase;
+    __half *pf = (__half *)(wbase + L::sf);
+    float *of = (float *)(wbase + L::sf + L::pf);
+
+    const int bh = blockIdx.y, bi = bh / heads, h = bh % heads;
+    const int64_t q0 = (int64_t)blockIdx.x * WM_QROWS;
+    const int64_t hd = (int64_t)heads * d;
+    const __half hz = __float2half(0.0f);
+
+    for (int e = threadIdx.x; e < WM_QROWS * DP; e += blockDim.x) {
+        const int r = e / DP, c = e % DP;
+        const int64_t qi = q0 + r;
+        qs[r * L::LDH + c] = (qi < lq && c < d) ? q[((int64_t)bi * lq + qi) * hd + h * d + c] : hz;
+    }
+    for (int e = lane; e < 16 * L::LDO; e += 32)
+        of[e] = 0.0f;
+    /* lane pair (2r, 2r+1) owns row r of the warp's 16 */
+    const int row = lane / 2, half = lane % 2;
+    const int64_t qi = q0 + warp * 16 + row;
+    float m = -INFINITY, l = 0.0f;
+
+    int64_t kend = lk;
+    if (causal) {
+        const int64_t last_q = q0 + WM_QROWS - 1 < lq ? q0 + WM_QROWS - 1 : lq - 1;
+        const int64_t lim = last_q + (lk - lq) + 1;
+        kend = lim < 0 ? 0 : lim < lk ? lim : lk;
+    }
+    __syncthreads();
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> qa[DP / 16];
+    for (int kk = 0; kk < DP / 16; kk++)
+        wmma::load_matrix_sync(qa[kk], qs + (warp * 16) * L::LDH + kk * 16, L::LDH);
+
+    for (int64_t k0 = 0; k0 < kend; k0 += BK) {
+        __syncthreads(); /* every warp is done with the previous K/V tile */
+        for (int e = threadIdx.x; e < BK * DP; e += blockDim.x) {
+            const int j = e / DP, c = e % DP;
+            const int64_t kj = k0 + j;
+            __half kv = hz, vv = hz;
+            if (kj < lk && c < d) {
+                const int64_t off = ((int64_t)bi * lk + kj) * hd + h * d + c;
+                kv = k[off];
+                vv = v[off];
+            }
+            ks[j * L::LDH + c] = kv;
+            vs[j * L::LDH + c] = vv;
+        }
+        __syncthreads();
+        /* S = Q K^T: B(dim, key) = K[key][dim], column-major with ldm LDH */
+        for (int j = 0; j < BK / 16; j++) {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+            wmma::fill_fragment(acc, 0.0f);
+            for (int kk = 0; kk < DP / 16; kk++) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> kb;
+                wmma::load_matrix_sync(kb, ks + (j * 16) * L::LDH + kk * 16, L::LDH);
+                wmma::mma_sync(acc, qa[kk], kb, acc);
+            }
+            wmma::store_matrix_sync(sf + j * 16, acc, L::LDS, wmma::mem_row_major);
+        }
+        __syncwarp();
+        /* online softmax over this tile, half a row per lane */
+        const int c0 = half * (BK / 2);
+        float tmax = -INFINITY;
+        for (int c = c0; c < c0 + BK / 2; c++) {
+            const int64_t kj = k0 + c;
+            const bool vis = kj < lk && (!causal || tsr_cu_causal_visible(qi, kj, lq, lk));
+            const float sv = vis ? sf[row * L::LDS + c] * scale : -INFINITY;
+            sf[row * L::LDS + c] = sv;
+            tmax = fmaxf(tmax, sv);
+        }
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+        const float mn = tsr_cu_osm_new_max(m, tmax);
+        const float corr = tsr_cu_osm_rescale(m, mn);
+        float psum = 0.0f;
+        for (int c = c0; c < c0 + BK / 2; c++) {
+            const float p = tsr_cu_osm_weight(sf[row * L::LDS + c], mn);
+            const __half ph = __float2half(p);
+            pf[row * L::LDP + c] = ph;
+            psum += __half2float(ph); /* the weights the product will use */
+        }
+        psum += __shfl_xor_sync(0xffffffffu, psum, 1);
+        l = l * corr + psum;
+        m = mn;
+        for (int c = half * (DP / 2); c < (half + 1) * (DP / 2); c++)
+            of[row * L::LDO + c] *= corr;
+        __syncwarp();
+        /* O += P V: B(key, dim) = V[key][dim], row-major with ldm LDH */
+        for (int j = 0; j < DP / 16; j++) {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+            wmma::load_matrix_sync(acc, of + j * 16, L::LDO, wmma::mem_row_major);
+            for (int kk = 0; kk < BK / 16; kk++) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> pa;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> vb;
+                wmma::load_matrix_sync(pa, pf + kk * 16, L::LDP);
+                wmma::load_matrix_sync(vb, vs + (kk * 16) * L::LDH + j * 16, L::LDH);
+                wmma::mma_sync(acc, pa, vb, acc);
+            }
+            wmma::store_matrix_sync(of + j * 16, acc, L::LDO, wmma::mem_row_major);
+        }
+        __syncwarp();
+    }
+
+    if (qi < lq) {
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f; /* no visible key: 0 */
+        for (int c = half; c < d; c += 2)
+            y[((int64_t)bi * lq + qi) * hd + h * d + c] = __float2half(of[row * L::LDO + c] * inv);
+    }
+}
+
+template <int DP>
+static int att_wmma_launch(tsr_backend *b, const tsr_tensor *q, const tsr_tensor *k,
+                           const tsr_tensor *v, tsr_tensor *y, int heads, int d, float scale,
+                           int causal)
+{
+    constexpr int BK = DP <= 80 ? 64 : 32;
+    const size_t smem = wm_smem<DP, BK>::bytes;
+    if (smem > 48 * 1024)
+        TSR_CUDA_CHECK(cudaFuncSetAttribute(k_attention_wmma<DP, BK>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)smem));
+    const int64_t bsz = q->ne[0], lq = q->ne[1], lk = k->ne[1];
+    dim3 grid((unsigned)((lq + WM_QROWS - 1) / WM_QROWS), (unsigned)(bsz * heads));
+    k_attention_wmma<DP, BK><<<grid, WM_WARPS * 32, smem, tsr_cu_ctx(b)->stream>>>(
+        (const __half *)q->data, (const __half *)k->data, (const __half *)v->data,
+        (__half *)y->data, lq, lk, heads, d, scale, causal);
+    TSR_CUDA_LAUNCHED("attention");
+    return TSR_OK;
+}
+
+/* The tensor-core flash path, where it applies (f16, head dim <= 160);
+ * 1 where it does not. */
+static int att_wmma(tsr_backend *b, const tsr_tensor *q, const tsr_tensor *k, const tsr_tensor *v,
+                    const tsr_attention_params *p, tsr_tensor *y, int64_t d, float scale)
+{
+    if (q->dtype != TSR_F16 || k->dtype != TSR_F16 || v->dtype != TSR_F16 ||
+        y->dtype != TSR_F16 || d > 160 || (int64_t)q->ne[0] * p->heads > 65535)
+        return 1;
+    const int c = p->causal ? 1 : 0, di = (int)d;
+    switch ((d + 15) / 16) {
+    case 1: return att_wmma_launch<16>(b, q, k, v, y, p->heads, di, scale, c);
+    case 2: return att_wmma_launch<32>(b, q, k, v, y, p->heads, di, scale, c);
+    case 3: return att_wmma_launch<48>(b, q, k, v, y, p->heads, di, scale, c);
+    case 4: return att_wmma_launch<64>(b, q, k, v, y, p->heads, di, scale, c);
+    case 5: return att_wmma_launch<80>(b, q, k, v, y, p->heads, di, scale, c);
+    case 6: return att_wmma_launch<96>(b, q, k, v, y, p->heads, di, scale, c);
+    case 7: return att_wmma_launch<112>(b, q, k, v, y, p->heads, di, scale, c);
+    case 8: return att_wmma_launch<128>(b, q, k, v, y, p->heads, di, scale, c);
+    case 9: return att_wmma_launch<144>(b, q, k, v, y, p->heads, di, scale, c);
+    default: return att_wmma_launch<160>(b, q, k, v, y, p->heads, di, scale, c);
+    }
+}
+
 /* softmax of one row of S (f32, [rows][lk]) per block into P (v's dtype);
  * row r is query row q0 + (r % qc) of its head; causal masks keys past
  * i + (lk - lq). */
@@ -266,10 +464,12 @@ static int att_gemm(tsr_backend *b, const tsr_tensor *q, const tsr_tensor *k, co
     return TSR_OK;
 }
 
-static bool att_flash_forced(void)
+/* TSR_CUDA_ATTENTION: "flash", "gemm" or "wmma" forces a path (where it
+ * applies); unset or anything else is the default order. */
+static const char *att_forced(void)
 {
     const char *e = getenv("TSR_CUDA_ATTENTION");
-    return e && strcmp(e, "flash") == 0;
+    return e && *e ? e : "";
 }
 
 int tsr_cu_attention(tsr_backend *b, const tsr_tensor *q, const tsr_tensor *k, const tsr_tensor *v,
@@ -285,7 +485,19 @@ int tsr_cu_attention(tsr_backend *b, const tsr_tensor *q, const tsr_tensor *k, c
                           (long long)d, (long long)bsz * p->heads);
     const float scale = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)d);
     const int causal = p->causal ? 1 : 0;
-    if (!att_flash_forced() && q->dtype == k->dtype && v->dtype == y->dtype) {
+    const char *force = att_forced();
+    const bool flash = strcmp(force, "flash") == 0, gemm = strcmp(force, "gemm") == 0;
+    const bool wmma = strcmp(force, "wmma") == 0;
+    /* the tensor-core flash kernel wins only over short key sequences (the
+     * cross-attention's 77 text tokens, the text encoders): 0.108 against
+     * the GEMM path's 0.181 ms at 4096x77, but 2.4 against 1.7 ms at
+     * 4096x4096 on an H200 (docs/perf.md) */
+    if (wmma || (!flash && !gemm && lk <= TSR_CU_ATTN_WMMA_MAX_LK)) {
+        rc = att_wmma(b, q, k, v, p, y, d, scale);
+        if (rc <= 0)
+            return rc;
+    }
+    if (!flash && q->dtype == k->dtype && v->dtype == y->dtype) {
         rc = att_gemm(b, q, k, v, p, y, d, scale);
         if (rc <= 0)
             return rc;

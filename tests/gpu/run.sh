@@ -21,7 +21,11 @@
 #   timing   random-weight SD1.5/SDXL models (made here by
 #            make_random_model.py): UNet s/call at 512^2/1024^2, 1 and 16
 #            images with CFG; VAE decode; peak GPU memory; PyTorch FP16 SDPA
-#            (and the diffusers UNet, if installed) at the same shapes
+#            (and the diffusers UNet, if installed) at the same shapes;
+#            attention's ops under each path (TSR_CUDA_ATTENTION)
+#   serve    tessera serve on the GPU under load: tools/loadtest/bench.sh's
+#            "batch" scenario on the demo model (16 clients, max batch 1
+#            against 16), no job may fail
 # Logs: every stage's full output under $OUT/gpu-logs (or build-gpu/logs).
 #
 # Environment: TSR_GPU_SKIP="timing demo" skips stages; TSR_GPU_BUILD_ONLY=1
@@ -376,6 +380,11 @@ if ! skipped timing 60; then
         bench "sdxl unet 1024 b16 cfg" 120 unet --model "$MODELS/sdxl" --size 1024 --batch 32 --iters 1
         bench "sdxl vae decode 1024" 60 vae --model "$MODELS/sdxl" --size 1024 --iters 1
         timeout 60 "$BIN" --log-level warn bench ops --device $DEV >"$LOGS/bench_ops.log" 2>&1
+        # attention's other paths at the same shapes (backend/cuda/ops_attention.cu)
+        for path in gemm flash; do
+            TSR_CUDA_ATTENTION=$path timeout 60 "$BIN" --log-level warn bench ops --device $DEV 2>&1 |
+                grep -E '^(backend|attention)' >"$LOGS/bench_ops_$path.log"
+        done
         if "$PY" -c 'import torch' 2>/dev/null && [ $(($(elapsed) + 60)) -le "$BUDGET" ]; then
             timeout 60 "$PY" tests/gpu/torch_bench.py sdpa >"$LOGS/torch.log" 2>&1
             # the same shapes as the tessera rows above (batch 2 = 1 image
@@ -392,11 +401,27 @@ if ! skipped timing 60; then
     fi
 fi
 
+# ---- serve: tessera serve on the GPU under load ----
+# tools/loadtest/bench.sh's "batch" scenario on the demo model: 16 clients,
+# max batch 1 against 16, every job checked by tessera-loadtest
+if ! skipped serve 90; then
+    if OUT=$LOGS/serve SCENARIOS=batch DEVICE=$DEV BUILD=$BUILD timeout 150 \
+        tools/loadtest/bench.sh >"$LOGS/serve.log" 2>&1 && ! grep -q 'had errors' "$LOGS/serve.log"; then
+        st=ok
+    else
+        st=FAIL
+    fi
+    result serve "$st" "table in serve.log (tools/loadtest/bench.sh SCENARIOS=batch DEVICE=$DEV)"
+fi
+
 table
+[ -s "$LOGS/serve/bench.md" ] && { echo "--- serve ---"; cat "$LOGS/serve/bench.md"; }
 if [ -s "$LOGS/timing.table" ]; then
     echo "--- timing (tessera, f16, median) ---"
     cat "$LOGS/timing.table"
     grep -h '^torch: ' "$LOGS/torch.log" 2>/dev/null | sed 's/^torch: /torch /'
+    grep -h '^attention' "$LOGS/bench_ops.log" 2>/dev/null | sed 's/^/default /'
+    grep -h '^attention' "$LOGS/bench_ops_gemm.log" 2>/dev/null | sed 's/^/gemm    /'
 fi
 grep -q -E ' FAIL ' "$SUMMARY" && exit 1
 exit 0
