@@ -77,7 +77,7 @@ int demo_fill_holes(const uint8_t *mask, int w, int h, uint8_t *filled);
 typedef struct demo_shape_features {
     int present; /* 0: the colour is absent */
     long area, filled;
-    double hole, solidity, fill, aspect, top;
+    double hole, solidity, fill, hull_fill, aspect, top;
     int bays; /* hull areas outside the shape of >= 2% of the hull: star 5, cross 4 */
 } demo_shape_features;
 

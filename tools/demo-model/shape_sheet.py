@@ -21,9 +21,13 @@ score.py's verdict for every tile ("python": shape, region count, bays,
 areas, solidity), so that demo_shape_scorer_ports can hold the C port to the
 Python one on blurred images, where the thresholds are actually crossed.
 
+With --rescore it only takes score.py's verdicts again on the existing
+<out>_vae.png (no VAE, the pixels unchanged): after a change to the scorer.
+
 Usage: python tools/demo-model/shape_sheet.py [--out tests/data/demo/shape_sheet]
        (writes shape_sheet.png and shape_sheet.json)
        python tools/demo-model/shape_sheet.py --roundtrip models/demo/vae
+       python tools/demo-model/shape_sheet.py --rescore
 """
 
 import argparse
@@ -71,7 +75,11 @@ def main():
     ap.add_argument("--out", default=os.path.join(here, "..", "..", "tests", "data", "demo",
                                                   "shape_sheet"))
     ap.add_argument("--roundtrip", help="a VAE folder: also write <out>_vae.{png,json}")
+    ap.add_argument("--rescore", action="store_true",
+                    help="score.py's verdicts again on the existing <out>_vae.png")
     a = ap.parse_args()
+    if a.rescore:
+        return rescore(a.out)
     if a.roundtrip:
         return roundtrip(a.out, a.roundtrip)
     sc, rng = scenes()
@@ -116,21 +124,39 @@ def roundtrip(out, vae_dir):
     pal = Image.fromarray(sheet).quantize(256, method=Image.Quantize.MEDIANCUT,
                                           dither=Image.Dither.NONE)
     sheet = np.asarray(pal.convert("RGB"))
-    tiles = []
-    for i, it in enumerate(facts["tiles"]):
-        y, x = divmod(i, cols)
-        m = score.measure_v2(sheet[y * t:(y + 1) * t, x * t:(x + 1) * t], it)
-        f = m["features"] or {"bays": 0, "area": 0, "filled": 0, "solidity": 0.0}
-        tiles.append(dict(it, python={"shape": m["shape"], "regions": m["regions"],
-                                      "bays": f["bays"], "area": f["area"],
-                                      "filled": f["filled"], "solidity": f["solidity"]}))
     pal.save(out + "_vae.png", optimize=True)
+    write_verdicts(out, sheet, facts["tiles"], t, cols,
+                   f"{vae_dir} round trip of {os.path.basename(out)}.png and score.py's "
+                   "verdicts, written by tools/demo-model/shape_sheet.py --roundtrip")
+
+
+def python_verdict(img, it):
+    """score.py's verdict on one tile, as the C port's tests compare it."""
+    import score
+    m = score.measure_v2(img, it)
+    f = m["features"] or {"bays": 0, "area": 0, "filled": 0, "solidity": 0.0, "hull_fill": 0.0}
+    return {"shape": m["shape"], "regions": m["regions"], "bays": f["bays"], "area": f["area"],
+            "filled": f["filled"], "solidity": f["solidity"], "hull_fill": f["hull_fill"]}
+
+
+def write_verdicts(out, sheet, facts_tiles, t, cols, note):
+    tiles = []
+    for i, it in enumerate(facts_tiles):
+        y, x = divmod(i, cols)
+        it = {k: v for k, v in it.items() if k != "python"}
+        tiles.append(dict(it, python=python_verdict(sheet[y * t:(y + 1) * t, x * t:(x + 1) * t],
+                                                    it)))
     with open(out + "_vae.json", "w") as f:
-        json.dump({"note": f"{vae_dir} round trip of {os.path.basename(out)}.png and score.py's "
-                           "verdicts, written by tools/demo-model/shape_sheet.py --roundtrip",
-                   "tile": t, "cols": cols, "tiles": tiles}, f, indent=0)
+        json.dump({"note": note, "tile": t, "cols": cols, "tiles": tiles}, f, indent=0)
         f.write("\n")
     print(f"{len(tiles)} tiles, {os.path.getsize(out + '_vae.png')} bytes")
+
+
+def rescore(out):
+    with open(out + "_vae.json") as f:
+        facts = json.load(f)
+    sheet = np.asarray(Image.open(out + "_vae.png").convert("RGB"))
+    write_verdicts(out, sheet, facts["tiles"], facts["tile"], facts["cols"], facts["note"])
 
 
 if __name__ == "__main__":
