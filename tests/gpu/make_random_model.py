@@ -17,8 +17,10 @@ widths, depths and head sizes put in.  With --small the tiny configs are kept
 and the generated names and shapes are checked against the tiny models'
 own safetensors headers (tests/gpu/prepare.sh runs that, then loads them in
 tessera): so the full-size names are right if the tiny ones are.
-The text encoders and tokenizers are copied from the tiny models (timing
-needs only the UNet and the VAE).
+The text encoders are made the same way at the published CLIP ViT-L/14 and
+OpenCLIP ViT-bigG/14 sizes, keeping the tiny models' vocabulary (their
+tokenizers are copied), so that `tessera generate` and `tessera serve` run
+the whole pipeline at full size (run.sh's serve stage on SD1.5 shapes).
 
 Deterministic (fixed seed).  Usage:
   python3 tests/gpu/make_random_model.py --arch sd15|sdxl [--small] --out DIR
@@ -213,6 +215,43 @@ def vae_tensors(cfg):
     return out
 
 
+# the published text encoders: CLIP ViT-L/14's (SD 1.5, SDXL's first) and
+# OpenCLIP ViT-bigG/14's (SDXL's second, with its projection); the tiny
+# models' vocabulary and activation are kept (their tokenizer is copied)
+FULL_TEXT = {
+    "clip-l": {"hidden_size": 768, "intermediate_size": 3072, "num_attention_heads": 12,
+               "num_hidden_layers": 12, "projection_dim": 768},
+    "bigg": {"hidden_size": 1280, "intermediate_size": 5120, "num_attention_heads": 20,
+             "num_hidden_layers": 32, "projection_dim": 1280},
+}
+FULL_TEXT_OF = {("sd15", "text_encoder"): "clip-l", ("sdxl", "text_encoder"): "clip-l",
+                ("sdxl", "text_encoder_2"): "bigg"}
+
+
+def clip_tensors(cfg):
+    """transformers' CLIPTextModel (+ text_projection for ...WithProjection)."""
+    h, f = cfg["hidden_size"], cfg["intermediate_size"]
+    p = "text_model."
+    t = {p + "embeddings.token_embedding.weight": [cfg["vocab_size"], h],
+         p + "embeddings.position_embedding.weight": [cfg["max_position_embeddings"], h],
+         p + "final_layer_norm.weight": [h], p + "final_layer_norm.bias": [h]}
+    for i in range(cfg["num_hidden_layers"]):
+        q = "%sencoder.layers.%d." % (p, i)
+        for n in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            t[q + "self_attn.%s.weight" % n] = [h, h]
+            t[q + "self_attn.%s.bias" % n] = [h]
+        for n in ("layer_norm1", "layer_norm2"):
+            t[q + n + ".weight"] = [h]
+            t[q + n + ".bias"] = [h]
+        t[q + "mlp.fc1.weight"] = [f, h]
+        t[q + "mlp.fc1.bias"] = [f]
+        t[q + "mlp.fc2.weight"] = [h, f]
+        t[q + "mlp.fc2.bias"] = [h]
+    if "CLIPTextModelWithProjection" in cfg.get("architectures", []):
+        t["text_projection.weight"] = [cfg["projection_dim"], h]
+    return t
+
+
 def read_header(path):
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
@@ -264,11 +303,13 @@ def main():
     if os.path.exists(a.out):
         shutil.rmtree(a.out)
     shutil.copytree(src, a.out, ignore=shutil.ignore_patterns("*.safetensors"))
-    for d in os.listdir(src):  # text encoders: the tiny ones
-        if d.startswith("text_encoder"):
-            shutil.copy(os.path.join(src, d, "model.safetensors"), os.path.join(a.out, d))
     rng = random.Random(1234)
-    for comp, make, full in (("unet", unet_tensors, FULL_UNET[a.arch]), ("vae", vae_tensors, FULL_VAE)):
+    comps = [("unet", unet_tensors, FULL_UNET[a.arch], "diffusion_pytorch_model.safetensors"),
+             ("vae", vae_tensors, FULL_VAE, "diffusion_pytorch_model.safetensors")]
+    for d in sorted(os.listdir(src)):
+        if d.startswith("text_encoder"):
+            comps.append((d, clip_tensors, FULL_TEXT[FULL_TEXT_OF[(a.arch, d)]], "model.safetensors"))
+    for comp, make, full, fname in comps:
         cpath = os.path.join(a.out, comp, "config.json")
         cfg = json.load(open(cpath))
         if not a.small:
@@ -278,7 +319,8 @@ def main():
             json.dump(cfg, open(cpath, "w"), indent=2)
         tensors = make(cfg)
         if a.small:
-            want = read_header(os.path.join(src, comp, "diffusion_pytorch_model.safetensors"))
+            want = read_header(os.path.join(src, comp, fname))
+            want.pop("text_model.embeddings.position_ids", None)  # a buffer, not a weight
             missing = sorted(set(want) - set(tensors))
             extra = sorted(set(tensors) - set(want))
             bad = sorted(n for n in want if n in tensors and list(want[n]) != list(tensors[n]))
@@ -286,7 +328,7 @@ def main():
                 sys.exit("%s %s: names differ from %s: missing %s, extra %s, shapes %s"
                          % (a.arch, comp, src, missing[:5], extra[:5], bad[:5]))
         n = sum(math.prod(s) for s in tensors.values())
-        write_safetensors(os.path.join(a.out, comp, "diffusion_pytorch_model.safetensors"), tensors, rng)
+        write_safetensors(os.path.join(a.out, comp, fname), tensors, rng)
         print("%s/%s: %d tensors, %.1fM parameters" % (a.out, comp, len(tensors), n / 1e6))
 
 

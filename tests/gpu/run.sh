@@ -26,6 +26,7 @@
 #   serve    tessera serve on the GPU under load: tools/loadtest/bench.sh's
 #            "batch" scenario on the demo model (16 clients, max batch 1
 #            against 16), no job may fail
+#   serve_sd15 the same on the random full-size SD1.5 model at 512x512
 # Logs: every stage's full output under $OUT/gpu-logs (or build-gpu/logs).
 #
 # Environment: TSR_GPU_SKIP="timing demo" skips stages; TSR_GPU_BUILD_ONLY=1
@@ -413,9 +414,22 @@ if ! skipped serve 90; then
     fi
     result serve "$st" "table in serve.log (tools/loadtest/bench.sh SCENARIOS=batch DEVICE=$DEV)"
 fi
+# the same at full size: the random SD1.5 model (text encoder included) at
+# 512x512, 20 steps; made for the timing stage
+if [ -f "$MODELS/sd15/text_encoder/model.safetensors" ] && ! skipped serve_sd15 120; then
+    if OUT=$LOGS/serve_sd15 SCENARIOS=batch DEVICE=$DEV BUILD=$BUILD MODEL=$MODELS/sd15 SIZE=512 \
+        STEPS=20 timeout 240 tools/loadtest/bench.sh >"$LOGS/serve_sd15.log" 2>&1 &&
+        ! grep -q 'had errors' "$LOGS/serve_sd15.log"; then
+        st=ok
+    else
+        st=FAIL
+    fi
+    result serve_sd15 "$st" "table in serve_sd15.log (random SD1.5, 512x512, 20 steps)"
+fi
 
 table
 [ -s "$LOGS/serve/bench.md" ] && { echo "--- serve ---"; cat "$LOGS/serve/bench.md"; }
+[ -s "$LOGS/serve_sd15/bench.md" ] && { echo "--- serve sd15 ---"; cat "$LOGS/serve_sd15/bench.md"; }
 if [ -s "$LOGS/timing.table" ]; then
     echo "--- timing (tessera, f16, median) ---"
     cat "$LOGS/timing.table"

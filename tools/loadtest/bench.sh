@@ -122,11 +122,11 @@ for s in $SCENARIOS; do
   esac
 done
 
-python3 - "$ROWS" "$SIZE" "$STEPS" >"$OUT/bench.md" <<'EOF'
+python3 - "$ROWS" "$SIZE" "$STEPS" "$MODEL" >"$OUT/bench.md" <<'EOF'
 import json, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
-print("demo model, %sx%s, %s steps unless the profile says otherwise; wall = first submit to last done"
-      % (sys.argv[2], sys.argv[2], sys.argv[3]))
+print("%s, %sx%s, %s steps unless the profile says otherwise; wall = first submit to last done"
+      % (sys.argv[4], sys.argv[2], sys.argv[2], sys.argv[3]))
 print()
 print("| run | jobs | images/s | done p50 / p95 (s) | first preview p95 (s) | queue wait p95 (s) "
       "| images per UNet call | UNet busy | server CPU s / image | errors |")
