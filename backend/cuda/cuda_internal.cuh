@@ -45,6 +45,8 @@ typedef struct cuda_ctx {
     int *flag_dev;  /* owned; embedding range check */
     int *flag_host; /* owned, pinned */
     int sm_count;
+    int att_path;            /* tsr_cu_att_path: TSR_CUDA_ATTENTION, read at creation */
+    size_t att_scratch_max;  /* S/P bytes per chunk: TSR_CUDA_ATTENTION_SCRATCH_MIB */
     cuda_conv_algo conv_cache[TSR_CU_CONV_CACHE];
 } cuda_ctx;
 

@@ -223,6 +223,14 @@ TSR_HD int tsr_cu_causal_visible(int64_t i, int64_t j, int64_t lq, int64_t lk)
     return j <= i + (lk - lq);
 }
 
+/* How many keys (a prefix 0..n-1 of the Lk) query i sees under that mask:
+ * the loop bound of the kernels that walk keys in order. */
+TSR_HD int64_t tsr_cu_causal_keys(int64_t i, int64_t lq, int64_t lk)
+{
+    const int64_t n = i + (lk - lq) + 1;
+    return n < 0 ? 0 : n < lk ? n : lk;
+}
+
 /* ---- group/layer-norm statistics: Welford per thread, Chan's merge ----
  * Each thread folds its elements one by one (tsr_cu_stats_add); threads,
  * then warps, merge pairwise (tsr_cu_stats_merge).  Stable in f32 where

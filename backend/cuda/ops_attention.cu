@@ -86,12 +86,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     }
 
     /* keys past the last one any row of this block may see are skipped */
-    int64_t kend = lk;
-    if (causal) {
-        int64_t last_q = q0 + ATT_QROWS - 1 < lq ? q0 + ATT_QROWS - 1 : lq - 1;
-        int64_t lim = last_q + (lk - lq) + 1;
-        kend = lim < 0 ? 0 : lim < lk ? lim : lk;
-    }
+    const int64_t last_q = q0 + ATT_QROWS - 1 < lq ? q0 + ATT_QROWS - 1 : lq - 1;
+    const int64_t kend = causal ? tsr_cu_causal_keys(last_q, lq, lk) : lk;
 
     for (int64_t k0 = 0; k0 < kend; k0 += ATT_KT) {
         __syncthreads(); /* the previous tile is consumed (and qs is written) */
@@ -221,12 +217,9 @@ __global__ void __launch_bounds__(WM_WARPS * 32)
     const int64_t qi = q0 + warp * 16 + row;
     float m = -INFINITY, l = 0.0f;
 
-    int64_t kend = lk;
-    if (causal) {
-        const int64_t last_q = q0 + WM_QROWS - 1 < lq ? q0 + WM_QROWS - 1 : lq - 1;
-        const int64_t lim = last_q + (lk - lq) + 1;
-        kend = lim < 0 ? 0 : lim < lk ? lim : lk;
-    }
+    /* keys past the last one any row of this block may see are skipped */
+    const int64_t last_q = q0 + WM_QROWS - 1 < lq ? q0 + WM_QROWS - 1 : lq - 1;
+    const int64_t kend = causal ? tsr_cu_causal_keys(last_q, lq, lk) : lk;
     __syncthreads();
     wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> qa[DP / 16];
     for (int kk = 0; kk < DP / 16; kk++)
@@ -362,11 +355,7 @@ __global__ void __launch_bounds__(256)
     const int64_t r = blockIdx.x;
     const float *row = s + r * lk;
     const int64_t qi = q0 + r % qc;
-    int64_t vis = lk;
-    if (causal) {
-        int64_t lim = qi + (lk - lq) + 1;
-        vis = lim < 0 ? 0 : lim < lk ? lim : lk;
-    }
+    const int64_t vis = causal ? tsr_cu_causal_keys(qi, lq, lk) : lk;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
     float mx = -INFINITY;
     for (int64_t j = threadIdx.x; j < vis; j += blockDim.x)
@@ -396,14 +385,19 @@ __global__ void __launch_bounds__(256)
         tsr_cu_store(p, dt, r * lk + j, j < vis ? __expf(row[j] - mx) * inv : 0.0f);
 }
 
-/* Bytes of S/P scratch one chunk may take (TSR_CUDA_ATTENTION_SCRATCH_MIB). */
-static size_t att_scratch_limit(void)
+void tsr_cu_attention_config(cuda_ctx *c)
 {
-    const char *e = getenv("TSR_CUDA_ATTENTION_SCRATCH_MIB");
+    const char *e = getenv("TSR_CUDA_ATTENTION");
+    c->att_path = !e                        ? TSR_CU_ATT_AUTO
+                  : strcmp(e, "wmma") == 0  ? TSR_CU_ATT_WMMA
+                  : strcmp(e, "gemm") == 0  ? TSR_CU_ATT_GEMM
+                  : strcmp(e, "flash") == 0 ? TSR_CU_ATT_FLASH
+                                            : TSR_CU_ATT_AUTO;
+    e = getenv("TSR_CUDA_ATTENTION_SCRATCH_MIB");
     long mib = e && *e ? strtol(e, NULL, 10) : 256;
     if (mib < 1)
         mib = 1;
-    return (size_t)mib << 20;
+    c->att_scratch_max = (size_t)mib << 20;
 }
 
 /* The GEMM path (header comment).  Returns 1 when the scratch could not be
@@ -416,7 +410,7 @@ static int att_gemm(tsr_backend *b, const tsr_tensor *q, const tsr_tensor *k, co
     const int64_t hd = heads * d;
     const size_t esz = tsr_dtype_size(v->dtype);
     const size_t row_bytes = (size_t)heads * (size_t)lk * (sizeof(float) + esz);
-    int64_t qc = (int64_t)(att_scratch_limit() / row_bytes);
+    int64_t qc = (int64_t)(c->att_scratch_max / row_bytes);
     if (qc < 1)
         qc = 1;
     if (qc > lq)
@@ -464,14 +458,6 @@ static int att_gemm(tsr_backend *b, const tsr_tensor *q, const tsr_tensor *k, co
     return TSR_OK;
 }
 
-/* TSR_CUDA_ATTENTION: "flash", "gemm" or "wmma" forces a path (where it
- * applies); unset or anything else is the default order. */
-static const char *att_forced(void)
-{
-    const char *e = getenv("TSR_CUDA_ATTENTION");
-    return e && *e ? e : "";
-}
-
 int tsr_cu_attention(tsr_backend *b, const tsr_tensor *q, const tsr_tensor *k, const tsr_tensor *v,
                      const tsr_attention_params *p, tsr_tensor *y)
 {
@@ -485,19 +471,17 @@ int tsr_cu_attention(tsr_backend *b, const tsr_tensor *q, const tsr_tensor *k, c
                           (long long)d, (long long)bsz * p->heads);
     const float scale = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)d);
     const int causal = p->causal ? 1 : 0;
-    const char *force = att_forced();
-    const bool flash = strcmp(force, "flash") == 0, gemm = strcmp(force, "gemm") == 0;
-    const bool wmma = strcmp(force, "wmma") == 0;
+    const int path = tsr_cu_ctx(b)->att_path;
     /* the tensor-core flash kernel wins only over short key sequences (the
      * cross-attention's 77 text tokens, the text encoders): 0.108 against
      * the GEMM path's 0.181 ms at 4096x77, but 2.4 against 1.7 ms at
      * 4096x4096 on an H200 (docs/perf.md) */
-    if (wmma || (!flash && !gemm && lk <= TSR_CU_ATTN_WMMA_MAX_LK)) {
+    if (path == TSR_CU_ATT_WMMA || (path == TSR_CU_ATT_AUTO && lk <= TSR_CU_ATTN_WMMA_MAX_LK)) {
         rc = att_wmma(b, q, k, v, p, y, d, scale);
         if (rc <= 0)
             return rc;
     }
-    if (!flash && q->dtype == k->dtype && v->dtype == y->dtype) {
+    if (path != TSR_CU_ATT_FLASH && q->dtype == k->dtype && v->dtype == y->dtype) {
         rc = att_gemm(b, q, k, v, p, y, d, scale);
         if (rc <= 0)
             return rc;

@@ -11,6 +11,15 @@
  * VAE's mid block: 512). */
 #define TSR_CU_ATTN_MAX_D 512
 
+/* Which attention path runs (ops_attention.cu): AUTO is the default order;
+ * the others force one where it applies. */
+enum tsr_cu_att_path { TSR_CU_ATT_AUTO, TSR_CU_ATT_WMMA, TSR_CU_ATT_GEMM, TSR_CU_ATT_FLASH };
+
+/* Reads TSR_CUDA_ATTENTION (wmma|gemm|flash) and
+ * TSR_CUDA_ATTENTION_SCRATCH_MIB (default 256) into the context, once, when
+ * the backend is created. */
+void tsr_cu_attention_config(cuda_ctx *c);
+
 int tsr_cu_attention(tsr_backend *b, const tsr_tensor *q, const tsr_tensor *k, const tsr_tensor *v,
                      const tsr_attention_params *p, tsr_tensor *y);
 

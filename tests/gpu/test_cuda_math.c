@@ -292,6 +292,15 @@ static int test_online_softmax(void)
         free(want);
         free(got);
     }
+    /* the kernels' causal loop bound is the count of visible keys */
+    for (int64_t lq = 1; lq <= 9; lq += 4)
+        for (int64_t lk = 1; lk <= 9; lk += 2)
+            for (int64_t i = 0; i < lq; i++) {
+                int64_t n = 0;
+                for (int64_t j = 0; j < lk; j++)
+                    n += tsr_cu_causal_visible(i, j, lq, lk);
+                ASSERT_TRUE(tsr_cu_causal_keys(i, lq, lk) == n);
+            }
     /* the rescale never makes a NaN from a fully masked prefix */
     ASSERT_TRUE(tsr_cu_osm_rescale(-INFINITY, -INFINITY) == 0.0f);
     ASSERT_TRUE(tsr_cu_osm_weight(-INFINITY, -INFINITY) == 0.0f);
