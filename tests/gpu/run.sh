@@ -403,28 +403,24 @@ if ! skipped timing 60; then
 fi
 
 # ---- serve: tessera serve on the GPU under load ----
-# tools/loadtest/bench.sh's "batch" scenario on the demo model: 16 clients,
-# max batch 1 against 16, every job checked by tessera-loadtest
-if ! skipped serve 90; then
-    if OUT=$LOGS/serve SCENARIOS=batch DEVICE=$DEV BUILD=$BUILD timeout 150 \
-        tools/loadtest/bench.sh >"$LOGS/serve.log" 2>&1 && ! grep -q 'had errors' "$LOGS/serve.log"; then
+# tools/loadtest/bench.sh's "batch" scenario (16 clients, max batch 1
+# against 16), every job checked by tessera-loadtest; no job may fail.
+# serve_stage NAME TIMEOUT DETAIL [VAR=value...]: one bench.sh run into
+# $LOGS/NAME, with the variables given (MODEL, SIZE, STEPS) in its environment
+serve_stage() {
+    local name=$1 to=$2 detail=$3 st=FAIL
+    shift 3
+    if env OUT="$LOGS/$name" SCENARIOS=batch DEVICE="$DEV" BUILD="$BUILD" "$@" timeout "$to" \
+        tools/loadtest/bench.sh >"$LOGS/$name.log" 2>&1 && ! grep -q 'had errors' "$LOGS/$name.log"; then
         st=ok
-    else
-        st=FAIL
     fi
-    result serve "$st" "table in serve.log (tools/loadtest/bench.sh SCENARIOS=batch DEVICE=$DEV)"
-fi
-# the same at full size: the random SD1.5 model (text encoder included) at
-# 512x512, 20 steps; made for the timing stage
+    result "$name" "$st" "table in $name.log ($detail)"
+}
+skipped serve 90 || serve_stage serve 150 "the demo model, DEVICE=$DEV"
+# the same at full size: the random SD1.5 model (text encoder included),
+# made for the timing stage
 if [ -f "$MODELS/sd15/text_encoder/model.safetensors" ] && ! skipped serve_sd15 120; then
-    if OUT=$LOGS/serve_sd15 SCENARIOS=batch DEVICE=$DEV BUILD=$BUILD MODEL=$MODELS/sd15 SIZE=512 \
-        STEPS=20 timeout 240 tools/loadtest/bench.sh >"$LOGS/serve_sd15.log" 2>&1 &&
-        ! grep -q 'had errors' "$LOGS/serve_sd15.log"; then
-        st=ok
-    else
-        st=FAIL
-    fi
-    result serve_sd15 "$st" "table in serve_sd15.log (random SD1.5, 512x512, 20 steps)"
+    serve_stage serve_sd15 240 "random SD1.5, 512x512, 20 steps" MODEL="$MODELS/sd15" SIZE=512 STEPS=20
 fi
 
 table

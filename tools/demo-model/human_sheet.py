@@ -46,7 +46,7 @@ from PIL import Image
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dataset  # noqa: E402
-from shape_sheet import python_verdict  # noqa: E402
+from shape_sheet import write_verdicts  # noqa: E402
 
 TILE = 128
 COLS = 8
@@ -104,19 +104,10 @@ def make(a):
 
 
 def write(out, sheet, tiles, note):
-    res = []
-    agree = 0
-    for pos, it in enumerate(tiles):
-        y, x = divmod(pos, COLS)
-        it = {k: v for k, v in it.items() if k != "python"}
-        # measure_v2 wants a region; the place is not scored here
-        v = python_verdict(sheet[y * TILE:(y + 1) * TILE, x * TILE:(x + 1) * TILE],
-                           dict(it, regions=["centre"]))
-        agree += v["shape"] == it["human"]
-        res.append(dict(it, python=v))
-    with open(out + ".json", "w") as f:
-        json.dump({"note": note, "tile": TILE, "cols": COLS, "tiles": res}, f, indent=0)
-        f.write("\n")
+    # measure_v2 wants a region; the place is not scored here
+    res = write_verdicts(out + ".json", sheet, tiles, TILE, COLS, note,
+                         measured=lambda it: dict(it, regions=["centre"]))
+    agree = sum(it["python"]["shape"] == it["human"] for it in res)
     print(f"{len(res)} tiles; score.py agrees with the labels on {agree}; "
           f"{os.path.getsize(out + '.png')} bytes")
 

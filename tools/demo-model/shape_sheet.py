@@ -125,9 +125,10 @@ def roundtrip(out, vae_dir):
                                           dither=Image.Dither.NONE)
     sheet = np.asarray(pal.convert("RGB"))
     pal.save(out + "_vae.png", optimize=True)
-    write_verdicts(out, sheet, facts["tiles"], t, cols,
-                   f"{vae_dir} round trip of {os.path.basename(out)}.png and score.py's "
-                   "verdicts, written by tools/demo-model/shape_sheet.py --roundtrip")
+    tiles = write_verdicts(out + "_vae.json", sheet, facts["tiles"], t, cols,
+                           f"{vae_dir} round trip of {os.path.basename(out)}.png and score.py's "
+                           "verdicts, written by tools/demo-model/shape_sheet.py --roundtrip")
+    print(f"{len(tiles)} tiles, {os.path.getsize(out + '_vae.png')} bytes")
 
 
 def python_verdict(img, it):
@@ -139,24 +140,29 @@ def python_verdict(img, it):
             "filled": f["filled"], "solidity": f["solidity"], "hull_fill": f["hull_fill"]}
 
 
-def write_verdicts(out, sheet, facts_tiles, t, cols, note):
+def write_verdicts(path, sheet, facts_tiles, t, cols, note, measured=lambda it: it):
+    """Each tile's facts with score.py's verdict on its pixels ("python",
+    replacing any earlier one) into the JSON `path`; returns the tiles.
+    `measured` gives the item score.py measures a tile as."""
     tiles = []
     for i, it in enumerate(facts_tiles):
         y, x = divmod(i, cols)
         it = {k: v for k, v in it.items() if k != "python"}
         tiles.append(dict(it, python=python_verdict(sheet[y * t:(y + 1) * t, x * t:(x + 1) * t],
-                                                    it)))
-    with open(out + "_vae.json", "w") as f:
+                                                    measured(it))))
+    with open(path, "w") as f:
         json.dump({"note": note, "tile": t, "cols": cols, "tiles": tiles}, f, indent=0)
         f.write("\n")
-    print(f"{len(tiles)} tiles, {os.path.getsize(out + '_vae.png')} bytes")
+    return tiles
 
 
 def rescore(out):
     with open(out + "_vae.json") as f:
         facts = json.load(f)
     sheet = np.asarray(Image.open(out + "_vae.png").convert("RGB"))
-    write_verdicts(out, sheet, facts["tiles"], facts["tile"], facts["cols"], facts["note"])
+    tiles = write_verdicts(out + "_vae.json", sheet, facts["tiles"], facts["tile"], facts["cols"],
+                           facts["note"])
+    print(f"{len(tiles)} tiles, {os.path.getsize(out + '_vae.png')} bytes")
 
 
 if __name__ == "__main__":
