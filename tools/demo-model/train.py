@@ -924,9 +924,13 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
         if stage.min_snr > 0:
             # min-SNR-gamma: the weight of an x0 error, min(SNR, gamma), over
             # what the target's loss already gives it (SNR for epsilon,
-            # SNR + 1 for v)
-            w = w * torch.clamp(snr[t], max=stage.min_snr) / \
-                (snr[t] + (stage.prediction != "epsilon"))
+            # SNR + 1 for v).  With --min-snr-plus1 (v only) the x0 weight
+            # is min(SNR + 1, gamma): plain v's weight at high noise, where
+            # min(SNR, gamma) gives the layout steps almost none (0.0002 at
+            # t = 999 on v2's schedule)
+            s1 = snr[t] + (stage.prediction != "epsilon")
+            plus1 = a.min_snr_plus1 and stage.name == "main"  # loosen: see stages()
+            w = w * torch.clamp(s1 if plus1 else snr[t], max=stage.min_snr) / s1
         if stage.interval > 0:
             target = interval_target(
                 teacher, xt, t, cond, caps, empty, stage.interval, a.interval_tmax,
@@ -971,8 +975,12 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
 
 # ---------------------------------------------------------------- 5. export
 
-def export(a, vae, unet, te, tok, out=None):
-    scheduler = DDIMScheduler(**noise_schedule(a, final_prediction(a)), set_alpha_to_one=False,
+def export(a, vae, unet, te, tok, out=None, prediction=None):
+    """Writes the diffusers folder (fp16) to `out` (default a.out); a folder
+    part-way (a snapshot, a stage's model) says the `prediction` it was
+    trained to, the final one final_prediction(a)."""
+    scheduler = DDIMScheduler(**noise_schedule(a, prediction or final_prediction(a)),
+                              set_alpha_to_one=False,
                               steps_offset=1)
     pipe = StableDiffusionPipeline(vae=vae, text_encoder=te, tokenizer=tok, unet=unet,
                                    scheduler=scheduler, safety_checker=None,
@@ -1068,6 +1076,9 @@ def main():
                     help="per-image, per-channel constant added to the noise (see train_unet)")
     ap.add_argument("--min-snr", type=float, default=0.0,
                     help="min-SNR-gamma loss weighting (0: off, plain epsilon MSE)")
+    ap.add_argument("--min-snr-plus1", type=int, choices=[0, 1], default=0,
+                    help="v target, main stage only: min-SNR's x0 weight is min(SNR + 1, "
+                         "gamma), so the high-noise steps keep plain v's weight (train_unet)")
     ap.add_argument("--fg-weight", type=float, default=0.0,
                     help="extra UNet loss weight on the latent pixels of shapes (0: off)")
     ap.add_argument("--edge-weight", type=float, default=0.0,
@@ -1172,6 +1183,8 @@ def main():
     if a.phase == "late" and (not a.init_model or not late):
         ap.error("--phase late needs --init-model and a late stage "
                  "(--polish/--convert/--loosen/--guide/--interval-steps)")
+    if a.min_snr_plus1 and a.prediction != "v_prediction":
+        ap.error("--min-snr-plus1 needs --prediction v_prediction")
     if a.phase == "late":
         # the late stages go on in what --init-model predicts
         try:
@@ -1253,9 +1266,14 @@ def main():
         log(f"late stages on {a.init_model}: " + ", ".join(st.name for st in run))
     else:
         te = pretrain_text_encoder(a, tok, scenes, a.seed + 3) if a.te_steps > 0 else None
-    for st in run:
+    for i, st in enumerate(run):
         # unet is None before the main stage; train_unet snapshots the main stage only
         unet, te = train_unet(a, tok, latents, scenes, st, te, snapshot, wmap, init=unet)
+        if i + 1 < len(run):
+            # every stage but the last kept in the work folder, so that the
+            # stages after it can be run again from there (--phase late)
+            export(a, vae, unet, te, tok, out=os.path.join(a.work, f"stage-{st.name}"),
+                   prediction=st.prediction)
     export(a, vae, unet, te, tok)
     log("done")
 

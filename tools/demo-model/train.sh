@@ -12,6 +12,12 @@
 # Measured end to end: 2964 s = 49.4 minutes on an idle 2-core Intel Xeon,
 # max RSS 4.2 GB (docs/demo-model-log.md, "Sessions 14-15"), before the guide
 # stage (session 17), which adds 128 s: an estimate of 52 minutes today.
+# On a 2-core AVX2-only AMD EPYC the same recipe takes about 116 minutes
+# (sessions 21-22: 0.6-0.8 s per UNet step there); half the compute fits
+# the hour there but loses the picture (docs/demo-model-log.md, "Session 22").
+# Each UNet stage but the last leaves its model in the work folder
+# (out/demo-train/stage-<name>), from which `train.py --phase late
+# --init-model` runs the stages after it again.
 #
 # Usage: tools/demo-model/train.sh [extra train.py args]
 set -euo pipefail
