@@ -4,8 +4,9 @@ Why it is built this way: Tessera must show real text-to-image generation on a
 fresh machine with no checkpoint and no network, so it ships a tiny model in
 the *standard* diffusers layout (the same classes and file names a real
 Stable Diffusion 1.x checkpoint uses) that the C engine loads like any other.
-The whole model is trained here on a 2-core CPU in under an hour
-(--recipe v2, the default, which made the committed models/demo):
+The whole model is trained here on a 2-core CPU (--recipe v2, the default,
+which made the committed models/demo; 49 minutes on session 14's AVX-512
+Xeon, an estimated 108 on an AVX2-only EPYC, docs/demo-model.md):
 
   1. tokenizer  - a CLIP-format byte-level BPE (vocab.json + merges.txt) learnt
                   over the caption vocabulary, loaded by transformers' CLIPTokenizer;
@@ -31,7 +32,8 @@ The whole model is trained here on a 2-core CPU in under an hour
                   as it does on web-captioned checkpoints, a guide stage
                   (the loss on a guided prediction), and an interval stage
                   that distils the model so that guidance at the default
-                  7.5 acts only at t >= 300, where the layout is decided;
+                  7.5 acts only at t >= 300, where the layout is decided.
+                  Off in v2: a first stretch at 64 px (--lowres-steps);
   6. export     - fp16 safetensors, StableDiffusionPipeline.save_pretrained.
 
 Captions also come from dataset.py's free word-order grammar.  --recipe v1
@@ -187,6 +189,15 @@ def to_tensor(imgs):
     return torch.from_numpy(imgs).permute(0, 3, 1, 2).float().div(127.5).sub(1.0)
 
 
+def adamw(params, lr, weight_decay):
+    """The optimizer of every phase: AdamW, fused (one kernel over all the
+    tensors).  The per-tensor loop took 20 ms of a step on the v2 UNet's
+    364 small tensors, fused 5 ms (session 23); with the EMA's foreach
+    update and Tokens' per-word cache a batch-16 UNet step went from 0.37
+    to 0.31 s on the 2-core EPYC."""
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
+
+
 def set_lr(opt, base, step, total, warmup, floor):
     """Linear warm-up over `warmup` steps, then cosine decay from base to
     floor * base over `total` steps (the schedule every phase uses); sets it
@@ -274,7 +285,7 @@ def train_vae(a, imgs, gen):
     vae = make_vae(a)
     init_vae(vae)
     log(f"vae: {sum(p.numel() for p in vae.parameters()) / 1e6:.2f}M params")
-    opt = torch.optim.AdamW(vae.parameters(), lr=a.vae_lr, weight_decay=0.0)
+    opt = adamw(vae.parameters(), a.vae_lr, 0.0)
     n = imgs.shape[0]
     small = None
     if a.vae_pre_steps > 0:
@@ -424,10 +435,14 @@ def judge_sheet(vae, sheet_png=None):
 
 
 @torch.no_grad()
-def encode_all(vae, imgs, bs=64):
+def encode_all(vae, imgs, bs=64, size=None):
+    """The posterior means of uint8 images, box-filtered to `size` first when given."""
     out = []
     for i in range(0, imgs.shape[0], bs):
-        out.append(vae.encode(to_tensor(imgs[i:i + bs])).latent_dist.mean)
+        x = to_tensor(imgs[i:i + bs])
+        if size and size != x.shape[-1]:
+            x = F.avg_pool2d(x, x.shape[-1] // size)
+        out.append(vae.encode(x).latent_dist.mean)
     return torch.cat(out)
 
 
@@ -477,22 +492,43 @@ def noise_schedule(a, prediction=None):
 
 
 class Tokens:
-    """Caches tokenized captions (the slow tokenizer is pure Python)."""
+    """Tokenizes captions into [N, MAX_LEN] ids, as `tok(c, padding=
+    "max_length", max_length=MAX_LEN, truncation=True)` does, by the word.
 
-    def __init__(self, tok):
+    Why by the word: the slow tokenizer is pure Python (23 ms for a batch
+    of 64 fresh captions, a tenth of a low-resolution UNet step), and the
+    free grammar makes almost every caption new, so a per-caption cache
+    rarely hits; the vocabulary has 56 words.  CLIP's pre-tokenizer never
+    joins text across whitespace and its BPE is per pre-token, so a
+    caption's ids are BOS, the ids of its whitespace-separated chunks in
+    order, EOS, then padding.  The first `check` captions are also
+    tokenized the slow way and must agree."""
+
+    def __init__(self, tok, check=200):
         self.tok = tok
-        self.cache = {}
+        self.words = {}
+        self.check = check
+        self.bos, self.eos, self.pad = tok.bos_token_id, tok.eos_token_id, tok.pad_token_id
+
+    def ids(self, c):
+        body = []
+        for w in c.lower().split():
+            ids = self.words.get(w)
+            if ids is None:
+                ids = self.words[w] = self.tok(w, add_special_tokens=False).input_ids
+            body += ids
+        out = [self.bos] + body[:MAX_LEN - 2] + [self.eos]
+        out += [self.pad] * (MAX_LEN - len(out))
+        if self.check > 0:
+            self.check -= 1
+            slow = self.tok(c, padding="max_length", max_length=MAX_LEN,
+                            truncation=True).input_ids
+            if slow != out:
+                raise RuntimeError(f"Tokens: {c!r} gives {out} by the word, {slow} whole")
+        return out
 
     def __call__(self, caps):
-        rows = []
-        for c in caps:
-            ids = self.cache.get(c)
-            if ids is None:
-                ids = self.tok(c, padding="max_length", max_length=MAX_LEN,
-                               truncation=True).input_ids
-                self.cache[c] = ids
-            rows.append(ids)
-        return torch.tensor(rows, dtype=torch.long)
+        return torch.tensor([self.ids(c) for c in caps], dtype=torch.long)
 
 
 # What the text-encoder pretraining predicts from a caption: one linear
@@ -542,7 +578,7 @@ def pretrain_text_encoder(a, tok, scenes, seed):
     spec = FACTS_TWO if a.two_fact else FACTS
     heads = torch.nn.ModuleList(torch.nn.Linear(a.text_dim, len(names)) for _, names in spec)
     params = list(te.parameters()) + list(heads.parameters())
-    opt = torch.optim.AdamW(params, lr=a.te_lr, weight_decay=1e-2)
+    opt = adamw(params, a.te_lr, 1e-2)
     tokens = Tokens(tok)
     rng = random.Random(seed + 1)
     items = dataset.heldout_prompts()
@@ -671,9 +707,11 @@ def caption_for(scenes, i, rng, a, cap_noise):
 
 # One UNet training stage: the main stage from nothing, then the late stages
 # on its EMA weights, each with a fresh AdamW and its own EMA.
+# `size` is the image size whose latents it trains on (0: the data's own,
+# dataset.SIZE), `batch` its batch (0: --batch).
 Stage = collections.namedtuple(
     "Stage", "name steps lr tmin tmax min_snr cap_noise warmup seed rng_seed prediction guide "
-    "interval snr_plus1", defaults=(0.0, 0.0, False))
+    "interval snr_plus1 size batch", defaults=(0.0, 0.0, False, 0, 0))
 
 
 def final_prediction(a):
@@ -684,7 +722,17 @@ def final_prediction(a):
 def stages(a):
     """The UNet stages of a run, in order (those with steps > 0 run):
 
-    main    a.unet_steps from nothing, every noise level, min-SNR; with
+    lowres  a.lowres_steps (default 0: off) from nothing on the latents of
+            the images box-filtered to a.lowres_size (64: 16x16 latents),
+            batch a.lowres_batch, otherwise as main; main then goes on from
+            its weights at full size.  Why: on a 2-core AVX2 CPU a sample at
+            16x16 costs 5.3 ms against 16-21 ms at 32x32 (forward, backward
+            and AdamW, batch 64 against 32), and halving the main stage's
+            samples to fit the hour there lost the picture (session 22).
+            The UNet is convolutional with no position embedding, so its
+            weights carry over; what the caption says about colour, place
+            and background is already visible at 64 px;
+    main    a.unet_steps (from nothing, or from lowres), every noise level, min-SNR; with
             --min-snr-plus1 (a v main stage) its x0 weight is min(SNR + 1,
             gamma) (session 22: colour/place 0.80 against 0.23 without it).
             Only here: the loosen stage's high-noise steps see noisy
@@ -750,6 +798,9 @@ def stages(a):
     AdamW and EMA; each stage has fixed seeds of its own, so adding one leaves
     the others' streams unchanged."""
     return [s for s in (
+        Stage("lowres", a.lowres_steps, a.lowres_lr, 0, 1000, a.min_snr, a.cap_noise, 100,
+              a.seed + 23, a.seed + 47, a.prediction, snr_plus1=bool(a.min_snr_plus1),
+              size=a.lowres_size, batch=a.lowres_batch),
         Stage("main", a.unet_steps, a.unet_lr, 0, 1000, a.min_snr, a.cap_noise, 100,
               a.seed + 2, a.seed + 17, a.prediction, snr_plus1=bool(a.min_snr_plus1)),
         Stage("polish", a.polish_steps, a.polish_lr, 0, a.polish_tmax, 0.0, 0.0, 10,
@@ -837,6 +888,7 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
     copied, not changed."""
     late = init is not None
     steps, base_lr = stage.steps, stage.lr
+    batch = stage.batch or a.batch
     seed = stage.seed
     # Its own generator, so this phase does not depend on the VAE phases.
     gen = torch.Generator().manual_seed(seed)
@@ -861,7 +913,7 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
             p.requires_grad_(False)
         te.eval()
     params = list(unet.parameters()) + ([] if frozen else list(te.parameters()))
-    opt = torch.optim.AdamW(params, lr=base_lr, weight_decay=1e-2)
+    opt = adamw(params, base_lr, 1e-2)
     ema_u = copy.deepcopy(unet).eval()
     ema_t = te if frozen else copy.deepcopy(te).eval()
     for p in list(ema_u.parameters()) + list(ema_t.parameters()):
@@ -882,7 +934,7 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
     t_last = time.time()
     for step in range(steps):
         lr = set_lr(opt, base_lr, step, steps, warmup=stage.warmup, floor=0.05)
-        idx = torch.randint(0, n, (a.batch,), generator=gen)
+        idx = torch.randint(0, n, (batch,), generator=gen)
         # A fresh caption per visit: the same scene is described differently each time.
         caps = [caption_for(scenes, i, rng, a, stage.cap_noise) for i in idx.tolist()]
         ids = tokens(caps)
@@ -900,19 +952,19 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
         # background followed the prompt by 500 steps.
         noise = noise + a.offset_noise * torch.randn(x0.shape[0], x0.shape[1], 1, 1,
                                                       generator=gen)
-        t = torch.randint(stage.tmin, stage.tmax, (a.batch,), generator=gen)
+        t = torch.randint(stage.tmin, stage.tmax, (batch,), generator=gen)
         if stage.interval > 0:
             # half the batch where the target differs from the teacher; the
             # rest over every t keeps the layout steps the teacher's
-            t[: a.batch // 2] = torch.randint(0, a.interval_tmax, (a.batch // 2,),
+            t[: batch // 2] = torch.randint(0, a.interval_tmax, (batch // 2,),
                                                generator=gen)
             if data:
-                q = a.batch // 4
-                t[a.batch // 2: a.batch // 2 + q] = torch.randint(
+                q = batch // 4
+                t[batch // 2: batch // 2 + q] = torch.randint(
                     a.interval_data_tmin, 1000, (q,), generator=gen)
                 if a.interval_data_mid:
-                    m = a.batch - a.batch // 2 - q
-                    t[a.batch - m:] = torch.randint(a.interval_tmax, a.interval_data_tmin,
+                    m = batch - batch // 2 - q
+                    t[batch - m:] = torch.randint(a.interval_tmax, a.interval_data_tmin,
                                                     (m,), generator=gen)
         xt = sched.add_noise(x0, noise, t)
         if frozen:
@@ -962,8 +1014,7 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
         d = min(a.ema, (1 + step) / (10 + step))
         with torch.no_grad():
             for m, e in ((unet, ema_u),) + (() if frozen else ((te, ema_t),)):
-                for p, q in zip(m.parameters(), e.parameters()):
-                    q.mul_(d).add_(p.detach(), alpha=1 - d)
+                torch._foreach_lerp_(list(e.parameters()), list(m.parameters()), 1 - d)
         if step % a.log_every == 0 or step == steps - 1:
             dt = time.time() - t_last
             t_last = time.time()
@@ -1060,6 +1111,12 @@ def main():
     ap.add_argument("--unet-groups", type=int, default=8)
     ap.add_argument("--unet-steps", type=int)
     ap.add_argument("--unet-lr", type=float, default=1e-3)
+    ap.add_argument("--lowres-steps", type=int, default=0,
+                    help="before the main stage, this many steps from nothing on the latents "
+                         "of the images box-filtered to --lowres-size (0: none; see stages())")
+    ap.add_argument("--lowres-size", type=int, default=64)
+    ap.add_argument("--lowres-batch", type=int, default=64)
+    ap.add_argument("--lowres-lr", type=float, default=1e-3)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--cond-drop", type=float, default=0.1,
                     help="share of empty captions (classifier-free guidance)")
@@ -1186,6 +1243,16 @@ def main():
     if a.phase == "late" and (not a.init_model or not late):
         ap.error("--phase late needs --init-model and a late stage "
                  "(--polish/--convert/--loosen/--guide/--interval-steps)")
+    if a.lowres_steps > 0:
+        f = 2 ** (len(a.vae_channels) - 1)
+        if not (0 < a.lowres_size < dataset.SIZE and dataset.SIZE % a.lowres_size == 0
+                and a.lowres_size % (f * 8) == 0):
+            ap.error(f"--lowres-size {a.lowres_size}: must divide {dataset.SIZE}, be smaller, "
+                     f"and give latents the UNet's levels can halve (a multiple of {f * 8})")
+        if a.lowres_batch <= 0:
+            ap.error(f"--lowres-batch {a.lowres_batch}: must be > 0")
+        if a.te_steps <= 0:
+            ap.error("--lowres-steps needs the pretrained, frozen text encoder (--te-steps > 0)")
     if a.min_snr_plus1 and a.prediction != "v_prediction":
         ap.error("--min-snr-plus1 needs --prediction v_prediction")
     if a.phase == "late":
@@ -1259,20 +1326,30 @@ def main():
         export(a, vae, u, t, tok, out=os.path.join(a.work, f"snapshot-{step}"),
                prediction=a.prediction)
 
-    wmap = loss_weights(a, imgs, latents.shape[-1])
     run = stages(a)
+    # each stage's (latents, loss weights), by the image size it trains at
+    data = {dataset.SIZE: (latents, loss_weights(a, imgs, latents.shape[-1]))}
     unet = None
     if a.phase == "late":
         unet = UNet2DConditionModel.from_pretrained(os.path.join(a.init_model, "unet")).float()
         te = CLIPTextModel.from_pretrained(os.path.join(a.init_model, "text_encoder")).float()
         te.eval()
-        run = [st for st in run if st.name != "main"]
+        run = [st for st in run if st.name not in ("lowres", "main")]  # the from-nothing ones
         log(f"late stages on {a.init_model}: " + ", ".join(st.name for st in run))
     else:
         te = pretrain_text_encoder(a, tok, scenes, a.seed + 3) if a.te_steps > 0 else None
+    for st in run:
+        if st.size and st.size not in data:
+            # the same images box-filtered (as the VAE's first stretch saw
+            # them), in the same latent units as the full-size ones
+            small = encode_all(vae, imgs, size=st.size) / std
+            log(f"latents at {st.size}px: {tuple(small.shape)}, std {small.std().item():.4f}")
+            data[st.size] = (small, loss_weights(a, imgs, small.shape[-1]))
     for i, st in enumerate(run):
-        # unet is None before the main stage; train_unet snapshots the main stage only
-        unet, te = train_unet(a, tok, latents, scenes, st, te, snapshot, wmap, init=unet)
+        # unet is None before the first stage; train_unet snapshots only a
+        # stage from nothing
+        lat, wmap = data[st.size or dataset.SIZE]
+        unet, te = train_unet(a, tok, lat, scenes, st, te, snapshot, wmap, init=unet)
         if i + 1 < len(run):
             # every stage but the last kept in the work folder, so that the
             # stages after it can be run again from there (--phase late)

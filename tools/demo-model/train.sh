@@ -14,7 +14,10 @@
 # stage (session 17), which adds 128 s: an estimate of 52 minutes today.
 # On a 2-core AVX2-only AMD EPYC the same recipe takes about 116 minutes
 # (sessions 21-22: 0.6-0.8 s per UNet step there); half the compute fits
-# the hour there but loses the picture (docs/demo-model-log.md, "Session 22").
+# the hour there but loses the picture (docs/demo-model-log.md, "Session 22"),
+# and so does training the main stage's first stretch at 64 px ("Session 23").
+# Session 23 made every step 7% cheaper with the same math (fused AdamW,
+# foreach EMA, per-word tokenizing): an estimated 108 minutes there.
 # Each UNet stage but the last leaves its model in the work folder
 # (out/demo-train/stage-<name>), from which `train.py --phase late
 # --init-model` runs the stages after it again.
