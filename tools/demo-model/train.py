@@ -498,7 +498,7 @@ class Tokens:
     Why by the word: the slow tokenizer is pure Python (23 ms for a batch
     of 64 fresh captions, a tenth of a low-resolution UNet step), and the
     free grammar makes almost every caption new, so a per-caption cache
-    rarely hits; the vocabulary has 56 words.  CLIP's pre-tokenizer never
+    rarely hits, while the vocabulary is a few dozen words.  CLIP's pre-tokenizer never
     joins text across whitespace and its BPE is per pre-token, so a
     caption's ids are BOS, the ids of its whitespace-separated chunks in
     order, EOS, then padding.  The first `check` captions are also
@@ -705,8 +705,9 @@ def caption_for(scenes, i, rng, a, cap_noise):
     return dataset.caption(scenes[i], rng)
 
 
-# One UNet training stage: the main stage from nothing, then the late stages
-# on its EMA weights, each with a fresh AdamW and its own EMA.
+# One UNet training stage: the main stage from nothing (or from the lowres
+# stage's EMA weights), then the late stages on its EMA weights, each with a
+# fresh AdamW and its own EMA.
 # `size` is the image size whose latents it trains on (0: the data's own,
 # dataset.SIZE), `batch` its batch (0: --batch).
 Stage = collections.namedtuple(
@@ -732,10 +733,11 @@ def stages(a):
             The UNet is convolutional with no position embedding, so its
             weights carry over; what the caption says about colour, place
             and background is already visible at 64 px;
-    main    a.unet_steps (from nothing, or from lowres), every noise level, min-SNR; with
+    main    a.unet_steps (from nothing, or on from lowres), every noise
+            level, min-SNR; with
             --min-snr-plus1 (a v main stage) its x0 weight is min(SNR + 1,
             gamma) (session 22: colour/place 0.80 against 0.23 without it).
-            Only here: the loosen stage's high-noise steps see noisy
+            Only here and in lowres: the loosen stage's high-noise steps see noisy
             captions, and plain v's weight there lost colour/place (below);
     polish  a.polish_steps at t < a.polish_tmax with plain epsilon MSE.  Why:
             min-SNR-gamma weighs an epsilon-loss step by min(SNR, gamma) /
@@ -957,7 +959,7 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
             # half the batch where the target differs from the teacher; the
             # rest over every t keeps the layout steps the teacher's
             t[: batch // 2] = torch.randint(0, a.interval_tmax, (batch // 2,),
-                                               generator=gen)
+                                            generator=gen)
             if data:
                 q = batch // 4
                 t[batch // 2: batch // 2 + q] = torch.randint(
@@ -965,7 +967,7 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
                 if a.interval_data_mid:
                     m = batch - batch // 2 - q
                     t[batch - m:] = torch.randint(a.interval_tmax, a.interval_data_tmin,
-                                                    (m,), generator=gen)
+                                                  (m,), generator=gen)
         xt = sched.add_noise(x0, noise, t)
         if frozen:
             with torch.no_grad():
