@@ -189,12 +189,17 @@ def to_tensor(imgs):
     return torch.from_numpy(imgs).permute(0, 3, 1, 2).float().div(127.5).sub(1.0)
 
 
+def box_filter(x, size):
+    """[N, 3, S, S] images box-filtered to size x size (S a multiple of size)."""
+    return x if size == x.shape[-1] else F.avg_pool2d(x, x.shape[-1] // size)
+
+
 def adamw(params, lr, weight_decay):
     """The optimizer of every phase: AdamW, fused (one kernel over all the
     tensors).  The per-tensor loop took 20 ms of a step on the v2 UNet's
     364 small tensors, fused 5 ms (session 23); with the EMA's foreach
-    update and Tokens' per-word cache a batch-16 UNet step went from 0.37
-    to 0.31 s on the 2-core EPYC."""
+    update and Tokens' per-word cache, v2's batch-32 UNet step went from
+    0.66 to 0.61 s on the 2-core EPYC (old and new interleaved)."""
     return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
 
 
@@ -292,7 +297,7 @@ def train_vae(a, imgs, gen):
         # Whole images box-filtered to vae_pre_size: the same picture (so the
         # same GroupNorm statistics, unlike crops) at a quarter of the cost,
         # for the long first stretch; the last vae_steps run at full size.
-        small = F.avg_pool2d(to_tensor(imgs), dataset.SIZE // a.vae_pre_size)
+        small = box_filter(to_tensor(imgs), a.vae_pre_size)
     vae.train()
     t_last = time.time()
     total = a.vae_pre_steps + a.vae_steps
@@ -440,9 +445,7 @@ def encode_all(vae, imgs, bs=64, size=None):
     out = []
     for i in range(0, imgs.shape[0], bs):
         x = to_tensor(imgs[i:i + bs])
-        if size and size != x.shape[-1]:
-            x = F.avg_pool2d(x, x.shape[-1] // size)
-        out.append(vae.encode(x).latent_dist.mean)
+        out.append(vae.encode(box_filter(x, size or x.shape[-1])).latent_dist.mean)
     return torch.cat(out)
 
 
@@ -1139,8 +1142,9 @@ def main():
     ap.add_argument("--min-snr", type=float, default=0.0,
                     help="min-SNR-gamma loss weighting (0: off, plain epsilon MSE)")
     ap.add_argument("--min-snr-plus1", type=int, choices=[0, 1], default=0,
-                    help="v target, main stage only: min-SNR's x0 weight is min(SNR + 1, "
-                         "gamma), so the high-noise steps keep plain v's weight (train_unet)")
+                    help="v target, main and lowres stages only: min-SNR's x0 weight is "
+                         "min(SNR + 1, gamma), so the high-noise steps keep plain v's weight "
+                         "(train_unet)")
     ap.add_argument("--fg-weight", type=float, default=0.0,
                     help="extra UNet loss weight on the latent pixels of shapes (0: off)")
     ap.add_argument("--edge-weight", type=float, default=0.0,
