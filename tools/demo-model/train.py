@@ -33,7 +33,12 @@ Xeon, an estimated 108 on an AVX2-only EPYC, docs/demo-model.md):
                   (the loss on a guided prediction), and an interval stage
                   that distils the model so that guidance at the default
                   7.5 acts only at t >= 300, where the layout is decided.
-                  Off in v2: a first stretch at 64 px (--lowres-steps);
+                  Off in v2: a first stretch at 64 px (--lowres-steps),
+                  the text encoder's per-place facts (--cell-facts) or
+                  caption-free padding states (--pad-free), a
+                  zero-terminal-SNR schedule (--zero-snr) and more "two X"
+                  scenes per batch (--pair-share), each measured in
+                  docs/demo-model-log.md;
   6. export     - fp16 safetensors, StableDiffusionPipeline.save_pretrained.
 
 Captions also come from dataset.py's free word-order grammar.  --recipe v1
@@ -488,10 +493,27 @@ def noise_schedule(a, prediction=None):
     scaled_linear 0.00085..0.02 (0.015 left at t = 999, the low-noise end
     unchanged): 0/36, 16/36, 31/36 at steps 1500, 3000, 4500 (session 7,
     docs/demo-model.md "v2").  An earlier linear 1e-4..0.02 run was spoilt
-    by stale cached latents, so it says nothing."""
-    return dict(num_train_timesteps=1000, beta_start=a.beta_start, beta_end=a.beta_end,
-                beta_schedule=a.beta_schedule, prediction_type=prediction or a.prediction,
-                clip_sample=False)
+    by stale cached latents, so it says nothing.
+
+    --zero-snr (off in v2) rescales the betas to zero terminal SNR
+    (rescale_betas_zero_snr; v-prediction only) and the export samples with
+    "trailing" spacing, so that the first step is at t = 999 and sees no
+    signal.  Why: 0.015-0.023 of the signal at the first steps is still
+    visible over a large shape's 100 latent pixels and 4 channels (a
+    patch mean's noise std is 1/20 there, so the shape stands about one
+    standard deviation out), and the committed model reads random blobs
+    of the start noise as shapes: at DDIM's first step (t = 958) its
+    unconditional x0 prediction already holds a shape where the noise put
+    one, and for "two X" the guided one holds three or four.  Measured
+    (session 24, half-compute main stage): the unconditional prediction at
+    t = 999 is then the mean picture, but the conditional one still holds
+    the faint extra copy, and two X stays at 0.38 (0.33 without)."""
+    out = dict(num_train_timesteps=1000, beta_start=a.beta_start, beta_end=a.beta_end,
+               beta_schedule=a.beta_schedule, prediction_type=prediction or a.prediction,
+               clip_sample=False)
+    if a.zero_snr:
+        out["rescale_betas_zero_snr"] = True
+    return out
 
 
 class Tokens:
@@ -542,10 +564,25 @@ FACTS = [("background", dataset.COLOUR_NAMES)] + [
      ("shape", dataset.SHAPES), ("size", ["small", "large"]))]
 # v2: also whether the caption says "two X" (a count, not only a second colour).
 FACTS_TWO = FACTS + [("two", ["no", "yes"])]
+# --cell-facts: the colour in each of the nine places ("none" for an empty
+# one), where the caption names every shape's place.  Why: for "two X" the
+# UNet's cross-attention reads the caption mostly from the end-of-text and
+# padding states (81-98% of the attention at 16x16 over the first ten
+# sampling steps, session 24), where per-shape place facts are superposed;
+# a per-place code is what each position of the picture can read for itself.
+# Measured (session 24): the encoder learns it (1.00 on the held-out pairs),
+# and the UNet draws no better with it (two X 0.29 against 0.33).
+FACTS_CELLS = [(f"cell {r}", dataset.COLOUR_NAMES + ["none"]) for r in dataset.REGION_NAMES]
 
 
-def fact_labels(facts, two=False):
-    """A caption's facts (dataset.caption(..., facts)) -> one label per FACTS entry."""
+def fact_spec(a):
+    """The facts the text encoder is pretrained to state, in fact_labels' order."""
+    return (FACTS_TWO if a.two_fact else FACTS) + (FACTS_CELLS if a.cell_facts else [])
+
+
+def fact_labels(facts, two=False, cells=False):
+    """A caption's facts (dataset.caption(..., facts)) -> one label per
+    fact_spec entry (FACTS, then "two" and the FACTS_CELLS when asked)."""
     out = [dataset.COLOUR_NAMES.index(facts["background"])]
     for i in range(2):
         sh = facts["shapes"][i] if i < len(facts["shapes"]) else None
@@ -557,6 +594,11 @@ def fact_labels(facts, two=False):
                 out.append(-100 if sh[key] is None else names.index(sh[key]))
     if two:
         out.append(int(bool(facts.get("two"))))
+    if cells:
+        placed = facts["shapes"] and all(sh["region"] is not None for sh in facts["shapes"])
+        at = {sh["region"]: sh["colour"] for sh in facts["shapes"]} if placed else {}
+        names = FACTS_CELLS[0][1]
+        out += [names.index(at.get(r, "none")) if placed else -100 for r in dataset.REGION_NAMES]
     return out
 
 
@@ -578,17 +620,27 @@ def pretrain_text_encoder(a, tok, scenes, seed):
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     te = make_text_encoder(a, tok)
-    spec = FACTS_TWO if a.two_fact else FACTS
+    spec = fact_spec(a)
     heads = torch.nn.ModuleList(torch.nn.Linear(a.text_dim, len(names)) for _, names in spec)
     params = list(te.parameters()) + list(heads.parameters())
+    pad_const = None
+    if a.pad_free:
+        pad_const = torch.nn.Parameter(torch.zeros(a.text_dim))
+        params.append(pad_const)
     opt = adamw(params, a.te_lr, 1e-2)
     tokens = Tokens(tok)
+
+    def pad_mask(ids):
+        """[N, L] bool: the positions after each caption's first end-of-text."""
+        first = (ids == tok.eos_token_id).int().argmax(1, keepdim=True)
+        return torch.arange(ids.shape[1])[None, :] > first
+
     rng = random.Random(seed + 1)
     items = dataset.heldout_prompts()
     ho_ids = tokens([it["prompt"] for it in items])
     ho_lab = torch.tensor([fact_labels({"background": it["background"], "shapes": [
         {"colour": it["colour"], "shape": it["shape"], "size": it["size"],
-         "region": it["region"]}]}, a.two_fact) for it in items])
+         "region": it["region"]}]}, a.two_fact, a.cell_facts) for it in items])
     # v2: also the second, independent phrasing set (captions_eval.py), as a
     # measurement only (it is never trained on).
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "heldout2.json")) as f:
@@ -600,7 +652,8 @@ def pretrain_text_encoder(a, tok, scenes, seed):
             {"colour": it["colour"], "shape": it["shape"], "size": it["size"], "region": r}
             for r in regs]}
     ho2_ids = tokens([it["prompt"] for it in items2])
-    ho2_lab = torch.tensor([fact_labels(facts2(it), a.two_fact) for it in items2])
+    ho2_lab = torch.tensor([fact_labels(facts2(it), a.two_fact, a.cell_facts)
+                           for it in items2])
     n = len(scenes)
     t_last = time.time()
     for step in range(a.te_steps):
@@ -610,11 +663,21 @@ def pretrain_text_encoder(a, tok, scenes, seed):
         for i in idx.tolist():
             facts = {}
             caps.append(dataset.caption(scenes[i], rng, facts))
-            labels.append(fact_labels(facts, a.two_fact))
+            labels.append(fact_labels(facts, a.two_fact, a.cell_facts))
         labels = torch.tensor(labels)
-        pooled = te(tokens(caps)).pooler_output
+        ids = tokens(caps)
+        out = te(ids)
+        pooled = out.pooler_output
         loss = sum(F.cross_entropy(h(pooled), labels[:, k], ignore_index=-100)
                    for k, h in enumerate(heads) if (labels[:, k] >= 0).any())
+        if pad_const is not None:
+            # --pad-free: the states after end-of-text pulled to one
+            # constant, so that the UNet cannot read the caption from them.
+            # Measured (session 24): it reads the last words before the
+            # background instead (summaries too, under the causal mask),
+            # and the layout gets worse (two X 0.12, colour/place 0.60)
+            after = pad_mask(ids)
+            loss = loss + ((out.last_hidden_state[after] - pad_const) ** 2).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -632,6 +695,17 @@ def pretrain_text_encoder(a, tok, scenes, seed):
                         ok = ho2_lab[:, k] >= 0
                         acc2[name] = (heads[k](pooled).argmax(1)[ok] == ho2_lab[ok, k]) \
                             .float().mean().item()
+                if a.cell_facts:
+                    # all nine places right, on the new phrasings' "two X" prompts
+                    ks = [k for k, (name, _) in enumerate(spec) if name.startswith("cell ")]
+                    two = torch.tensor([it["kind"] == "two" for it in items2])
+                    right = torch.stack([heads[k](pooled[two]).argmax(1) == ho2_lab[two, k]
+                                         for k in ks]).all(0)
+                    acc2["cells of two X"] = right.float().mean().item()
+            if pad_const is not None:
+                with torch.no_grad():
+                    h = te(ho2_ids).last_hidden_state[pad_mask(ho2_ids)]
+                acc2["pad spread"] = (h - h.mean(0)).pow(2).mean().sqrt().item()
             log(f"text step {step}/{a.te_steps} loss {loss.item():.3f} held-out accuracy " +
                 " ".join(f"{k} {v:.2f}" for k, v in acc.items()) + "; new phrasings " +
                 " ".join(f"{k} {v:.2f}" for k, v in acc2.items()) +
@@ -933,6 +1007,10 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
     data = stage.interval > 0 and a.interval_data_tmin < 1000
     n = latents.shape[0]
     rng = random.Random(stage.rng_seed)
+    # --pair-share: that share of each batch drawn from the "two X" scenes.
+    # Measured (session 24, 0.4): two X 0.33 -> 0.42, colour/place 0.80 -> 0.66
+    pairs = torch.tensor([i for i, sc in enumerate(scenes) if sc["pair"]])
+    n_pair = round(a.pair_share * batch) if len(pairs) else 0
     unet.train()
     if not frozen:
         te.train()
@@ -940,6 +1018,8 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
     for step in range(steps):
         lr = set_lr(opt, base_lr, step, steps, warmup=stage.warmup, floor=0.05)
         idx = torch.randint(0, n, (batch,), generator=gen)
+        if n_pair:
+            idx[:n_pair] = pairs[torch.randint(0, len(pairs), (n_pair,), generator=gen)]
         # A fresh caption per visit: the same scene is described differently each time.
         caps = [caption_for(scenes, i, rng, a, stage.cap_noise) for i in idx.tolist()]
         ids = tokens(caps)
@@ -1039,8 +1119,8 @@ def export(a, vae, unet, te, tok, out=None, prediction=None):
     part-way (a snapshot, a stage's model) says the `prediction` it was
     trained to, the final one final_prediction(a)."""
     scheduler = DDIMScheduler(**noise_schedule(a, prediction or final_prediction(a)),
-                              set_alpha_to_one=False,
-                              steps_offset=1)
+                              set_alpha_to_one=False, steps_offset=1,
+                              timestep_spacing="trailing" if a.zero_snr else "leading")
     pipe = StableDiffusionPipeline(vae=vae, text_encoder=te, tokenizer=tok, unet=unet,
                                    scheduler=scheduler, safety_checker=None,
                                    feature_extractor=None, requires_safety_checker=False)
@@ -1135,6 +1215,19 @@ def main():
     ap.add_argument("--free-captions", type=float,
                     help="share of captions from dataset.py's free word-order grammar")
     ap.add_argument("--two-share", type=float, help="share of two-shape scenes")
+    ap.add_argument("--pad-free", type=int, choices=[0, 1], default=0,
+                    help="pretrain the text encoder's states after end-of-text to one "
+                         "constant, so that the UNet reads the caption from its words "
+                         "(off in v2)")
+    ap.add_argument("--pair-share", type=float, default=0.0,
+                    help="draw this share of every UNet batch from the \"two X\" scenes "
+                         "(0: uniform over the data, where they are about a fifth; off in v2)")
+    ap.add_argument("--zero-snr", type=int, choices=[0, 1], default=0,
+                    help="rescale the noise schedule to zero terminal SNR and sample with "
+                         "trailing spacing (noise_schedule; needs v-prediction; off in v2)")
+    ap.add_argument("--cell-facts", type=int, choices=[0, 1], default=0,
+                    help="also pretrain the text encoder on the colour in each of the nine "
+                         "places (FACTS_CELLS; off in v2)")
     ap.add_argument("--two-fact", type=int, choices=[0, 1],
                     help="text-encoder pretraining also states whether \"two X\" was said")
     ap.add_argument("--offset-noise", type=float, default=0.3,
@@ -1259,6 +1352,10 @@ def main():
             ap.error(f"--lowres-batch {a.lowres_batch}: must be > 0")
         if a.te_steps <= 0:
             ap.error("--lowres-steps needs the pretrained, frozen text encoder (--te-steps > 0)")
+    if not 0.0 <= a.pair_share < 1.0:
+        ap.error(f"--pair-share {a.pair_share}: must be in [0, 1)")
+    if a.zero_snr and final_prediction(a) != "v_prediction":
+        ap.error("--zero-snr needs v-prediction (--prediction v_prediction or a convert stage)")
     if a.min_snr_plus1 and a.prediction != "v_prediction":
         ap.error("--min-snr-plus1 needs --prediction v_prediction")
     if a.phase == "late":
