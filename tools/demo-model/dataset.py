@@ -71,6 +71,9 @@ RADIUS = {"large": 19.0, "small": 11.0}  # shape half-extent in pixels
 TWO_SHARE = 0.35
 FREE_SHARE = 0.0
 JITTER = 3.0                             # centre jitter in pixels
+# When True, every "two X" caption names both places (the draw that decides
+# it still happens, so the other captions are unchanged); off: about half do.
+PAIR_PLACES = False
 
 # Ways to say each region in a caption ("... {phrase}").
 REGION_PHRASES = {
@@ -319,7 +322,7 @@ def _caption_free(scene, rng, facts):
     if scene["pair"]:
         s = sh[0]
         with_size = rng.random() < 0.6
-        with_region = rng.random() < 0.6
+        with_region = rng.random() < 0.6 or PAIR_PLACES
         noun = f"two {s['size'] + ' ' if with_size else ''}{s['colour']} {PLURAL[s['shape']]}"
         for x in sh:
             facts["shapes"].append({"colour": x["colour"], "shape": x["shape"],
@@ -388,7 +391,7 @@ def caption(scene, rng, facts=None, free=None):
         with_size = rng.random() < 0.5
         size = (s["size"] + " ") if with_size else ""
         noun = f"two {size}{s['colour']} {PLURAL[s['shape']]}"
-        with_region = rng.random() >= 0.5
+        with_region = rng.random() >= 0.5 or PAIR_PLACES
         for x in sh:
             facts["shapes"].append({"colour": x["colour"], "shape": x["shape"],
                                     "size": x["size"] if with_size else None,

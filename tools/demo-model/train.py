@@ -36,9 +36,10 @@ Xeon, an estimated 108 on an AVX2-only EPYC, docs/demo-model.md):
                   Off in v2: a first stretch at 64 px (--lowres-steps),
                   the text encoder's per-place facts (--cell-facts) or
                   caption-free padding states (--pad-free), a
-                  zero-terminal-SNR schedule (--zero-snr) and more "two X"
-                  scenes per batch (--pair-share), each measured in
-                  docs/demo-model-log.md;
+                  zero-terminal-SNR schedule (--zero-snr), more "two X"
+                  scenes per batch (--pair-share) and "two X" captions
+                  that always name their places (--pair-places), each
+                  measured in docs/demo-model-log.md;
   6. export     - fp16 safetensors, StableDiffusionPipeline.save_pretrained.
 
 Captions also come from dataset.py's free word-order grammar.  --recipe v1
@@ -1219,6 +1220,9 @@ def main():
                     help="pretrain the text encoder's states after end-of-text to one "
                          "constant, so that the UNet reads the caption from its words "
                          "(off in v2)")
+    ap.add_argument("--pair-places", type=int, choices=[0, 1], default=0,
+                    help="every \"two X\" caption names both places (dataset.PAIR_PLACES; "
+                         "off in v2, where about half do)")
     ap.add_argument("--pair-share", type=float, default=0.0,
                     help="draw this share of every UNet batch from the \"two X\" scenes "
                          "(0: uniform over the data, where they are about a fifth; off in v2)")
@@ -1380,6 +1384,9 @@ def main():
     tok = build_tokenizer(a.work)
     imgs, scenes = make_images(a.n_images, a.seed)
     log(f"data: {a.n_images} images {dataset.SIZE}x{dataset.SIZE}")
+    # after the images: dataset.sample draws a caption before it renders, so
+    # the knob would move every image's random stream
+    dataset.PAIR_PLACES = bool(a.pair_places)
 
     vae_dir = os.path.join(a.work, "vae")
     lat_path = os.path.join(a.work, "latents.pt")
