@@ -655,6 +655,9 @@ def pretrain_text_encoder(a, tok, scenes, seed):
     ho2_ids = tokens([it["prompt"] for it in items2])
     ho2_lab = torch.tensor([fact_labels(facts2(it), a.two_fact, a.cell_facts)
                            for it in items2])
+    # --cell-facts' measure: the cell heads, on the "two X" prompts of heldout2
+    cell_ks = [k for k, (name, _) in enumerate(spec) if name.startswith("cell ")]
+    two2 = torch.tensor([it["kind"] == "two" for it in items2])
     n = len(scenes)
     t_last = time.time()
     for step in range(a.te_steps):
@@ -689,24 +692,22 @@ def pretrain_text_encoder(a, tok, scenes, seed):
                 acc = {name: (heads[k](pooled).argmax(1) == ho_lab[:, k]).float().mean().item()
                        for k, (name, _) in enumerate(spec) if name in
                        ("background", "colour0", "region0", "shape0", "colour1")}
-                pooled = te(ho2_ids).pooler_output
+                out2 = te(ho2_ids)  # one pass: the facts and --pad-free's spread
+                pooled = out2.pooler_output
                 acc2 = {}
                 for k, (name, _) in enumerate(spec):
                     if name in ("background", "colour0", "region0", "shape0", "region1", "two"):
                         ok = ho2_lab[:, k] >= 0
                         acc2[name] = (heads[k](pooled).argmax(1)[ok] == ho2_lab[ok, k]) \
                             .float().mean().item()
-                if a.cell_facts:
+                if cell_ks:
                     # all nine places right, on the new phrasings' "two X" prompts
-                    ks = [k for k, (name, _) in enumerate(spec) if name.startswith("cell ")]
-                    two = torch.tensor([it["kind"] == "two" for it in items2])
-                    right = torch.stack([heads[k](pooled[two]).argmax(1) == ho2_lab[two, k]
-                                         for k in ks]).all(0)
+                    right = torch.stack([heads[k](pooled[two2]).argmax(1) == ho2_lab[two2, k]
+                                         for k in cell_ks]).all(0)
                     acc2["cells of two X"] = right.float().mean().item()
-            if pad_const is not None:
-                with torch.no_grad():
-                    h = te(ho2_ids).last_hidden_state[pad_mask(ho2_ids)]
-                acc2["pad spread"] = (h - h.mean(0)).pow(2).mean().sqrt().item()
+                if pad_const is not None:
+                    h = out2.last_hidden_state[pad_mask(ho2_ids)]
+                    acc2["pad spread"] = (h - h.mean(0)).pow(2).mean().sqrt().item()
             log(f"text step {step}/{a.te_steps} loss {loss.item():.3f} held-out accuracy " +
                 " ".join(f"{k} {v:.2f}" for k, v in acc.items()) + "; new phrasings " +
                 " ".join(f"{k} {v:.2f}" for k, v in acc2.items()) +
@@ -1010,8 +1011,10 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
     rng = random.Random(stage.rng_seed)
     # --pair-share: that share of each batch drawn from the "two X" scenes.
     # Measured (session 24, 0.4): two X 0.33 -> 0.42, colour/place 0.80 -> 0.66
-    pairs = torch.tensor([i for i, sc in enumerate(scenes) if sc["pair"]])
-    n_pair = round(a.pair_share * batch) if len(pairs) else 0
+    n_pair = round(a.pair_share * batch)
+    if n_pair:
+        pairs = torch.tensor([i for i, sc in enumerate(scenes) if sc["pair"]])
+        n_pair = n_pair if len(pairs) else 0
     unet.train()
     if not frozen:
         te.train()
@@ -1358,8 +1361,6 @@ def main():
             ap.error("--lowres-steps needs the pretrained, frozen text encoder (--te-steps > 0)")
     if not 0.0 <= a.pair_share < 1.0:
         ap.error(f"--pair-share {a.pair_share}: must be in [0, 1)")
-    if a.zero_snr and final_prediction(a) != "v_prediction":
-        ap.error("--zero-snr needs v-prediction (--prediction v_prediction or a convert stage)")
     if a.min_snr_plus1 and a.prediction != "v_prediction":
         ap.error("--min-snr-plus1 needs --prediction v_prediction")
     if a.phase == "late":
@@ -1369,6 +1370,9 @@ def main():
                 a.prediction = json.load(f).get("prediction_type", "epsilon")
         except (OSError, ValueError) as e:
             ap.error(f"--init-model {a.init_model}: no readable scheduler config ({e})")
+    if a.zero_snr and final_prediction(a) != "v_prediction":
+        # after --phase late has read what --init-model predicts
+        ap.error("--zero-snr needs v-prediction (--prediction v_prediction or a convert stage)")
     dataset.FREE_SHARE = a.free_captions
     dataset.TWO_SHARE = a.two_share
 
