@@ -874,7 +874,10 @@ def stages(a):
             v2 runs 400 steps at lr 3e-4 from the guide stage's model:
             squares 0.00 -> 0.20, triangles 0.40 -> 0.70, colour/place
             0.95 -> 0.97 (the distilled model gets about half of the
-            sampling-time gain; 800 steps did no better).
+            sampling-time gain; 800 steps did no better).  Session 25
+            moved the floor from t 300 to 150 (v2 recipe): on a main stage
+            whose "two X" captions all name both places, t 300 drew stars
+            0.55, t 200 0.80, t 150 0.80 with every other bar kept.
     The late stages start from the stage before's EMA weights with a fresh
     AdamW and EMA; each stage has fixed seeds of its own, so adding one leaves
     the others' streams unchanged."""
@@ -1145,7 +1148,9 @@ def export(a, vae, unet, te, tok, out=None, prediction=None):
 # with an edge-weighted loss, a 24/32/64/64 UNet with min-SNR 5 and a
 # foreground-weighted loss, then the polish, convert (to v-prediction) and
 # loosen stages (stages).  It was called "v2-wip" until session 12, without
-# the loosen stage; session 12's committed model is --convert-steps 0.  "v1" made the
+# the loosen stage; session 12's committed model is --convert-steps 0.  Session
+# 25 made every "two X" caption name both places (pair_places) and moved the
+# interval stage's guidance floor from t 300 to 150 (interval_tmax).  "v1" made the
 # first committed model (2026-11-30) and is kept to reproduce it.
 RECIPES = {
     "v1": dict(threads=1, vae_channels=[16, 32, 64, 64], vae_edge=0.0, vae_pre_steps=1000,
@@ -1159,7 +1164,7 @@ RECIPES = {
                two_fact=1, min_snr=5.0, fg_weight=4.0, polish_steps=500,
                convert_steps=1000, loosen_steps=600, loosen_cap_noise=0.15,
                guide_steps=200, guide_scale=1.5, guide_lr=1e-4, guide_cap_noise=0.15,
-               interval_steps=400),
+               interval_steps=400, interval_tmax=150, pair_places=1),
 }
 
 
@@ -1225,7 +1230,7 @@ def main():
                          "(off in v2)")
     ap.add_argument("--pair-places", type=int, choices=[0, 1], default=0,
                     help="every \"two X\" caption names both places (dataset.PAIR_PLACES; "
-                         "off in v2, where about half do)")
+                         "on in v2 since session 25; off, about half do)")
     ap.add_argument("--pair-share", type=float, default=0.0,
                     help="draw this share of every UNet batch from the \"two X\" scenes "
                          "(0: uniform over the data, where they are about a fifth; off in v2)")
@@ -1290,7 +1295,8 @@ def main():
                     help="the guidance scale the interval stage is distilled for (the "
                          "default cfg of tessera and diffusers)")
     ap.add_argument("--interval-tmax", type=int, default=300,
-                    help="below this t the distilled model is not guided at --interval-scale")
+                    help="below this t the distilled model is not guided at --interval-scale "
+                         "(v2: 150 since session 25, 300 before)")
     ap.add_argument("--interval-lr", type=float, default=3e-4)
     ap.add_argument("--interval-data-tmin", type=int, default=1000,
                     help="at t >= this the interval stage's caption target comes from the "
