@@ -5,8 +5,9 @@ fresh machine with no checkpoint and no network, so it ships a tiny model in
 the *standard* diffusers layout (the same classes and file names a real
 Stable Diffusion 1.x checkpoint uses) that the C engine loads like any other.
 The whole model is trained here on a 2-core CPU (--recipe v2, the default,
-which made the committed models/demo; 49 minutes on session 14's AVX-512
-Xeon, an estimated 108 on an AVX2-only EPYC, docs/demo-model.md):
+which made the committed models/demo; 67 minutes measured end to end on
+session 25's AVX-512 EPYC Zen 4, about 52 on session 14's Xeon and 108 on
+an AVX2-only EPYC, docs/demo-model.md):
 
   1. tokenizer  - a CLIP-format byte-level BPE (vocab.json + merges.txt) learnt
                   over the caption vocabulary, loaded by transformers' CLIPTokenizer;
@@ -32,14 +33,15 @@ Xeon, an estimated 108 on an AVX2-only EPYC, docs/demo-model.md):
                   as it does on web-captioned checkpoints, a guide stage
                   (the loss on a guided prediction), and an interval stage
                   that distils the model so that guidance at the default
-                  7.5 acts only at t >= 300, where the layout is decided.
+                  7.5 acts only at t >= 150, where the layout and the
+                  stars' points are decided.  Every "two X" caption names
+                  both places (--pair-places, on in v2 since session 25).
                   Off in v2: a first stretch at 64 px (--lowres-steps),
                   the text encoder's per-place facts (--cell-facts) or
                   caption-free padding states (--pad-free), a
-                  zero-terminal-SNR schedule (--zero-snr), more "two X"
-                  scenes per batch (--pair-share) and "two X" captions
-                  that always name their places (--pair-places), each
-                  measured in docs/demo-model-log.md;
+                  zero-terminal-SNR schedule (--zero-snr) and more "two X"
+                  scenes per batch (--pair-share), each measured in
+                  docs/demo-model-log.md;
   6. export     - fp16 safetensors, StableDiffusionPipeline.save_pretrained.
 
 Captions also come from dataset.py's free word-order grammar.  --recipe v1
