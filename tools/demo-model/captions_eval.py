@@ -22,6 +22,7 @@ new phrasings and seeds, not unseen triples: "heldout_triple": false); plus
 scorers (score.py, tests/demo/test_demo_v2.c) read it.
 
 Usage: python tools/demo-model/captions_eval.py [--out tools/demo-model/heldout2.json]
+       [--seed N]   (N other than 2027: a validation set, same layout, new draws)
 """
 
 import argparse
@@ -99,8 +100,12 @@ def two_prompt(c, shape, regions, bg, rng, t):
     return f"{_place(r1, rng)} and {_place(r2, rng)}, {noun}, {bg} background"
 
 
-def prompts():
-    rng = random.Random(SEED)
+def prompts(seed=SEED):
+    """The prompt list; `seed` other than SEED gives a validation set with
+    the same structure (the same held-out triples and shapes) but other
+    phrasings, second places and image seeds, for choosing settings
+    without looking at heldout2.json."""
+    rng = random.Random(seed)
     items = []
     for i, (c, r, b) in enumerate(dataset.HELDOUT):
         for k in range(3):
@@ -154,8 +159,10 @@ def main():
     ap.add_argument("--out", default=os.path.join(here, "heldout2.json"))
     ap.add_argument("--vocab", default=os.path.join(here, "..", "..", "models", "demo",
                                                     "tokenizer", "vocab.json"))
+    ap.add_argument("--seed", type=int, default=SEED,
+                    help="another seed writes a validation set (default: the held-out set's)")
     a = ap.parse_args()
-    items = prompts()
+    items = prompts(a.seed)
     check(items, a.vocab)
     with open(a.out, "w") as f:
         json.dump({"note": "v2 held-out prompts in a second caption template set that training "

@@ -406,7 +406,7 @@ def generate(a, items):
 
 def generate_tessera(a, items):
     """Renders with the C engine: `tessera generate` per prompt, seeded per
-    prompt; --steps/--cfg are passed only when given (else tessera's defaults)."""
+    prompt; --steps/--cfg/--sampler are passed only when given (else tessera's defaults)."""
     import subprocess
     os.makedirs(a.tessera_out, exist_ok=True)
     for i, it in enumerate(items):
@@ -418,6 +418,8 @@ def generate_tessera(a, items):
             cmd += ["--steps", str(a.tessera_steps)]
         if a.tessera_cfg is not None:
             cmd += ["--cfg-scale", str(a.tessera_cfg)]
+        if a.tessera_sampler:
+            cmd += ["--sampler", a.tessera_sampler]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
 
@@ -436,6 +438,7 @@ def main():
     ap.add_argument("--tessera-out", help="with --tessera: render into this folder, then score")
     ap.add_argument("--tessera-steps", type=int, default=0, help="default: tessera's own")
     ap.add_argument("--tessera-cfg", type=float, default=None, help="default: tessera's own")
+    ap.add_argument("--tessera-sampler", help="default: the model's own scheduler")
     ap.add_argument("--v2", action="store_true",
                     help="v2 bars (shape, flatness, two X) for a heldout2.json")
     ap.add_argument("--sheet", nargs=2, metavar=("PNG", "JSON"),
