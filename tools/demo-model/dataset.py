@@ -70,6 +70,10 @@ RADIUS = {"large": 19.0, "small": 11.0}  # shape half-extent in pixels
 # (_caption_free; v1 has none, and then draws no random number for it).
 TWO_SHARE = 0.35
 FREE_SHARE = 0.0
+# Relative frequencies of SHAPES in the scenes, or None for uniform (v1 and
+# the v2 recipe until session 27 draw rng.choice(SHAPES); weights draw
+# rng.choices, another stream, so they make another data set).
+SHAPE_WEIGHTS = None
 JITTER = 3.0                             # centre jitter in pixels
 # When True, every "two X" caption names both places (the draw that decides
 # it still happens, so the other captions are unchanged); off: about half do.
@@ -199,6 +203,12 @@ def _article(word):
     return "an" if word[0] in "aeiou" else "a"
 
 
+def _shape(rng):
+    if SHAPE_WEIGHTS is None:
+        return rng.choice(SHAPES)
+    return rng.choices(SHAPES, SHAPE_WEIGHTS)[0]
+
+
 def _scene(rng):
     bg = rng.choice(COLOUR_NAMES)
     n = 1 if rng.random() < 1.0 - TWO_SHARE else 2
@@ -206,7 +216,7 @@ def _scene(rng):
     if n == 2 and rng.random() < 0.5:
         # "two green stars": same colour, shape and size in two regions.
         c = rng.choice([x for x in COLOUR_NAMES if x != bg])
-        s = rng.choice(SHAPES)
+        s = _shape(rng)
         size = rng.choice(["small", "large"])
         regs = rng.sample(REGION_NAMES, 2)
         for r in regs:
@@ -215,7 +225,7 @@ def _scene(rng):
     regs = rng.sample(REGION_NAMES, n)
     for r in regs:
         c = rng.choice([x for x in COLOUR_NAMES if x != bg])
-        sh = {"shape": rng.choice(SHAPES), "colour": c,
+        sh = {"shape": _shape(rng), "colour": c,
               "size": "large" if rng.random() < 0.6 else "small", "region": r}
         if sh["shape"] != "ring" and rng.random() < 0.12:
             sh["outline"] = rng.choice([x for x in COLOUR_NAMES if x not in (bg, c)])

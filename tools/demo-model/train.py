@@ -1149,10 +1149,13 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
 
 # ---------------------------------------------------------------- 5. export
 
-def export(a, vae, unet, te, tok, out=None, prediction=None):
-    """Writes the diffusers folder (fp16) to `out` (default a.out); a folder
-    part-way (a snapshot, a stage's model) says the `prediction` it was
-    trained to, the final one final_prediction(a)."""
+def export(a, vae, unet, te, tok, out=None, prediction=None, fp32=False):
+    """Writes the diffusers folder (fp16, or fp32 with `fp32`) to `out`
+    (default a.out); a folder part-way (a snapshot, a stage's model) says the
+    `prediction` it was trained to, the final one final_prediction(a).  The
+    stage exports are fp32, so that `--phase late` from one starts from the
+    weights the next stage started from in the full run (session 27; fp16
+    rounding made every rerun of a late stage a slightly different model)."""
     scheduler = DDIMScheduler(**noise_schedule(a, prediction or final_prediction(a)),
                               set_alpha_to_one=False, steps_offset=1,
                               timestep_spacing="trailing" if a.zero_snr else "leading")
@@ -1161,7 +1164,7 @@ def export(a, vae, unet, te, tok, out=None, prediction=None):
                                    feature_extractor=None, requires_safety_checker=False)
     out = out or a.out
     pipe = copy.deepcopy(pipe) if out != a.out else pipe  # a snapshot keeps training in fp32
-    pipe.to(torch.float16)
+    pipe.to(torch.float32 if fp32 else torch.float16)
     pipe.save_pretrained(out, safe_serialization=True)
     total = 0
     for root, _, files in os.walk(out):
@@ -1255,6 +1258,9 @@ def main():
     ap.add_argument("--free-captions", type=float,
                     help="share of captions from dataset.py's free word-order grammar")
     ap.add_argument("--two-share", type=float, help="share of two-shape scenes")
+    ap.add_argument("--shape-weights", type=float, nargs=len(dataset.SHAPES),
+                    metavar="W", help="relative frequencies of " + " ".join(dataset.SHAPES) +
+                    " in the scenes (default: equal)")
     ap.add_argument("--pad-free", type=int, choices=[0, 1], default=0,
                     help="pretrain the text encoder's states after end-of-text to one "
                          "constant, so that the UNet reads the caption from its words "
@@ -1416,6 +1422,10 @@ def main():
         ap.error("--zero-snr needs v-prediction (--prediction v_prediction or a convert stage)")
     dataset.FREE_SHARE = a.free_captions
     dataset.TWO_SHARE = a.two_share
+    if a.shape_weights:
+        if min(a.shape_weights) <= 0:
+            ap.error("--shape-weights: every weight must be positive")
+        dataset.SHAPE_WEIGHTS = a.shape_weights
 
     global BF16
     BF16 = a.bf16 == "1" or (a.bf16 == "auto" and cpu_has_bf16())
@@ -1512,7 +1522,7 @@ def main():
             # every stage but the last kept in the work folder, so that the
             # stages after it can be run again from there (--phase late)
             export(a, vae, unet, te, tok, out=os.path.join(a.work, f"stage-{st.name}"),
-                   prediction=st.prediction)
+                   prediction=st.prediction, fp32=True)
     export(a, vae, unet, te, tok)
     log("done")
 
