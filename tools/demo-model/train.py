@@ -1357,8 +1357,9 @@ def main():
     ap.add_argument("--phase", choices=["all", "vae", "unet", "late"], default="all",
                     help="development: 'vae' stops after the VAE + latents; 'unet' reuses "
                          "work/vae + latents from an earlier 'vae' run; 'late' also "
-                         "reuses them and runs only the late stages (polish, loosen) "
-                         "on --init-model")
+                         "reuses them and runs only the late stages (polish ... interval) "
+                         "on --init-model, keeping its stage exports in "
+                         "work/late-<name of --out>")
     ap.set_defaults(**RECIPES[ap.parse_known_args()[0].recipe])
     a = ap.parse_args()
     late = a.loosen_steps + a.polish_steps + a.convert_steps + a.guide_steps + \
@@ -1520,8 +1521,13 @@ def main():
         unet, te = train_unet(a, tok, lat, scenes, st, te, snapshot, wmap, init=unet)
         if i + 1 < len(run):
             # every stage but the last kept in the work folder, so that the
-            # stages after it can be run again from there (--phase late)
-            export(a, vae, unet, te, tok, out=os.path.join(a.work, f"stage-{st.name}"),
+            # stages after it can be run again from there (--phase late); a
+            # late run keeps its own in a subfolder named after its output,
+            # so that it does not overwrite the full run's it started from
+            # (session 27: a late run replaced a full run's stage-guide)
+            where = a.work if a.phase != "late" else os.path.join(
+                a.work, "late-" + os.path.basename(os.path.normpath(a.out)))
+            export(a, vae, unet, te, tok, out=os.path.join(where, f"stage-{st.name}"),
                    prediction=st.prediction, fp32=True)
     export(a, vae, unet, te, tok)
     log("done")
