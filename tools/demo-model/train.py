@@ -1163,8 +1163,10 @@ def export(a, vae, unet, te, tok, out=None, prediction=None, fp32=False):
                                    scheduler=scheduler, safety_checker=None,
                                    feature_extractor=None, requires_safety_checker=False)
     out = out or a.out
-    pipe = copy.deepcopy(pipe) if out != a.out else pipe  # a snapshot keeps training in fp32
-    pipe.to(torch.float32 if fp32 else torch.float16)
+    if not fp32:
+        # a snapshot or stage export keeps training in fp32: convert a copy
+        pipe = copy.deepcopy(pipe) if out != a.out else pipe
+        pipe.to(torch.float16)
     pipe.save_pretrained(out, safe_serialization=True)
     total = 0
     for root, _, files in os.walk(out):
