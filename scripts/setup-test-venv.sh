@@ -2,9 +2,11 @@
 # scripts/setup-test-venv.sh - the Python clients that the compatibility and
 # load tests drive `tessera serve` with, as their users run them: webuiapi
 # (AUTOMATIC1111 API), openai (OpenAI images API), locust (load tests) and
-# matplotlib (the load-test chart).  From PyPI, pinned, into .venv-test/
-# (ignored by git).  Idempotent: a stamp holding this file's hash skips the
-# install when nothing changed.  Called by scripts/test.sh; safe by hand.
+# matplotlib (the load-test chart); with them numpy and pillow, which also
+# run the demo model's data tools (tests/demo/test_data_tools.py).  From
+# PyPI, pinned, into .venv-test/ (ignored by git).  Idempotent: a stamp
+# holding this file's hash skips the install when nothing changed.  Called
+# by scripts/test.sh; safe by hand.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${TESSERA_TEST_VENV:-.venv-test}
@@ -23,5 +25,7 @@ fi
   openai==3.57.0 \
   locust==2.47.0 \
   matplotlib==3.11.2 \
-  pyyaml==6.0.3
+  pyyaml==6.0.3 \
+  numpy==2.4.6 \
+  pillow==13.0.0
 echo "$want" > "$STAMP"

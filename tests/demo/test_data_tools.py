@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""tests/demo/test_data_tools.py - the demo model's data tools (ctest:
+demo_data_tools).
+
+The training data, the held-out prompt files and the shape sheet are pure
+functions of seeds (tools/demo-model/dataset.py, captions_eval.py,
+shape_sheet.py), and the C tests read their committed outputs.  These checks
+need only numpy and Pillow (no PyTorch), so they run in CI with
+.venv-test/bin/python:
+
+  regenerates      the three scripts write heldout.json, heldout2.json and
+                   shape_sheet.{png,json} byte for byte as committed
+  validation_set   captions_eval.py --seed N keeps heldout2.json's layout
+                   (held-out triples, shapes, kinds) with other phrasings and
+                   seeds, and passes its own vocabulary/no-reuse check
+  captions_true    under the committed recipe's knobs (free grammar for half,
+                   40% pairs, pair_places) every caption states its facts:
+                   background, colours, shapes, places where the facts say
+                   so, "two" for pairs, both places for every pair; every
+                   word is in the committed tokenizer; no held-out triple is
+                   ever drawn; the same index gives the same sample
+  render_true      the renderer paints the named background and shape colour
+  separation       training's captions never come from captions_eval.py or
+                   heldout2.json (train.py only logs an accuracy on them)
+
+Usage: .venv-test/bin/python tests/demo/test_data_tools.py [case ...]
+"""
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+TOOLS = os.path.join(ROOT, "tools", "demo-model")
+sys.path.insert(0, TOOLS)
+import captions_eval  # noqa: E402
+import dataset  # noqa: E402
+
+VOCAB = os.path.join(ROOT, "models", "demo", "tokenizer", "vocab.json")
+FAILS = []
+
+
+def check(cond, what):
+    if not cond:
+        FAILS.append(what)
+        print(f"  FAIL {what}")
+    return cond
+
+
+def same_bytes(a, b):
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        return fa.read() == fb.read()
+
+
+def run_tool(script, *args):
+    subprocess.run([sys.executable, os.path.join(TOOLS, script), *args], check=True,
+                   cwd=TOOLS, stdout=subprocess.DEVNULL)
+
+
+def case_regenerates():
+    with tempfile.TemporaryDirectory() as t:
+        run_tool("dataset.py", "--heldout", os.path.join(t, "heldout.json"))
+        run_tool("captions_eval.py", "--out", os.path.join(t, "heldout2.json"))
+        run_tool("shape_sheet.py", "--out", os.path.join(t, "sheet"))
+        pairs = [("heldout.json", os.path.join(TOOLS, "heldout.json")),
+                 ("heldout2.json", os.path.join(TOOLS, "heldout2.json")),
+                 ("sheet.png", os.path.join(ROOT, "tests/data/demo/shape_sheet.png")),
+                 ("sheet.json", os.path.join(ROOT, "tests/data/demo/shape_sheet.json"))]
+        for mine, committed in pairs:
+            check(same_bytes(os.path.join(t, mine), committed),
+                  f"{mine} differs from the committed {os.path.relpath(committed, ROOT)}")
+
+
+def layout(item):
+    return (item["kind"], item["colour"], item.get("region"), tuple(item.get("regions", [])),
+            item["background"], item["shape"], item["heldout_triple"])
+
+
+def case_validation_set():
+    test = captions_eval.prompts()
+    for seed in (11, 12, 13):
+        val = captions_eval.prompts(seed)
+        check(len(val) == len(test), f"seed {seed}: {len(val)} prompts, not {len(test)}")
+        held = [i for i, it in enumerate(test) if it["kind"] == "single" and it["heldout_triple"]]
+        check(all(layout(val[i]) == layout(test[i]) for i in held),
+              f"seed {seed}: the held-out singles' triples or shapes moved")
+        check(all(val[i]["kind"] == test[i]["kind"] and val[i]["shape"] == test[i]["shape"]
+                  for i in range(len(test))), f"seed {seed}: kinds or shapes moved")
+        new = sum(v["prompt"] != t["prompt"] for v, t in zip(val, test))
+        check(new >= len(test) * 0.8, f"seed {seed}: only {new} of {len(test)} prompts new")
+        seeds = sum(v["seed"] != t["seed"] for v, t in zip(val, test))
+        check(seeds == len(test), f"seed {seed}: {len(test) - seeds} image seeds reused")
+        try:
+            captions_eval.check(val, VOCAB)
+        except SystemExit as e:
+            check(False, f"seed {seed}: {e}")
+
+
+def region_said(text, region):
+    words = set(dataset.PLACE_WORDS[region]) | set(dataset.REGION_PHRASES[region])
+    return any(w in text for w in words)
+
+
+def case_captions_true():
+    with open(VOCAB) as f:
+        vocab = {k[:-4] for k in json.load(f) if k.endswith("</w>")}
+    saved = (dataset.FREE_SHARE, dataset.TWO_SHARE, dataset.PAIR_PLACES)
+    # the committed recipe's knobs (train.py RECIPES["v2"])
+    dataset.FREE_SHARE, dataset.TWO_SHARE, dataset.PAIR_PLACES = 0.5, 0.4, True
+    try:
+        bad = {"background": 0, "colour": 0, "shape": 0, "region": 0, "two": 0,
+               "pair places": 0, "vocabulary": 0, "held-out": 0}
+        pairs = free_pairs = 0
+        n = 3000
+        for i in range(n):
+            rng = random.Random(dataset.SEED * 1_000_003 + i)
+            scene = dataset._scene(rng)
+            if not dataset._allowed(scene):
+                continue
+            facts = {}
+            cap = dataset.caption(scene, rng, facts)
+            text = f" {cap.replace(',', ' ')} "
+            bad["background"] += facts["background"] != scene["background"] or \
+                f" {scene['background']} " not in text
+            for f, s in zip(facts["shapes"], scene["shapes"]):
+                bad["colour"] += f["colour"] != s["colour"] or f" {s['colour']} " not in text
+                noun = dataset.PLURAL[s["shape"]] if scene["pair"] else s["shape"]
+                bad["shape"] += f["shape"] != s["shape"] or f" {noun} " not in text
+                bad["region"] += f["region"] not in (None, s["region"]) or \
+                    (f["region"] is not None and not region_said(text, s["region"]))
+            if scene["pair"]:
+                pairs += 1
+                bad["two"] += not facts["two"] or " two " not in text
+                bad["pair places"] += any(f["region"] is None for f in facts["shapes"])
+            bad["vocabulary"] += any(w not in vocab for w in cap.replace(",", " , ").split())
+        for i in range(n):
+            _, _, scene = dataset.sample(i)
+            bad["held-out"] += not dataset._allowed(scene)
+            free_pairs += scene["pair"]
+        for k, v in bad.items():
+            check(v == 0, f"captions: {v} of {n} wrong on {k}")
+        check(pairs > n * 0.15 and free_pairs > n * 0.15,
+              f"captions: only {pairs} pairs in {n} scenes")
+        a, b = dataset.sample(17), dataset.sample(17)
+        check(a[1] == b[1] and (a[0] == b[0]).all(), "sample(17) differs between two calls")
+    finally:
+        dataset.FREE_SHARE, dataset.TWO_SHARE, dataset.PAIR_PLACES = saved
+
+
+def case_render_true():
+    rng = random.Random(5)
+    for c in dataset.COLOUR_NAMES:
+        bg = next(x for x in dataset.COLOUR_NAMES if x != c)
+        scene = {"background": bg, "pair": False,
+                 "shapes": [{"shape": "circle", "colour": c, "size": "large",
+                             "region": "centre"}]}
+        img = dataset.render(scene, rng).astype(int)
+        m = dataset.SIZE // 2
+        corner = abs(img[2, 2] - dataset.COLOURS[bg]).max()
+        centre = abs(img[m, m] - dataset.COLOURS[c]).max()
+        # _jit moves each channel by at most 10
+        check(corner <= 10 and centre <= 10,
+              f"render: {c} on {bg}: corner off by {corner}, centre by {centre}")
+
+
+def case_separation():
+    # train.py reads heldout2.json only to log the text encoder's accuracy
+    # on it (under no_grad); it must never import the phrasing generator,
+    # and the training captions' source must not know either file
+    with open(os.path.join(TOOLS, "train.py")) as f:
+        train = f.read()
+    check("import captions_eval" not in train, "train.py imports captions_eval")
+    with open(os.path.join(TOOLS, "dataset.py")) as f:
+        data = f.read()
+    for word in ("import captions_eval", "heldout2"):
+        check(word not in data, f"dataset.py mentions {word!r}")
+
+
+CASES = {"regenerates": case_regenerates, "validation_set": case_validation_set,
+         "captions_true": case_captions_true, "render_true": case_render_true,
+         "separation": case_separation}
+
+
+def main():
+    names = sys.argv[1:] or list(CASES)
+    for name in names:
+        if name not in CASES:
+            raise SystemExit(f"unknown case {name!r}; cases: {', '.join(CASES)}")
+        print(f"[{name}]", flush=True)
+        CASES[name]()
+    if FAILS:
+        print(f"{len(FAILS)} check(s) failed")
+        return 1
+    print(f"all {len(names)} case(s) pass")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
