@@ -834,7 +834,14 @@ def stages(a):
             the way to x0.  Measured from session 12's run F (session 13):
             flat backgrounds 30 -> 88 of 120, one region per single shape 56
             -> 78 of 100 (the loosen stage after it gives part back: 63);
-            from here on the stages and the export are in v;
+            from here on the stages and the export are in v.  With
+            --convert-teacher-tmax T (off in the recipe; session 28) the
+            target below T is the stage's starting (epsilon) model's own
+            prediction, rewritten as v (convert_target()): the same function
+            in the other parametrisation there, so that the conversion
+            changes only the high-noise steps, where its gains are made,
+            and not the low ones, where the stars were lost (session 27:
+            0.88 -> 0.72);
     loosen  a.loosen_steps at a.polish_tmax <= t < a.loosen_tmax (the
             noise levels polish leaves alone; the default 1000 includes
             those where the layout is decided), min-SNR, with a share
@@ -992,6 +999,21 @@ def interval_target(teacher, xt, t, cond, caps, empty, scale, tmax, v, tdata, ds
     return torch.where(keep, cc, u)
 
 
+@torch.no_grad()
+def convert_target(teacher, sched, xt, t, cond, x0, noise, tmax):
+    """The convert stage's v target with a teacher: below `tmax` the frozen
+    epsilon `teacher`'s prediction eps' rewritten as v (x0' = (xt - s eps')
+    / a, v = a eps' - s x0', with a, s the signal and noise amplitudes at
+    t), so that the student keeps the teacher's function there; at and above
+    `tmax` the data's v, as the plain conversion."""
+    eps = unet_out(teacher, xt, t, cond)
+    acp = sched.alphas_cumprod.to(xt.device)[t].float()[:, None, None, None]
+    x0_hat = (xt - (1 - acp).sqrt() * eps) / acp.sqrt()
+    low = (t < tmax)[:, None, None, None]
+    return torch.where(low, sched.get_velocity(x0_hat, eps, t),
+                       sched.get_velocity(x0, noise, t))
+
+
 def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None, init=None):
     """Trains the UNet for one Stage; with `te` (pretrained) the text encoder
     stays frozen, otherwise a fresh one is trained jointly (main stage only).
@@ -1034,7 +1056,9 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
     if stage.guide > 0 or stage.interval > 0:
         with torch.no_grad():  # the text encoder is frozen in every late stage
             empty = te(tokens([""])).last_hidden_state
-    if stage.interval > 0:
+    # the convert stage's teacher below --convert-teacher-tmax
+    convert_teacher = stage.name == "convert" and a.convert_teacher_tmax > 0
+    if stage.interval > 0 or convert_teacher:
         teacher = copy.deepcopy(init).eval()
     # the interval stage's data target at high t (--interval-data-tmin)
     data = stage.interval > 0 and a.interval_data_tmin < 1000
@@ -1111,6 +1135,9 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
                 teacher, xt, t, cond, caps, empty, stage.interval, a.interval_tmax,
                 sched.get_velocity(x0, noise, t) if data else None,
                 a.interval_data_tmin, a.interval_data_scale)
+        elif convert_teacher:
+            target = convert_target(teacher, sched, xt, t, cond, x0, noise,
+                                    a.convert_teacher_tmax)
         elif stage.prediction == "epsilon":
             target = noise
         else:
@@ -1313,6 +1340,9 @@ def main():
                     help="after the polish stage, this many steps at every t that retrain an "
                          "epsilon UNet to predict v (0: none; see stages)")
     ap.add_argument("--convert-lr", type=float, default=3e-4)
+    ap.add_argument("--convert-teacher-tmax", type=int, default=0,
+                    help="convert stage: below this t the v target is the frozen epsilon "
+                         "model's own prediction in v, not the data's (0: off; see stages())")
     ap.add_argument("--guide-steps", type=int, default=0,
                     help="after the loosen stage, this many steps at --guide-tmin <= t < "
                          "--guide-tmax whose loss is on the classifier-free-guided prediction "
@@ -1378,6 +1408,10 @@ def main():
             ap.error(f"--interval-data-scale {a.interval_data_scale}: must be >= 1")
         if a.interval_data_mid and not a.interval_tmax < a.interval_data_tmin < 1000:
             ap.error("--interval-data-mid needs --interval-tmax < --interval-data-tmin < 1000")
+    if not 0 <= a.convert_teacher_tmax <= 1000:
+        ap.error(f"--convert-teacher-tmax {a.convert_teacher_tmax}: must be in [0, 1000]")
+    if a.convert_teacher_tmax > 0 and a.convert_steps <= 0:
+        ap.error("--convert-teacher-tmax needs a convert stage (--convert-steps > 0)")
     if a.guide_steps > 0:
         if not a.guide_scale >= 1.0:
             ap.error(f"--guide-scale {a.guide_scale}: must be >= 1")
