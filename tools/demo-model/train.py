@@ -841,7 +841,9 @@ def stages(a):
             in the other parametrisation there, so that the conversion
             changes only the high-noise steps, where its gains are made,
             and not the low ones, where the stars were lost (session 27:
-            0.88 -> 0.72);
+            0.88 -> 0.72).  Measured at T 400 (session 28): it does not
+            keep them (0.63 after the stage), so they go with the change of
+            parametrisation itself;
     loosen  a.loosen_steps at a.polish_tmax <= t < a.loosen_tmax (the
             noise levels polish leaves alone; the default 1000 includes
             those where the layout is decided), min-SNR, with a share
@@ -1454,6 +1456,10 @@ def main():
                 a.prediction = json.load(f).get("prediction_type", "epsilon")
         except (OSError, ValueError) as e:
             ap.error(f"--init-model {a.init_model}: no readable scheduler config ({e})")
+    if a.convert_teacher_tmax > 0 and a.prediction != "epsilon":
+        # the teacher's output is read as epsilon (convert_target)
+        ap.error("--convert-teacher-tmax needs an epsilon model to convert "
+                 f"(this run's UNet predicts {a.prediction})")
     if a.zero_snr and final_prediction(a) != "v_prediction":
         # after --phase late has read what --init-model predicts
         ap.error("--zero-snr needs v-prediction (--prediction v_prediction or a convert stage)")
