@@ -25,7 +25,6 @@ need only numpy and Pillow (no PyTorch), so they run in CI with
 
 Usage: .venv-test/bin/python tests/demo/test_data_tools.py [case ...]
 """
-import json
 import os
 import random
 import subprocess
@@ -105,15 +104,14 @@ def region_said(text, region):
 
 
 def case_captions_true():
-    with open(VOCAB) as f:
-        vocab = {k[:-4] for k in json.load(f) if k.endswith("</w>")}
+    vocab = captions_eval.whole_words(VOCAB)
     saved = (dataset.FREE_SHARE, dataset.TWO_SHARE, dataset.PAIR_PLACES)
     # the committed recipe's knobs (train.py RECIPES["v2"])
     dataset.FREE_SHARE, dataset.TWO_SHARE, dataset.PAIR_PLACES = 0.5, 0.4, True
     try:
         bad = {"background": 0, "colour": 0, "shape": 0, "region": 0, "two": 0,
                "pair places": 0, "vocabulary": 0, "held-out": 0}
-        pairs = free_pairs = 0
+        pairs = sampled_pairs = 0
         n = 3000
         for i in range(n):
             rng = random.Random(dataset.SEED * 1_000_003 + i)
@@ -139,10 +137,10 @@ def case_captions_true():
         for i in range(n):
             _, _, scene = dataset.sample(i)
             bad["held-out"] += not dataset._allowed(scene)
-            free_pairs += scene["pair"]
+            sampled_pairs += scene["pair"]
         for k, v in bad.items():
             check(v == 0, f"captions: {v} of {n} wrong on {k}")
-        check(pairs > n * 0.15 and free_pairs > n * 0.15,
+        check(pairs > n * 0.15 and sampled_pairs > n * 0.15,
               f"captions: only {pairs} pairs in {n} scenes")
         a, b = dataset.sample(17), dataset.sample(17)
         check(a[1] == b[1] and (a[0] == b[0]).all(), "sample(17) differs between two calls")

@@ -137,11 +137,16 @@ def prompts(seed=SEED):
     return items
 
 
+def whole_words(vocab_path):
+    """The words a CLIP BPE vocab.json holds as single tokens ("red</w>")."""
+    with open(vocab_path) as f:
+        return {k[:-4] for k in json.load(f) if k.endswith("</w>")}
+
+
 def check(items, vocab_path):
     """Every word is in the tokenizer's vocabulary, and no prompt is a caption
     the training templates produce for a sample of 50000 scenes."""
-    with open(vocab_path) as f:
-        vocab = {k[:-4] for k in json.load(f) if k.endswith("</w>")}
+    vocab = whole_words(vocab_path)
     for it in items:
         for w in it["prompt"].replace(",", " , ").split():
             if w not in vocab:

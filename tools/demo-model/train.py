@@ -1008,12 +1008,15 @@ def convert_target(teacher, sched, xt, t, cond, x0, noise, tmax):
     / a, v = a eps' - s x0', with a, s the signal and noise amplitudes at
     t), so that the student keeps the teacher's function there; at and above
     `tmax` the data's v, as the plain conversion."""
-    eps = unet_out(teacher, xt, t, cond)
-    acp = sched.alphas_cumprod.to(xt.device)[t].float()[:, None, None, None]
-    x0_hat = (xt - (1 - acp).sqrt() * eps) / acp.sqrt()
-    low = (t < tmax)[:, None, None, None]
-    return torch.where(low, sched.get_velocity(x0_hat, eps, t),
-                       sched.get_velocity(x0, noise, t))
+    target = sched.get_velocity(x0, noise, t)
+    low = t < tmax
+    if low.any():  # the teacher runs only on the rows whose target it sets
+        xl, tl = xt[low], t[low]
+        eps = unet_out(teacher, xl, tl, cond[low])
+        acp = sched.alphas_cumprod.to(xt.device)[tl].float()[:, None, None, None]
+        x0_hat = (xl - (1 - acp).sqrt() * eps) / acp.sqrt()
+        target[low] = sched.get_velocity(x0_hat, eps, tl)
+    return target
 
 
 def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None, init=None):
