@@ -22,6 +22,10 @@ need only numpy and Pillow (no PyTorch), so they run in CI with
   render_true      the renderer paints the named background and shape colour
   separation       training's captions never come from captions_eval.py or
                    heldout2.json (train.py only logs an accuracy on them)
+  validate_tool    validate.py reads score.py --v2's output as score.py
+                   counts it (the renderer's own images of a validation
+                   set, scored, summed and paired), and its sign test is the
+                   exact binomial one
 
 Usage: .venv-test/bin/python tests/demo/test_data_tools.py [case ...]
 """
@@ -37,6 +41,8 @@ TOOLS = os.path.join(ROOT, "tools", "demo-model")
 sys.path.insert(0, TOOLS)
 import captions_eval  # noqa: E402
 import dataset  # noqa: E402
+import score  # noqa: E402
+import validate  # noqa: E402
 
 VOCAB = os.path.join(ROOT, "models", "demo", "tokenizer", "vocab.json")
 FAILS = []
@@ -177,9 +183,87 @@ def case_separation():
         check(word not in data, f"dataset.py mentions {word!r}")
 
 
+def case_validate_tool():
+    import contextlib
+    import io
+    import json
+    from PIL import Image
+    with tempfile.TemporaryDirectory() as d:
+        # a validation set's first 24 single shapes and 8 pairs, drawn by the
+        # renderer (clean images), scored by score.py as `validate.py run` does
+        for s in validate.SEEDS:
+            items = captions_eval.prompts(s)
+            sel = [it for it in items if it["kind"] == "single"][:24] + \
+                [it for it in items if it["kind"] == "two"][:8]
+            with open(os.path.join(d, f"val{s}.json"), "w") as f:
+                json.dump({"prompts": sel}, f)
+            img_dir = os.path.join(d, f"clean-{s}")
+            os.makedirs(img_dir)
+            rng = random.Random(s)
+            for i, it in enumerate(sel):
+                shapes = [{"shape": it["shape"], "colour": it["colour"], "size": "large",
+                           "region": r} for r in (it.get("regions") or [it["region"]])]
+                scene = {"background": it["background"], "shapes": shapes,
+                         "pair": it["kind"] == "two"}
+                Image.fromarray(dataset.render(scene, rng)).save(
+                    os.path.join(img_dir, f"{i:03d}.png"))
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                ms = score.score_v2_dir(img_dir, sel)
+            with open(os.path.join(d, f"clean-{s}.txt"), "w") as f:
+                f.write(out.getvalue())
+            got = validate.parse(os.path.join(d, f"clean-{s}.txt"))
+            check(len(got) == len(sel), f"validate: parsed {len(got)} of {len(sel)} lines")
+            for i, (it, m) in enumerate(zip(sel, ms)):
+                r = got.get(i, {})
+                want = {"shape": it["shape"], "right": m["shape"] == it["shape"],
+                        "place": m["place"], "two": None, "flat": None}
+                if it["kind"] == "two":
+                    want["two"] = m["regions"] == 2
+                else:
+                    want["flat"] = m["flat"] < score.FLAT_MAX
+                check(r == want, f"validate: seed {s} line {i}: {r} != {want}")
+        recs = validate.load(d, "clean")
+        rows = {k: (x, n) for k, x, n in validate.sums(recs, validate.backgrounds(d))}
+        check(rows["two X"][1] == 24 and rows["colour/place"][1] == 72,
+              f"validate: sums over {rows['two X'][1]} pairs, {rows['colour/place'][1]} singles")
+        # the renderer's own images pass (the scorer is ~100% on them)
+        check(rows["colour/place"][0] == 72 and rows["flat"][0] == 72,
+              f"validate: clean images: {rows}")
+        # one model against itself: no discordant prompt; against a copy with
+        # one verdict flipped: exactly that one
+        check(all(x == y == 0 for _, x, y, _ in validate.pair(recs, recs)),
+              "validate: a model differs from itself")
+        flip = {k: dict(r) for k, r in recs.items()}
+        k0 = next(k for k, r in sorted(flip.items()) if r["place"] is not None)
+        flip[k0]["place"] = not flip[k0]["place"]
+        rows = {k: (x, y) for k, x, y, _ in validate.pair(recs, flip)}
+        check(rows["colour/place"] == (1, 0) and sum(x + y for x, y in rows.values()) == 1,
+              f"validate: one flipped place verdict: {rows}")
+    # the verdicts at their edges: 6.0/255 is not flat (score.py: < 6), a
+    # pair drawn as three regions is not two
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "edge.txt")
+        with open(path, "w") as f:
+            f.write("default 000 place PASS shape star     (star    ) regions 1 flat   6.0  a\n"
+                    "default 001 place FAIL shape cross    (star    ) regions 2 flat   5.9  b\n"
+                    "default 002 place -    shape ring     (ring    ) regions 3 flat   1.0  c\n"
+                    "default 003 place -    shape ring     (ring    ) regions 2 flat  30.0  d\n"
+                    "shape star     1/2 = 0.50\n")
+        got = validate.parse(path)
+        check([(r["right"], r["place"], r["flat"], r["two"]) for _, r in sorted(got.items())] ==
+              [(True, True, False, None), (False, False, True, None),
+               (True, None, None, False), (True, None, None, True)],
+              f"validate: edge lines parsed as {got}")
+    # exact two-sided sign test: 1:7 -> 2 * 9/256; 0:0 -> 1; 8:1 == 1:8
+    check(abs(validate.sign_p(1, 7) - 18 / 256) < 1e-12, "sign_p(1, 7)")
+    check(validate.sign_p(0, 0) == 1.0 and validate.sign_p(8, 1) == validate.sign_p(1, 8),
+          "sign_p symmetry")
+
+
 CASES = {"regenerates": case_regenerates, "validation_set": case_validation_set,
          "captions_true": case_captions_true, "render_true": case_render_true,
-         "separation": case_separation}
+         "separation": case_separation, "validate_tool": case_validate_tool}
 
 
 def main():

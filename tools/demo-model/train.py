@@ -70,6 +70,7 @@ import json
 import math
 import os
 import random
+import re
 import sys
 import time
 
@@ -964,7 +965,8 @@ def guided(unet, xt, t, pred, caps, empty, scale):
 
 
 @torch.no_grad()
-def interval_target(teacher, xt, t, cond, caps, empty, scale, tmax, v, tdata, dscale):
+def interval_target(teacher, xt, t, cond, caps, empty, scale, tmax, v, tdata, dscale,
+                    keep_words=frozenset()):
     """The interval stage's target: what the frozen `teacher` (the UNet the
     stage starts from) predicts, changed so that the student sampled with
     classifier-free guidance at `scale` is guided as the teacher at `scale`
@@ -987,12 +989,26 @@ def interval_target(teacher, xt, t, cond, caps, empty, scale, tmax, v, tdata, ds
     region for 96 -> 106 of 120 single shapes), and dscale 2 rather than 1
     keeps the cfg 1.0 margin.
     Off in the recipe: it costs triangles, stars and rings (docs/
-    demo-model-log.md, session 20)."""
+    demo-model-log.md, session 20).
+
+    Captions holding one of `keep_words` (--interval-keep: shape words) keep
+    k = 1 at every t, so the student, guided at `scale`, is guided as the
+    teacher there too.  Why: guidance at low t is a per-shape trade -
+    squares and triangles lose their corners to it (pincushions, session
+    19) while a star's points need it down to t ~ 300 - and the student
+    reads the shape word, so each shape can be distilled with its own
+    interval.  Off in the recipe: with stars kept (session 29, validation
+    set) stars rose 45 -> 51 of 60 (7 prompts right only with it, 1 only
+    without) but colour/place fell 347 -> 341 of 360 (0 against 6), ring
+    prompts drawing stars among them; keeping rings too lost more."""
     n = xt.shape[0]
     both = unet_out(teacher, torch.cat([xt, xt]), torch.cat([t, t]),
                     torch.cat([cond, empty.expand(n, -1, -1)]))
     c, u = both[:n], both[n:]
-    k = torch.where(t < tmax, 1.0 / scale, 1.0)[:, None, None, None]
+    # --interval-keep: captions naming one of these words keep the teacher's
+    # guidance at every t (k = 1)
+    full = torch.tensor([bool(keep_words & set(re.findall(r"[a-z]+", cap))) for cap in caps])
+    k = torch.where((t < tmax) & ~full, 1.0 / scale, 1.0)[:, None, None, None]
     keep = torch.tensor([cap != "" for cap in caps])[:, None, None, None]
     cc = u + k * (c - u)
     if v is not None:
@@ -1067,6 +1083,9 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
         teacher = copy.deepcopy(init).eval()
     # the interval stage's data target at high t (--interval-data-tmin)
     data = stage.interval > 0 and a.interval_data_tmin < 1000
+    # --interval-keep: the caption words (a shape and its plural) whose
+    # captions stay guided below --interval-tmax
+    keep_words = {w for s in a.interval_keep for w in (s, dataset.PLURAL[s])}
     n = latents.shape[0]
     rng = random.Random(stage.rng_seed)
     # --pair-share: that share of each batch drawn from the "two X" scenes.
@@ -1139,7 +1158,7 @@ def train_unet(a, tok, latents, scenes, stage, te=None, snapshot=None, wmap=None
             target = interval_target(
                 teacher, xt, t, cond, caps, empty, stage.interval, a.interval_tmax,
                 sched.get_velocity(x0, noise, t) if data else None,
-                a.interval_data_tmin, a.interval_data_scale)
+                a.interval_data_tmin, a.interval_data_scale, keep_words)
         elif convert_teacher:
             target = convert_target(teacher, sched, xt, t, cond, x0, noise,
                                     a.convert_teacher_tmax)
@@ -1372,6 +1391,9 @@ def main():
                     help="below this t the distilled model is not guided at --interval-scale "
                          "(v2: 150 since session 25, 300 before)")
     ap.add_argument("--interval-lr", type=float, default=3e-4)
+    ap.add_argument("--interval-keep", nargs="*", default=[], choices=dataset.SHAPES,
+                    help="shapes whose captions the interval stage leaves guided at every t "
+                         "(the teacher's own guidance below --interval-tmax too)")
     ap.add_argument("--interval-data-tmin", type=int, default=1000,
                     help="at t >= this the interval stage's caption target comes from the "
                          "data instead of the teacher (1000: off; see interval_target())")
@@ -1401,6 +1423,8 @@ def main():
     a = ap.parse_args()
     late = a.loosen_steps + a.polish_steps + a.convert_steps + a.guide_steps + \
         a.interval_steps > 0
+    if a.interval_keep and a.interval_steps <= 0:
+        ap.error("--interval-keep needs --interval-steps > 0")
     if a.interval_steps > 0:
         if not a.interval_scale > 1.0:
             ap.error(f"--interval-scale {a.interval_scale}: must be > 1")
