@@ -63,6 +63,10 @@ int demo_score_place(const tsr_image *img, const demo_palette *p, int colour, in
 #define DEMO_HOLE_MIN 0.12
 #define DEMO_STAR_SOLIDITY 0.66
 #define DEMO_CROSS_SOLIDITY 0.86
+/* four bays and a bottom notch in [DEMO_STAR_NOTCH, DEMO_STAR_NOTCH_MAX): a star
+ * (clean 0.13-0.18); deeper is a gap between merged shapes */
+#define DEMO_STAR_NOTCH 0.085
+#define DEMO_STAR_NOTCH_MAX 0.33
 #define DEMO_SQUARE_FILL 0.88
 #define DEMO_CIRCLE_FILL 0.64
 #define DEMO_TRIANGLE_TOP 0.37
@@ -78,7 +82,8 @@ typedef struct demo_shape_features {
     int present; /* 0: the colour is absent */
     long area, filled;
     double hole, solidity, fill, hull_fill, aspect, top;
-    int bays; /* hull areas outside the shape of >= 2% of the hull: star 5, cross 4 */
+    int bays;     /* hull areas outside the shape of >= 2% of the hull: star 5, cross 4 */
+    double notch; /* empty run up from the box's bottom, middle fifth of columns, / height */
 } demo_shape_features;
 
 /* Geometry of the largest 4-connected region of `colour` in `lab` (w*h

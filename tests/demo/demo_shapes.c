@@ -16,7 +16,9 @@
  * filled area; a concave shape with five "bays" (hull areas outside the
  * shape, between its points) is a star; a triangle (always point up) has a
  * quarter of its area above its box's middle (every other shape >= 0.40);
- * of the other concave shapes four bays make a cross, and otherwise a star is the least convex (solidity ~0.56)
+ * of the other concave shapes four bays make a cross unless the bottom row's
+ * middle is notched (an upright star's V between its lower points, which a
+ * blur that closes one bay keeps), and otherwise a star is the least convex (solidity ~0.56)
  * and a cross next (~0.74) - a decoder's blur fills a star's points in to a
  * cross's solidity but keeps its five bays; of the convex rest the hull
  * fills ~1.0 of a square's box, 0.79-0.86 of a circle's.  "top" first and
@@ -322,6 +324,19 @@ int demo_shape_features_of(const uint8_t *lab, int w, int h, int colour, demo_sh
         else
             bottom += row;
     }
+    /* "notch": the empty run up from the box's bottom row over its middle
+     * fifth of columns, / the box height (score.py's _notch) */
+    long run = 0, cols = 0;
+    for (int x = bx0; x <= bx1; x++) {
+        if (5L * labs(2L * x - bx0 - bx1) > (long)(bx1 - bx0 + 1))
+            continue;
+        int y = by1;
+        while (y >= by0 && !filled[(size_t)y * w + x])
+            y--;
+        run += by1 - y;
+        cols++;
+    }
+    f->notch = cols ? (double)run / (double)(cols * bh_rows) : 0.0;
     f->bays = count_bays(hull, nk, a2, filled, w, h);
     free(filled);
     free(hull);
@@ -353,9 +368,14 @@ const char *demo_classify_shape(const demo_shape_features *f)
     if (f->top < DEMO_TRIANGLE_TOP)
         return "triangle";
     if (f->solidity < DEMO_CROSS_SOLIDITY) {
-        /* Concave: four bays are a cross's; otherwise the solidity decides. */
-        if (f->bays == 4)
-            return "cross";
+        /* Concave: four bays are a cross's, unless the bottom is notched (a
+         * star whose fifth bay the blur closed: session 29; deeper than
+         * DEMO_STAR_NOTCH_MAX it is a gap between merged shapes); otherwise
+         * the solidity decides. */
+        if (f->bays == 4) {
+            int notched = f->notch >= DEMO_STAR_NOTCH && f->notch < DEMO_STAR_NOTCH_MAX;
+            return notched ? "star" : "cross";
+        }
         return f->solidity < DEMO_STAR_SOLIDITY ? "star" : "cross";
     }
     if (f->hull_fill < DEMO_CIRCLE_FILL)

@@ -221,7 +221,7 @@ def case_validate_tool():
                 if it["kind"] == "two":
                     want["two"] = m["regions"] == 2
                 else:
-                    want["flat"] = m["flat"] < score.FLAT_MAX
+                    want["flat"] = bool(m["flat"] < score.FLAT_MAX)
                 check(r == want, f"validate: seed {s} line {i}: {r} != {want}")
         recs = validate.load(d, "clean")
         rows = {k: (x, n) for k, x, n in validate.sums(recs, validate.backgrounds(d))}
@@ -240,15 +240,16 @@ def case_validate_tool():
         rows = {k: (x, y) for k, x, y, _ in validate.pair(recs, flip)}
         check(rows["colour/place"] == (1, 0) and sum(x + y for x, y in rows.values()) == 1,
               f"validate: one flipped place verdict: {rows}")
-    # the verdicts at their edges: 6.0/255 is not flat (score.py: < 6), a
-    # pair drawn as three regions is not two
+    # the verdicts at their edges: the flat verdict is score.py's word (a
+    # flatness just under 6/255 prints as 6.000), a pair drawn as three
+    # regions is not two
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "edge.txt")
         with open(path, "w") as f:
-            f.write("default 000 place PASS shape star     (star    ) regions 1 flat   6.0  a\n"
-                    "default 001 place FAIL shape cross    (star    ) regions 2 flat   5.9  b\n"
-                    "default 002 place -    shape ring     (ring    ) regions 3 flat   1.0  c\n"
-                    "default 003 place -    shape ring     (ring    ) regions 2 flat  30.0  d\n"
+            f.write("default 000 place PASS shape star     (star    ) regions 1 flat   6.000 no  a\n"
+                    "default 001 place FAIL shape cross    (star    ) regions 2 flat   6.000 ok  b\n"
+                    "default 002 place -    shape ring     (ring    ) regions 3 flat   1.000 ok  c\n"
+                    "default 003 place -    shape ring     (ring    ) regions 2 flat  30.000 no  d\n"
                     "shape star     1/2 = 0.50\n")
         got = validate.parse(path)
         check([(r["right"], r["place"], r["flat"], r["two"]) for _, r in sorted(got.items())] ==

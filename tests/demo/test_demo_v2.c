@@ -73,14 +73,15 @@ static const char *const k_shapes[N_SHAPES] = {"circle", "square", "triangle",
  * stage of 400 steps with guidance 7.5 only at t >= 150, its UNet stages
  * trained under bf16 autocast), measured with these instruments:
  * colour/place 0.96, cfg 1.0 drop 0.67; circles 1.00, squares 0.90,
- * triangles 1.00, stars 0.75, rings 0.80, crosses 0.95; two X 0.75; 110 of
+ * triangles 1.00, stars 0.90, rings 0.80, crosses 0.90 (stars 0.75 and
+ * crosses 0.95 before session 29's bottom-notch test, which names a star
+ * whose fifth bay the blur closed a star, not a cross); two X 0.75; 110 of
  * 120 backgrounds flat; docs/demo-model.md): asserted, with room for a
  * rerun's scatter (the same main stage with fp32 late stages, or the
  * interval floor at t 100 or 200, scored two X 0.62-0.75, stars 0.70-0.80,
  * squares 0.90-0.95, colour/place 0.97, 106-109 flat), so that a regression
- * of the model, the engine or the instruments fails, while the v2 bars it
- * has yet to meet (stars 0.80, flat backgrounds of every colour) are only
- * printed.
+ * of the model, the engine or the instruments fails, while the v2 bar it
+ * has yet to meet (flat backgrounds of every colour) is only printed.
  * The model before (session 25, the same recipe in fp32) held colour/place
  * 0.95, drop 0.65, circles 0.95, squares 0.80, triangles 1.00, stars 0.80,
  * rings 0.80, crosses 0.95, two X 0.58, 106 flat; session 19's (interval
@@ -100,7 +101,7 @@ static const char *const k_shapes[N_SHAPES] = {"circle", "square", "triangle",
 static const struct {
     const char *shape;
     double min;
-} k_shape_floors[] = {{"circle", 0.90}, {"star", 0.70}, {"ring", 0.70}, {"cross", 0.80},
+} k_shape_floors[] = {{"circle", 0.90}, {"star", 0.80}, {"ring", 0.70}, {"cross", 0.80},
                      {"triangle", 0.90}, {"square", 0.80}};
 
 #define SELF_MIN 0.97
@@ -163,18 +164,20 @@ static int same_as_python(const cJSON *it, const measure *m, int n)
     const cJSON *filled = cJSON_GetObjectItemCaseSensitive(py, "filled");
     const cJSON *sol = cJSON_GetObjectItemCaseSensitive(py, "solidity");
     const cJSON *hull = cJSON_GetObjectItemCaseSensitive(py, "hull_fill");
+    const cJSON *notch = cJSON_GetObjectItemCaseSensitive(py, "notch");
     const char *shape = demo_jstr(py, "shape");
     int same = shape && strcmp(shape, m->shape) == 0 && cJSON_IsNumber(reg) &&
                reg->valueint == m->regions && cJSON_IsNumber(bays) && bays->valueint == m->f.bays &&
                cJSON_IsNumber(area) && (long)area->valuedouble == m->f.area &&
                cJSON_IsNumber(filled) && (long)filled->valuedouble == m->f.filled &&
                cJSON_IsNumber(sol) && fabs(sol->valuedouble - m->f.solidity) < 1e-9 &&
-               cJSON_IsNumber(hull) && fabs(hull->valuedouble - m->f.hull_fill) < 1e-9;
+               cJSON_IsNumber(hull) && fabs(hull->valuedouble - m->f.hull_fill) < 1e-9 &&
+               cJSON_IsNumber(notch) && fabs(notch->valuedouble - m->f.notch) < 1e-9;
     if (!same)
         printf("tile %3d: C says %s, regions %d, bays %d, area %ld, filled %ld, solidity %.6f, "
-               "hull fill %.6f; score.py says %s\n",
+               "hull fill %.6f, notch %.6f; score.py says %s\n",
                n, m->shape, m->regions, m->f.bays, m->f.area, m->f.filled, m->f.solidity,
-               m->f.hull_fill, shape ? shape : "?");
+               m->f.hull_fill, m->f.notch, shape ? shape : "?");
     return same;
 }
 
@@ -611,13 +614,16 @@ static int test_img2img_keeps(void)
 
 /* ---- shape_scorer_human ---- */
 
-/* Share of tests/data/demo/human_sheet.png's generated images on which the
- * scorer must name the shape a person saw (session 21: 44 of 48 = 0.92; the
- * rule before it, which read the solidity before "top" and the pixels' box
- * fill rather than the hull's, 38 = 0.79). */
+/* Share of a labelled sheet's generated images on which the scorer must name
+ * the shape a person saw.  tests/data/demo/human_sheet.png (session 21, six
+ * shapes): 44 of 48 = 0.92; the rule before it, which read the solidity
+ * before "top" and the pixels' box fill rather than the hull's, 38 = 0.79.
+ * human_sheet_stars.png (session 29, 70 stars and crosses that the earlier
+ * "four bays make a cross" rule had to tell apart): 61 = 0.87 with the
+ * bottom-notch test; the rule before it 31 = 0.44. */
 #define HUMAN_MIN 0.85
 
-static int test_shape_scorer_human(void)
+static int check_human(const char *name)
 {
     cJSON *held = demo_load_json("tools/demo-model/heldout2.json");
     ASSERT_TRUE(held != NULL);
@@ -627,7 +633,7 @@ static int test_shape_scorer_human(void)
     ASSERT_OK(demo_region_centre(held, "centre", &centre[0][0], &centre[0][1]));
     tsr_image sheet = {0};
     int cols = 0, t = 0;
-    cJSON *facts = load_sheet("human_sheet", NULL, &sheet, &cols, &t);
+    cJSON *facts = load_sheet(name, NULL, &sheet, &cols, &t);
     ASSERT_TRUE(facts != NULL);
     int agree[N_SHAPES] = {0}, total[N_SHAPES] = {0}, n = 0, bad = 0, differ = 0, right = 0;
     const cJSON *it;
@@ -640,7 +646,7 @@ static int test_shape_scorer_human(void)
         measure m;
         if (s < 0 || colour < 0 || background < 0 || sheet_tile(&sheet, n, cols, t, &tile) != 0 ||
             measure_image(&tile, &p, colour, background, (const double(*)[2])centre, 1, &m) != 0) {
-            fprintf(stderr, "human_sheet.json: tile %d is malformed\n", n);
+            fprintf(stderr, "%s.json: tile %d is malformed\n", name, n);
             tsr_image_free(&tile);
             bad = 1;
             break;
@@ -653,8 +659,9 @@ static int test_shape_scorer_human(void)
         right += ok;
         if (!ok)
             printf("tile %2d: seen %-8s named %-8s (solidity %.3f, hull fill %.3f, top %.3f, "
-                   "bays %d)\n",
-                   n, k_shapes[s], m.shape, m.f.solidity, m.f.hull_fill, m.f.top, m.f.bays);
+                   "bays %d, notch %.3f)\n",
+                   n, k_shapes[s], m.shape, m.f.solidity, m.f.hull_fill, m.f.top, m.f.bays,
+                   m.f.notch);
         n++;
     }
     tsr_image_free(&sheet);
@@ -662,12 +669,20 @@ static int test_shape_scorer_human(void)
     cJSON_Delete(held);
     ASSERT_EQ(bad, 0);
     for (int s = 0; s < N_SHAPES; s++)
-        printf("%-8s named as seen %d/%d\n", k_shapes[s], agree[s], total[s]);
-    printf("tiles %d, named as seen %d (%.2f, bar %.2f), C and score.py differ on %d\n", n, right,
-           n ? (double)right / n : 0.0, HUMAN_MIN, differ);
+        if (total[s])
+            printf("%s: %-8s named as seen %d/%d\n", name, k_shapes[s], agree[s], total[s]);
+    printf("%s: tiles %d, named as seen %d (%.2f, bar %.2f), C and score.py differ on %d\n", name,
+           n, right, n ? (double)right / n : 0.0, HUMAN_MIN, differ);
     ASSERT_TRUE(n >= 40);
     ASSERT_EQ(differ, 0);
     ASSERT_TRUE((double)right >= HUMAN_MIN * n);
+    return 0;
+}
+
+static int test_shape_scorer_human(void)
+{
+    ASSERT_OK(check_human("human_sheet"));
+    ASSERT_OK(check_human("human_sheet_stars"));
     return 0;
 }
 

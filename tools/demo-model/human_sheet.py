@@ -23,6 +23,10 @@ prompt on all 48.
                   '#' on skipped: human_labels.txt) as each
                   tile's "human" label and score.py's verdict ("python")
   --rescore       score.py's verdicts again on the existing <out>.png
+  --from-images LIST
+                  a sheet of validation images already generated (validate.py
+                  run), with the labels in LIST (session 29's star/cross
+                  sheet, tests/data/demo/human_sheet_stars: see the log)
 
 The sheet is lossless RGB: a 256-colour sheet (as shape_sheet_vae.png)
 changed 3 of the 48 verdicts, and the labels are of these pixels.
@@ -103,6 +107,36 @@ def make(a):
           "human_sheet.py says how); written by human_sheet.py --make")
 
 
+def from_images(a):
+    """A sheet of already generated validation images, labelled by eye:
+    --from-images LIST (JSON: [{"model", "seed_set", "index", "human"}], in
+    sheet order) takes --val-dir's <model>-<seed_set>/<index>.png and the
+    prompt facts of val<seed_set>.json (validate.py run writes both)."""
+    with open(a.from_images) as f:
+        picks = json.load(f)
+    bad = [p["human"] for p in picks if p["human"] not in dataset.SHAPES]
+    if bad:
+        sys.exit(f"human_sheet: unknown labels {bad}")
+    rows = (len(picks) + COLS - 1) // COLS
+    sheet = np.zeros((rows * TILE, COLS * TILE, 3), dtype=np.uint8)
+    tiles = []
+    for pos, p in enumerate(picks):
+        with open(os.path.join(a.val_dir, f"val{p['seed_set']}.json")) as f:
+            it = json.load(f)["prompts"][p["index"]]
+        png = os.path.join(a.val_dir, f"{p['model']}-{p['seed_set']}", f"{p['index']:03d}.png")
+        img = np.asarray(Image.open(png).convert("RGB"))
+        if img.shape != (TILE, TILE, 3):
+            sys.exit(f"human_sheet: {png} is {img.shape}, want {TILE}x{TILE}")
+        y, x = divmod(pos, COLS)
+        sheet[y * TILE:(y + 1) * TILE, x * TILE:(x + 1) * TILE] = img
+        tiles.append({"shape": it["shape"], "colour": it["colour"],
+                      "background": it["background"], "prompt": it["prompt"],
+                      "seed": it["seed"], "source": f"{p['model']} val{p['seed_set']} "
+                      f"{p['index']:03d}", "human": p["human"]})
+    Image.fromarray(sheet).save(a.out + ".png", optimize=True)
+    write(a.out, sheet, tiles, a.note)
+
+
 def write(out, sheet, tiles, note):
     # measure_v2 wants a region; the place is not scored here
     res = write_verdicts(out + ".json", sheet, tiles, TILE, COLS, note,
@@ -119,15 +153,22 @@ def main():
     ap.add_argument("--bin", default="build/bin/tessera")
     ap.add_argument("--model", default="models/demo")
     ap.add_argument("--out", default="tests/data/demo/human_sheet")
+    ap.add_argument("--from-images", metavar="LIST",
+                    help="a sheet of validation images already generated (see from_images)")
+    ap.add_argument("--val-dir", default="out/val")
+    ap.add_argument("--note", default="validation images labelled by eye; written by "
+                    "human_sheet.py --from-images")
     a = ap.parse_args()
     if a.make:
         return make(a)
+    if a.from_images:
+        return from_images(a)
     if a.rescore:
         with open(a.out + ".json") as f:
             facts = json.load(f)
         sheet = np.asarray(Image.open(a.out + ".png").convert("RGB"))
         return write(a.out, sheet, facts["tiles"], facts["note"])
-    ap.error("--make LABELS or --rescore")
+    ap.error("--make LABELS, --from-images LIST or --rescore")
 
 
 if __name__ == "__main__":

@@ -135,9 +135,11 @@ def python_verdict(img, it):
     """score.py's verdict on one tile, as the C port's tests compare it."""
     import score
     m = score.measure_v2(img, it)
-    f = m["features"] or {"bays": 0, "area": 0, "filled": 0, "solidity": 0.0, "hull_fill": 0.0}
+    f = m["features"] or {"bays": 0, "area": 0, "filled": 0, "solidity": 0.0, "hull_fill": 0.0,
+                          "notch": 0.0}
     return {"shape": m["shape"], "regions": m["regions"], "bays": f["bays"], "area": f["area"],
-            "filled": f["filled"], "solidity": f["solidity"], "hull_fill": f["hull_fill"]}
+            "filled": f["filled"], "solidity": f["solidity"], "hull_fill": f["hull_fill"],
+            "notch": f["notch"]}
 
 
 def write_verdicts(path, sheet, facts_tiles, t, cols, note, measured=lambda it: it):
