@@ -124,6 +124,9 @@ def pair(a, b):
     c = collections.OrderedDict()
     for k in sorted(set(a) & set(b)):
         ra, rb = a[k], b[k]
+        if ra["shape"] != rb["shape"] or (ra["place"] is None) != (rb["place"] is None):
+            raise SystemExit(f"validate: prompt {k} differs between the two runs "
+                             "(other prompt files?)")
         if ra["place"] is not None:
             for label, fa, fb in ((ra["shape"], ra["right"], rb["right"]),
                                   ("colour/place", ra["place"], rb["place"]),
