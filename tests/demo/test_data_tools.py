@@ -246,10 +246,10 @@ def case_validate_tool():
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "edge.txt")
         with open(path, "w") as f:
-            f.write("default 000 place PASS shape star     (star    ) regions 1 flat   6.000 no  a\n"
-                    "default 001 place FAIL shape cross    (star    ) regions 2 flat   6.000 ok  b\n"
-                    "default 002 place -    shape ring     (ring    ) regions 3 flat   1.000 ok  c\n"
-                    "default 003 place -    shape ring     (ring    ) regions 2 flat  30.000 no  d\n"
+            f.write("default 000 place PASS shape star (star    ) regions 1 flat   6.000 no  a\n"
+                    "default 001 place FAIL shape cross (star    ) regions 2 flat   6.000 ok  b\n"
+                    "default 002 place -    shape ring (ring    ) regions 3 flat   1.000 ok  c\n"
+                    "default 003 place -    shape ring (ring    ) regions 2 flat  30.000 no  d\n"
                     "shape star     1/2 = 0.50\n")
         got = validate.parse(path)
         check([(r["right"], r["place"], r["flat"], r["two"]) for _, r in sorted(got.items())] ==

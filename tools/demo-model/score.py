@@ -374,9 +374,9 @@ def score_v2_dir(d, items, tag="default"):
         m = measure_v2(np.asarray(Image.open(path).convert("RGB")), it)
         out.append(m)
         pl = "-   " if m["place"] is None else ("PASS" if m["place"] else "FAIL")
+        flat = "ok" if m["flat"] < FLAT_MAX else "no"  # the verdict, not the rounded number
         print(f"{tag} {i:03d} place {pl} shape {m['shape']:<8} ({it['shape']:<8}) "
-              f"regions {m['regions']} flat {m['flat']:7.3f} {'ok' if m['flat'] < FLAT_MAX else 'no'}"
-              f"  {it['prompt']}")
+              f"regions {m['regions']} flat {m['flat']:7.3f} {flat}  {it['prompt']}")
     singles = [(it, m) for it, m in zip(items, out) if it.get("kind", "single") == "single"]
     twos = [(it, m) for it, m in zip(items, out) if it.get("kind") == "two"]
     for s in dataset.SHAPES:
