@@ -29,11 +29,16 @@ need only numpy and Pillow (no PyTorch), so they run in CI with
 
 Usage: .venv-test/bin/python tests/demo/test_data_tools.py [case ...]
 """
+import contextlib
+import io
+import json
 import os
 import random
 import subprocess
 import sys
 import tempfile
+
+from PIL import Image
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -184,10 +189,6 @@ def case_separation():
 
 
 def case_validate_tool():
-    import contextlib
-    import io
-    import json
-    from PIL import Image
     with tempfile.TemporaryDirectory() as d:
         # a validation set's first 24 single shapes and 8 pairs, drawn by the
         # renderer (clean images), scored by score.py as `validate.py run` does

@@ -75,33 +75,45 @@ def prompts():
     return out
 
 
+def check_labels(labels, what):
+    bad = [w for w in labels if w not in dataset.SHAPES]
+    if bad:
+        sys.exit(f"human_sheet: {what}: unknown labels {bad}")
+
+
+def build_sheet(pngs):
+    """The TILE x TILE images at the paths `pngs` laid out COLS to a row, in
+    order; exits on an image of another size."""
+    rows = (len(pngs) + COLS - 1) // COLS
+    sheet = np.zeros((rows * TILE, COLS * TILE, 3), dtype=np.uint8)
+    for pos, png in enumerate(pngs):
+        img = np.asarray(Image.open(png).convert("RGB"))
+        if img.shape != (TILE, TILE, 3):
+            sys.exit(f"human_sheet: {png} is {img.shape}, want {TILE}x{TILE}")
+        y, x = divmod(pos, COLS)
+        sheet[y * TILE:(y + 1) * TILE, x * TILE:(x + 1) * TILE] = img
+    return sheet
+
+
 def make(a):
     with open(a.make) as f:
         labels = [w for line in f if not line.startswith("#") for w in line.split()]
     items = prompts()
     if len(labels) != len(items):
         sys.exit(f"human_sheet: {a.make} has {len(labels)} labels, want {len(items)}")
-    bad = [w for w in labels if w not in dataset.SHAPES]
-    if bad:
-        sys.exit(f"human_sheet: unknown labels {bad}")
+    check_labels(labels, a.make)
     order = list(range(len(items)))
     random.Random(99).shuffle(order)
-    rows = (len(items) + COLS - 1) // COLS
-    sheet = np.zeros((rows * TILE, COLS * TILE, 3), dtype=np.uint8)
-    tiles = []
     with tempfile.TemporaryDirectory() as tmp:
-        for pos, i in enumerate(order):
+        pngs = []
+        for i in order:
             it = items[i]
-            png = os.path.join(tmp, f"{i}.png")
+            pngs.append(os.path.join(tmp, f"{i}.png"))
             subprocess.run([a.bin, "generate", "--model", a.model, "--prompt", it["prompt"],
-                            "--seed", str(it["seed"]), "--output", png],
+                            "--seed", str(it["seed"]), "--output", pngs[-1]],
                            check=True, capture_output=True)
-            img = np.asarray(Image.open(png).convert("RGB"))
-            if img.shape != (TILE, TILE, 3):
-                sys.exit(f"human_sheet: {png} is {img.shape}, want {TILE}x{TILE}")
-            y, x = divmod(pos, COLS)
-            sheet[y * TILE:(y + 1) * TILE, x * TILE:(x + 1) * TILE] = img
-            tiles.append(dict(it, human=labels[pos]))
+        sheet = build_sheet(pngs)
+    tiles = [dict(items[i], human=labels[pos]) for pos, i in enumerate(order)]
     Image.fromarray(sheet).save(a.out + ".png", optimize=True)
     write(a.out, sheet, tiles, f"{a.model} images, labelled by eye (tools/demo-model/"
           "human_sheet.py says how); written by human_sheet.py --make")
@@ -114,25 +126,18 @@ def from_images(a):
     prompt facts of val<seed_set>.json (validate.py run writes both)."""
     with open(a.from_images) as f:
         picks = json.load(f)
-    bad = [p["human"] for p in picks if p["human"] not in dataset.SHAPES]
-    if bad:
-        sys.exit(f"human_sheet: unknown labels {bad}")
-    rows = (len(picks) + COLS - 1) // COLS
-    sheet = np.zeros((rows * TILE, COLS * TILE, 3), dtype=np.uint8)
-    tiles = []
-    for pos, p in enumerate(picks):
+    check_labels([p["human"] for p in picks], a.from_images)
+    pngs, tiles = [], []
+    for p in picks:
         with open(os.path.join(a.val_dir, f"val{p['seed_set']}.json")) as f:
             it = json.load(f)["prompts"][p["index"]]
-        png = os.path.join(a.val_dir, f"{p['model']}-{p['seed_set']}", f"{p['index']:03d}.png")
-        img = np.asarray(Image.open(png).convert("RGB"))
-        if img.shape != (TILE, TILE, 3):
-            sys.exit(f"human_sheet: {png} is {img.shape}, want {TILE}x{TILE}")
-        y, x = divmod(pos, COLS)
-        sheet[y * TILE:(y + 1) * TILE, x * TILE:(x + 1) * TILE] = img
+        pngs.append(os.path.join(a.val_dir, f"{p['model']}-{p['seed_set']}",
+                                 f"{p['index']:03d}.png"))
         tiles.append({"shape": it["shape"], "colour": it["colour"],
                       "background": it["background"], "prompt": it["prompt"],
                       "seed": it["seed"], "source": f"{p['model']} val{p['seed_set']} "
                       f"{p['index']:03d}", "human": p["human"]})
+    sheet = build_sheet(pngs)
     Image.fromarray(sheet).save(a.out + ".png", optimize=True)
     write(a.out, sheet, tiles, a.note)
 

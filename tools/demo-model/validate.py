@@ -88,12 +88,10 @@ def backgrounds(d):
 
 def sums(recs, bg=None):
     """[(label, right, total)] in the bars' order."""
-    agg = collections.OrderedDict()
+    agg = collections.OrderedDict()  # shapes in the prompt files' order
     singles = {k: r for k, r in recs.items() if r["place"] is not None}
-    for k, r in sorted(singles.items()):
-        agg.setdefault(r["shape"], [0, 0])
-    for r in singles.values():
-        a = agg[r["shape"]]
+    for _, r in sorted(singles.items()):
+        a = agg.setdefault(r["shape"], [0, 0])
         a[0] += r["right"]
         a[1] += 1
     rows = [(k, a, b) for k, (a, b) in agg.items()]
