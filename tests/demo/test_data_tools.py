@@ -19,6 +19,9 @@ need only numpy and Pillow (no PyTorch), so they run in CI with
                    so, "two" for pairs, both places for every pair; every
                    word is in the committed tokenizer; no held-out triple is
                    ever drawn; the same index gives the same sample
+  single_places    with dataset.SINGLE_PLACES a single shape's caption leaves
+                   its place out only in the centre, and no other caption
+                   changes
   render_true      the renderer paints the named background and shape colour
   separation       training's captions never come from captions_eval.py or
                    heldout2.json (train.py only logs an accuracy on them)
@@ -159,6 +162,48 @@ def case_captions_true():
         dataset.FREE_SHARE, dataset.TWO_SHARE, dataset.PAIR_PLACES = saved
 
 
+def case_single_places():
+    # dataset.SINGLE_PLACES (train.py --single-places): a single shape's
+    # caption leaves its place out only for a shape in the centre, and every
+    # other caption is the one drawn without the knob
+    saved = (dataset.FREE_SHARE, dataset.TWO_SHARE, dataset.PAIR_PLACES, dataset.SINGLE_PLACES)
+    dataset.FREE_SHARE, dataset.TWO_SHARE, dataset.PAIR_PLACES = 0.5, 0.4, True
+    try:
+        unplaced = centre_unplaced = moved = 0
+        for i in range(4000):
+            caps = {}
+            for knob in (False, True):
+                dataset.SINGLE_PLACES = knob
+                rng = random.Random(dataset.SEED * 1_000_003 + i)
+                scene = dataset._scene(rng)
+                facts = {}
+                caps[knob] = (dataset.caption(scene, rng, facts), facts)
+            single = len(scene["shapes"]) == 1
+            off, on = caps[False][1], caps[True][1]
+            if not single:
+                moved += caps[False] != caps[True]
+                continue
+            region = scene["shapes"][0]["region"]
+            unplaced += off["shapes"][0]["region"] is None
+            if on["shapes"][0]["region"] is None:
+                check(region == "centre", f"single_places: {caps[True][0]!r} ({region}) "
+                      "names no place")
+                centre_unplaced += 1
+            else:
+                check(region_said(f" {caps[True][0].replace(',', ' ')} ", region),
+                      f"single_places: {caps[True][0]!r} does not say {region}")
+            # the knob's draw is the one that left the place out, so a
+            # caption that named its place (or a centre one) is unchanged
+            if off["shapes"][0]["region"] is not None or region == "centre":
+                moved += caps[False] != caps[True]
+        check(moved == 0, f"single_places: {moved} captions changed that should not")
+        check(unplaced > 200 and centre_unplaced > 5,
+              f"single_places: unplaced single captions {unplaced}, centre {centre_unplaced}")
+    finally:
+        (dataset.FREE_SHARE, dataset.TWO_SHARE, dataset.PAIR_PLACES,
+         dataset.SINGLE_PLACES) = saved
+
+
 def case_render_true():
     rng = random.Random(5)
     for c in dataset.COLOUR_NAMES:
@@ -265,7 +310,8 @@ def case_validate_tool():
 
 CASES = {"regenerates": case_regenerates, "validation_set": case_validation_set,
          "captions_true": case_captions_true, "render_true": case_render_true,
-         "separation": case_separation, "validate_tool": case_validate_tool}
+         "single_places": case_single_places, "separation": case_separation,
+         "validate_tool": case_validate_tool}
 
 
 def main():

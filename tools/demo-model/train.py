@@ -1321,6 +1321,9 @@ def main():
     ap.add_argument("--pair-places", type=int, choices=[0, 1], default=0,
                     help="every \"two X\" caption names both places (dataset.PAIR_PLACES; "
                          "on in v2 since session 25; off, about half do)")
+    ap.add_argument("--single-places", type=int, choices=[0, 1], default=0,
+                    help="a single shape's caption names its place unless the shape is in "
+                         "the centre (dataset.SINGLE_PLACES; off: 10%% name no place)")
     ap.add_argument("--pair-share", type=float, default=0.0,
                     help="draw this share of every UNet batch from the \"two X\" scenes "
                          "(0: uniform over the data, where they are about a fifth; off in v2)")
@@ -1515,6 +1518,7 @@ def main():
     # after the images: dataset.sample draws a caption before it renders, so
     # the knob would move every image's random stream
     dataset.PAIR_PLACES = bool(a.pair_places)
+    dataset.SINGLE_PLACES = bool(a.single_places)
 
     vae_dir = os.path.join(a.work, "vae")
     lat_path = os.path.join(a.work, "latents.pt")
