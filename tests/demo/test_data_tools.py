@@ -14,11 +14,12 @@ need only numpy and Pillow (no PyTorch), so they run in CI with
                    (held-out triples, shapes, kinds) with other phrasings and
                    seeds, and passes its own vocabulary/no-reuse check
   captions_true    under the committed recipe's knobs (free grammar for half,
-                   40% pairs, pair_places) every caption states its facts:
-                   background, colours, shapes, places where the facts say
-                   so, "two" for pairs, both places for every pair; every
-                   word is in the committed tokenizer; no held-out triple is
-                   ever drawn; the same index gives the same sample
+                   40% pairs, pair_places, single_places) every caption
+                   states its facts: background, colours, shapes, places
+                   where the facts say so, "two" for pairs, both places for
+                   every pair; every word is in the committed tokenizer; no
+                   held-out triple is ever drawn; the same index gives the
+                   same sample
   single_places    with dataset.SINGLE_PLACES a single shape's caption leaves
                    its place out only in the centre, and no other caption
                    changes
@@ -119,9 +120,10 @@ def region_said(text, region):
 
 def case_captions_true():
     vocab = captions_eval.whole_words(VOCAB)
-    saved = (dataset.FREE_SHARE, dataset.TWO_SHARE, dataset.PAIR_PLACES)
+    saved = (dataset.FREE_SHARE, dataset.TWO_SHARE, dataset.PAIR_PLACES, dataset.SINGLE_PLACES)
     # the committed recipe's knobs (train.py RECIPES["v2"])
-    dataset.FREE_SHARE, dataset.TWO_SHARE, dataset.PAIR_PLACES = 0.5, 0.4, True
+    (dataset.FREE_SHARE, dataset.TWO_SHARE, dataset.PAIR_PLACES,
+     dataset.SINGLE_PLACES) = 0.5, 0.4, True, True
     try:
         bad = {"background": 0, "colour": 0, "shape": 0, "region": 0, "two": 0,
                "pair places": 0, "vocabulary": 0, "held-out": 0}
@@ -159,7 +161,8 @@ def case_captions_true():
         a, b = dataset.sample(17), dataset.sample(17)
         check(a[1] == b[1] and (a[0] == b[0]).all(), "sample(17) differs between two calls")
     finally:
-        dataset.FREE_SHARE, dataset.TWO_SHARE, dataset.PAIR_PLACES = saved
+        (dataset.FREE_SHARE, dataset.TWO_SHARE, dataset.PAIR_PLACES,
+         dataset.SINGLE_PLACES) = saved
 
 
 def case_single_places():
