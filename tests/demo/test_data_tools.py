@@ -118,13 +118,27 @@ def region_said(text, region):
     return any(w in text for w in words)
 
 
+# the committed recipe's dataset knobs (train.py RECIPES["v2"]: free_captions,
+# two_share, pair_places, single_places)
+RECIPE_KNOBS = {"FREE_SHARE": 0.5, "TWO_SHARE": 0.4, "PAIR_PLACES": True, "SINGLE_PLACES": True}
+
+
+@contextlib.contextmanager
+def knobs(values):
+    """dataset's module-level knobs set to `values` for the block, then put back."""
+    saved = {k: getattr(dataset, k) for k in values}
+    for k, v in values.items():
+        setattr(dataset, k, v)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(dataset, k, v)
+
+
 def case_captions_true():
     vocab = captions_eval.whole_words(VOCAB)
-    saved = (dataset.FREE_SHARE, dataset.TWO_SHARE, dataset.PAIR_PLACES, dataset.SINGLE_PLACES)
-    # the committed recipe's knobs (train.py RECIPES["v2"])
-    (dataset.FREE_SHARE, dataset.TWO_SHARE, dataset.PAIR_PLACES,
-     dataset.SINGLE_PLACES) = 0.5, 0.4, True, True
-    try:
+    with knobs(RECIPE_KNOBS):
         bad = {"background": 0, "colour": 0, "shape": 0, "region": 0, "two": 0,
                "pair places": 0, "vocabulary": 0, "held-out": 0}
         pairs = sampled_pairs = 0
@@ -160,18 +174,13 @@ def case_captions_true():
               f"captions: only {pairs} pairs in {n} scenes")
         a, b = dataset.sample(17), dataset.sample(17)
         check(a[1] == b[1] and (a[0] == b[0]).all(), "sample(17) differs between two calls")
-    finally:
-        (dataset.FREE_SHARE, dataset.TWO_SHARE, dataset.PAIR_PLACES,
-         dataset.SINGLE_PLACES) = saved
 
 
 def case_single_places():
     # dataset.SINGLE_PLACES (train.py --single-places): a single shape's
     # caption leaves its place out only for a shape in the centre, and every
     # other caption is the one drawn without the knob
-    saved = (dataset.FREE_SHARE, dataset.TWO_SHARE, dataset.PAIR_PLACES, dataset.SINGLE_PLACES)
-    dataset.FREE_SHARE, dataset.TWO_SHARE, dataset.PAIR_PLACES = 0.5, 0.4, True
-    try:
+    with knobs(RECIPE_KNOBS):
         unplaced = centre_unplaced = moved = 0
         for i in range(4000):
             caps = {}
@@ -202,9 +211,6 @@ def case_single_places():
         check(moved == 0, f"single_places: {moved} captions changed that should not")
         check(unplaced > 200 and centre_unplaced > 5,
               f"single_places: unplaced single captions {unplaced}, centre {centre_unplaced}")
-    finally:
-        (dataset.FREE_SHARE, dataset.TWO_SHARE, dataset.PAIR_PLACES,
-         dataset.SINGLE_PLACES) = saved
 
 
 def case_render_true():
