@@ -862,9 +862,10 @@ def stages(a):
             min-SNR weight is --loosen-min-snr (default --min-snr): plain v
             MSE there (0) trained the high-noise steps on the noisy captions
             and lost colour/place 0.92 -> 0.85.  v2 runs 900 steps since
-            session 31 (600 before): on the single-places main stage two
-            draws of 900 both drew two X 0.75 on heldout2.json against 600's
-            0.67, and held or gained every validation measure;
+            session 31 (600 before): on three draws of the single-places
+            recipe it held or gained every validation measure (flat 5 : 16
+            against 600 on the same two-thread main stage), and the two
+            one-thread draws drew two X 0.75 on heldout2.json against 0.67;
     guide   a.guide_steps (default 0: off) at a.guide_tmin <= t <
             a.guide_tmax (default 0 and 1000: every t), plain MSE on the
             classifier-free-guided prediction at a.guide_scale (guided()),
