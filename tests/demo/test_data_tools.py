@@ -33,6 +33,7 @@ need only numpy and Pillow (no PyTorch), so they run in CI with
 
 Usage: .venv-test/bin/python tests/demo/test_data_tools.py [case ...]
 """
+import ast
 import contextlib
 import io
 import json
@@ -118,9 +119,26 @@ def region_said(text, region):
     return any(w in text for w in words)
 
 
-# the committed recipe's dataset knobs (train.py RECIPES["v2"]: free_captions,
-# two_share, pair_places, single_places)
-RECIPE_KNOBS = {"FREE_SHARE": 0.5, "TWO_SHARE": 0.4, "PAIR_PLACES": True, "SINGLE_PLACES": True}
+def recipe_knobs(name="v2"):
+    """dataset's module-level knobs as train.py sets them for RECIPES[name]
+    (free_captions, two_share, pair_places, single_places), read from its
+    source: importing train.py needs PyTorch, which these tests do without."""
+    with open(os.path.join(TOOLS, "train.py")) as f:
+        tree = ast.parse(f.read())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "RECIPES"
+                                                for t in node.targets):
+            recipes = dict(zip((ast.literal_eval(k) for k in node.value.keys),
+                               node.value.values))
+            kw = {k.arg: ast.literal_eval(k.value) for k in recipes[name].keywords}
+            return {"FREE_SHARE": kw["free_captions"], "TWO_SHARE": kw["two_share"],
+                    "PAIR_PLACES": bool(kw["pair_places"]),
+                    "SINGLE_PLACES": bool(kw["single_places"])}
+    raise AssertionError("train.py: no RECIPES assignment")
+
+
+# the committed recipe's dataset knobs
+RECIPE_KNOBS = recipe_knobs()
 
 
 @contextlib.contextmanager
