@@ -22,7 +22,9 @@
 # (AVX-512): 4040 s = 67.3 minutes in fp32 (0.417 s per main UNet step);
 # session 26, with the UNet stages under bf16 autocast (--bf16 auto: on
 # where the CPU has bf16, as that Zen 4 does): 3229 s = 53.8 minutes
-# (0.325 s per main step), max RSS 4.2 GB.
+# (0.325 s per main step), max RSS 4.2 GB; session 31 (loosen 900): 55.2
+# minutes there.  Session 32, a 2-core Intel Xeon (model 207, AMX-BF16,
+# bf16): 3808 s = 63.5 minutes (0.38-0.49 s per main step).
 # Each UNet stage but the last leaves its model in the work folder
 # (out/demo-train/stage-<name>), from which `train.py --phase late
 # --init-model` runs the stages after it again.
