@@ -851,7 +851,8 @@ def stages(a):
             where the extra copies of a shape start (session 14).  Measured
             (session 32, 1500 steps, t >= 500, against the recipe's 1000
             uniform on the same main stage; validation set): S 1/3 flat 343
-            -> 347 of 360 (4 : 8), two X 0.74 -> 0.78 (within scatter); S
+            -> 347 of 360 (4 prompts flat only without it, 8 only with
+            it), two X 0.74 -> 0.78 (within the scatter); S
             1/2 flat 334, two X 0.62 (more copies, not fewer);
     loosen  a.loosen_steps at a.polish_tmax <= t < a.loosen_tmax (the
             noise levels polish leaves alone; the default 1000 includes
