@@ -1475,8 +1475,10 @@ def main():
         ap.error(f"--convert-high-share {a.convert_high_share}: must be in [0, 1]")
     if not 0 <= a.convert_high_tmin < 1000:
         ap.error(f"--convert-high-tmin {a.convert_high_tmin}: must be in [0, 1000)")
-    if a.convert_teacher_tmax > 0 and a.convert_steps <= 0:
-        ap.error("--convert-teacher-tmax needs a convert stage (--convert-steps > 0)")
+    for flag, on in (("--convert-teacher-tmax", a.convert_teacher_tmax > 0),
+                     ("--convert-high-share", a.convert_high_share > 0)):
+        if on and a.convert_steps <= 0:
+            ap.error(f"{flag} needs a convert stage (--convert-steps > 0)")
     if a.guide_steps > 0:
         if not a.guide_scale >= 1.0:
             ap.error(f"--guide-scale {a.guide_scale}: must be >= 1")
