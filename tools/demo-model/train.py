@@ -881,7 +881,7 @@ def stages(a):
             a.guide_tmax (default 0 and 1000: every t), plain MSE on the
             classifier-free-guided prediction at a.guide_scale (guided()),
             so that cfg s then acts like cfg s / guide_scale did before.
-            v2 (session 17) runs 200 steps at 1.5, lr 1e-4, with a share
+            v2 (session 17) ran 200 steps at 1.5, lr 1e-4, with a share
             a.guide_cap_noise 0.15 of mismatched captions as in loosen (so
             the cfg 1.0 margin stays): flat backgrounds 71 -> 97 of 120,
             triangles 0.15 -> 0.40, held-out drop 0.25 -> 0.39, squares
@@ -1019,8 +1019,8 @@ def interval_target(teacher, xt, t, cond, caps, empty, scale, tmax, v, tdata, ds
     demo-model-log.md, session 20).
 
     Captions holding one of `keep_words` (--interval-keep: shape words) keep
-    k = 1 at every t, so the student, guided at `scale`, is guided as the
-    teacher there too.  Why: guidance at low t is a per-shape trade -
+    k = 1 below `tmax` too (the high-noise band below still applies), so
+    the student, guided at `scale`, is guided as the teacher there too.  Why: guidance at low t is a per-shape trade -
     squares and triangles lose their corners to it (pincushions, session
     19) while a star's points need it down to t ~ 300 - and the student
     reads the shape word, so each shape can be distilled with its own
