@@ -24,7 +24,10 @@
 # where the CPU has bf16, as that Zen 4 does): 3229 s = 53.8 minutes
 # (0.325 s per main step), max RSS 4.2 GB; session 31 (loosen 900): 55.2
 # minutes there.  Session 32, a 2-core Intel Xeon (model 207, AMX-BF16,
-# bf16): 3808 s = 63.5 minutes (0.38-0.49 s per main step).
+# bf16): 3808 s = 63.5 minutes (0.38-0.49 s per main step).  Session 36,
+# the same Xeon, session 35's recipe: 4275 s = 71.3 minutes, byte for byte
+# the committed weights; the VM ran its late stages 54% slower than session
+# 32's run did (docs/demo-model-log.md, "Session 36").
 # Each UNet stage but the last leaves its model in the work folder
 # (out/demo-train/stage-<name>), from which `train.py --phase late
 # --init-model` runs the stages after it again.
