@@ -1036,11 +1036,12 @@ def interval_target(teacher, xt, t, cond, caps, empty, scale, tmax, v, tdata, ds
 
     Captions holding one of `keep_words` (--interval-keep: shape words) keep
     k = 1 below `tmax` too (the high-noise band below still applies), so
-    the student, guided at `scale`, is guided as the teacher there too.  Why: guidance at low t is a per-shape trade -
-    squares and triangles lose their corners to it (pincushions, session
-    19) while a star's points need it down to t ~ 300 - and the student
-    reads the shape word, so each shape can be distilled with its own
-    interval.  Off in the recipe: with stars kept (session 29, validation
+    the student, guided at `scale`, is guided as the teacher there too.
+    Why: guidance at low t is a per-shape trade - squares and triangles
+    lose their corners to it (pincushions, session 19) while a star's
+    points need it down to t ~ 300 - and the student reads the shape
+    word, so each shape can be distilled with its own interval.  Off in
+    the recipe: with stars kept (session 29, validation
     set) stars rose 45 -> 51 of 60 (7 prompts right only with it, 1 only
     without) but colour/place fell 347 -> 341 of 360 (0 against 6), ring
     prompts drawing stars among them; keeping rings too lost more.
