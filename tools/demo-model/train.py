@@ -921,25 +921,28 @@ def stages(a):
             scatter (interval_target());
     The late stages start from the stage before's EMA weights with a fresh
     AdamW and EMA; each stage has fixed seeds of its own, so adding one leaves
-    the others' streams unchanged."""
+    the others' streams unchanged.  --stage-seed shifts every stage's seeds
+    at once (the data, VAE and text encoder keep theirs): another draw of the
+    UNet from the same latents."""
+    sd = a.seed + a.stage_seed
     return [s for s in (
         Stage("lowres", a.lowres_steps, a.lowres_lr, 0, 1000, a.min_snr, a.cap_noise, 100,
-              a.seed + 23, a.seed + 47, a.prediction, snr_plus1=bool(a.min_snr_plus1),
+              sd + 23, sd + 47, a.prediction, snr_plus1=bool(a.min_snr_plus1),
               size=a.lowres_size, batch=a.lowres_batch),
         Stage("main", a.unet_steps, a.unet_lr, 0, 1000, a.min_snr, a.cap_noise, 100,
-              a.seed + 2, a.seed + 17, a.prediction, snr_plus1=bool(a.min_snr_plus1)),
+              sd + 2, sd + 17, a.prediction, snr_plus1=bool(a.min_snr_plus1)),
         Stage("polish", a.polish_steps, a.polish_lr, 0, a.polish_tmax, 0.0, 0.0, 10,
-              a.seed + 5, a.seed + 29, a.prediction),
+              sd + 5, sd + 29, a.prediction),
         Stage("convert", a.convert_steps, a.convert_lr, 0, 1000, 0.0, 0.0, 10,
-              a.seed + 11, a.seed + 37, "v_prediction"),
+              sd + 11, sd + 37, "v_prediction"),
         Stage("loosen", a.loosen_steps, a.loosen_lr, a.polish_tmax, a.loosen_tmax,
               a.min_snr if a.loosen_min_snr is None else a.loosen_min_snr,
-              a.loosen_cap_noise, 10, a.seed + 7, a.seed + 31, final_prediction(a)),
+              a.loosen_cap_noise, 10, sd + 7, sd + 31, final_prediction(a)),
         Stage("guide", a.guide_steps, a.guide_lr, a.guide_tmin, a.guide_tmax, 0.0,
-              a.guide_cap_noise, 10, a.seed + 13, a.seed + 41, final_prediction(a),
+              a.guide_cap_noise, 10, sd + 13, sd + 41, final_prediction(a),
               a.guide_scale),
         Stage("interval", a.interval_steps, a.interval_lr, 0, 1000, 0.0, 0.0, 10,
-              a.seed + 19, a.seed + 43, final_prediction(a), 0.0, a.interval_scale),
+              sd + 19, sd + 43, final_prediction(a), 0.0, a.interval_scale),
     ) if s.steps > 0]
 
 
@@ -1511,6 +1514,9 @@ def main():
                     help="the UNet stages' attention as plain matmul-softmax instead of "
                          "PyTorch's CPU flash kernel (9-12%% faster steps on the Xeon, "
                          "other roundings; off in every recipe so far)")
+    ap.add_argument("--stage-seed", type=int, default=0,
+                    help="added to every UNet stage's seeds (stages()): another draw of "
+                         "the UNet on the same data, VAE and text encoder")
     ap.add_argument("--ema", type=float, default=0.995)
     ap.add_argument("--log-every", type=int, default=100)
     ap.add_argument("--snapshot-every", type=int, default=0,

@@ -27,7 +27,9 @@
 # bf16): 3808 s = 63.5 minutes (0.38-0.49 s per main step).  Session 36,
 # the same Xeon, session 35's recipe: 4275 s = 71.3 minutes, byte for byte
 # the committed weights; the VM ran its late stages 54% slower than session
-# 32's run did (docs/demo-model-log.md, "Session 36").
+# 32's run did (docs/demo-model-log.md, "Session 36").  Session 37, the
+# same Xeon, with --unet-attn-math 1 --stage-seed 1000 (another draw, not
+# taken): 3837 s = 63.9 minutes ("Session 37").
 # Each UNet stage but the last leaves its model in the work folder
 # (out/demo-train/stage-<name>), from which `train.py --phase late
 # --init-model` runs the stages after it again.
