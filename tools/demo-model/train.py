@@ -1044,10 +1044,10 @@ def interval_target(teacher, xt, t, cond, caps, empty, scale, tmax, v, tdata, ds
     lose their corners to it (pincushions, session 19) while a star's
     points need it down to t ~ 300 - and the student reads the shape
     word, so each shape can be distilled with its own interval.  Off in
-    the recipe: with stars kept (session 29, validation
-    set) stars rose 45 -> 51 of 60 (7 prompts right only with it, 1 only
-    without) but colour/place fell 347 -> 341 of 360 (0 against 6), ring
-    prompts drawing stars among them; keeping rings too lost more.
+    the recipe: with stars kept (session 29, validation set) stars rose
+    45 -> 51 of 60 (7 prompts right only with it, 1 only without) but
+    colour/place fell 347 -> 341 of 360 (0 against 6), ring prompts
+    drawing stars among them; keeping rings too lost more.
 
     At t >= `high_tmin` (--interval-high-tmin, 1000: off) the caption
     branch is c' = u + high_k (c - u): guidance at any scale s acts there as
