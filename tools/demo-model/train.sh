@@ -29,7 +29,9 @@
 # the committed weights; the VM ran its late stages 54% slower than session
 # 32's run did (docs/demo-model-log.md, "Session 36").  Session 37, the
 # same Xeon, with --unet-attn-math 1 --stage-seed 1000 (another draw, not
-# taken): 3837 s = 63.9 minutes ("Session 37").
+# taken): 3837 s = 63.9 minutes ("Session 37").  Session 38, the same
+# Xeon, the committed recipe: 4655 s = 77.6 minutes, byte for byte the
+# committed weights (the VM's speed: "Session 38").
 # Each UNet stage but the last leaves its model in the work folder
 # (out/demo-train/stage-<name>), from which `train.py --phase late
 # --init-model` runs the stages after it again.
