@@ -455,11 +455,11 @@ def encode_all(vae, imgs, bs=4, size=None):
     """The posterior means of uint8 images, box-filtered to `size` first when given.
 
     Four images a call: the 128 px activations of a small batch stay in the
-    core's cache, and the 8000 latents took 6.1-6.6 s a 640 images instead of
-    9.7-10.4 at 64 a call (session 38, two threads, Xeon), about 50 s less in
-    a run.  The same bytes at any batch from 2 to 128 (one image a call takes
-    another kernel and rounds differently), so the latents and everything
-    trained on them stay as they were."""
+    core's cache.  640 images took 6.1-6.6 s at 4 a call against 9.7-11.7 s
+    at 64 (session 38, two threads, Xeon); in a full run the 8000 latents
+    took 84 s against about 110.  The same bytes at any batch from 2 to 128
+    (one image a call takes another kernel and rounds differently), so the
+    latents and everything trained on them stay as they were."""
     out = []
     for i in range(0, imgs.shape[0], bs):
         x = to_tensor(imgs[i:i + bs])
