@@ -48,6 +48,7 @@ int tsr_cmd_serve(int argc, char **argv)
     const char *listen = NULL, *host = NULL, *level = NULL, *batching = NULL;
     int64_t port = -1, threads = 0, max_batch = c.max_batch, max_queue = c.max_queue;
     int64_t max_wait = 0, drain = c.drain_timeout_s, max_body = c.max_body;
+    int64_t max_bodies = c.max_bodies;
     int64_t tile_size = c.tile_size, preview_every = c.preview_every, tile_threads = c.tile_threads;
     int64_t keep_jobs = 0;
     const char *role = NULL;
@@ -90,6 +91,10 @@ int tsr_cmd_serve(int argc, char **argv)
          0},
         {"max-body", TSR_ARG_INT, &max_body, "BYTES",
          "largest request body (default 33554432 = 32 MiB)", 1024, (int64_t)1 << 32, 0, 0},
+        {"max-bodies", TSR_ARG_INT, &max_bodies, "BYTES",
+         "request bodies held at once, all connections together; past it new uploads get 503 "
+         "(default 268435456 = 256 MiB; at least --max-body)",
+         1024, (int64_t)1 << 40, 0, 0},
         {"tile-size", TSR_ARG_INT, &tile_size, "PX",
          "preview tiles are PX x PX image pixels (default 64)", 8, 4096, 0, 0},
         {"preview-every", TSR_ARG_INT, &preview_every, "K",
@@ -206,6 +211,7 @@ int tsr_cmd_serve(int argc, char **argv)
     c.max_wait_ms = (int)max_wait;
     c.drain_timeout_s = (int)drain;
     c.max_body = max_body;
+    c.max_bodies = max_bodies;
     c.tile_size = (int)tile_size;
     c.preview_every = (int)preview_every;
     c.tile_threshold = tile_threshold;

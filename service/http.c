@@ -13,8 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <errno.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <event2/buffer.h>
@@ -22,6 +24,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
 
 #include "auth.h"
 #include "log.h"
@@ -104,13 +107,38 @@ static void common_headers(svc_req *r)
     }
 }
 
+/* A client's bytes for the access log, as nginx writes them: a control
+ * byte, DEL, a byte past ASCII, '"' and '\\' become \xHH, so no path can
+ * forge a log line or reach a terminal as an escape sequence.  Cut to fit
+ * out (size >= 5). */
+static void log_escape(const char *in, char *out, size_t size)
+{
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)in; *p; p++) {
+        bool esc = *p < 0x20 || *p >= 0x7f || *p == '"' || *p == '\\';
+        size_t need = esc ? 4 : 1;
+        if (o + need + 1 > size)
+            break;
+        if (esc)
+            o += (size_t)snprintf(out + o, size - o, "\\x%02X", *p);
+        else
+            out[o++] = (char)*p;
+    }
+    out[o] = '\0';
+}
+
 void svc_req_finish(svc_req *r, int status)
 {
     svc_server *s = r->srv;
     if (status >= 100 && status < 600)
         s->metrics.http[status]++;
-    SVC_INFO("http: %s %s %d %zu %.1fms", r->method, r->path ? r->path : "?", status, r->bytes_out,
-             (svc_now_mono() - r->t0) * 1000.0);
+    if (svc_log_enabled(TSR_LOG_INFO)) {
+        char method[4 * sizeof r->method + 1], path[4 * 1024 + 1];
+        log_escape(r->method, method, sizeof method);
+        log_escape(r->path ? r->path : "?", path, sizeof path);
+        SVC_INFO("http: %s %s %d %zu %.1fms", method, path, status, r->bytes_out,
+                 (svc_now_mono() - r->t0) * 1000.0);
+    }
     free(r->path);
     free(r->query);
     free(r);
@@ -184,8 +212,12 @@ void svc_reply_error(svc_req *r, int status, const char *code, const char *field
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     cJSON *o = svc_error_body(code, field, msg);
-    if (status >= 400 && status != 404)
-        SVC_DEBUG("http: %s %s -> %d %s: %s", r->method, r->path, status, code, msg);
+    if (status >= 400 && status != 404 && svc_log_enabled(TSR_LOG_DEBUG)) {
+        char path[1024], text[4 * sizeof msg];
+        log_escape(r->path ? r->path : "?", path, sizeof path);
+        log_escape(msg, text, sizeof text);
+        SVC_DEBUG("http: %s %s -> %d %s: %s", r->method, path, status, code, text);
+    }
     svc_reply_json(r, status, o);
 }
 
@@ -253,11 +285,17 @@ static void on_request(struct evhttp_request *req, void *arg)
     r->req = req;
     r->t0 = svc_now_mono();
     snprintf(r->method, sizeof r->method, "%s", method_name(evhttp_request_get_command(req)));
-    /* a method evhttp does not route, passed on by the guard as PATCH */
-    const char *foreign = evhttp_find_header(evhttp_request_get_input_headers(req),
-                                             SVC_METHOD_HEADER);
-    if (foreign && evhttp_request_get_command(req) == EVHTTP_REQ_PATCH)
-        snprintf(r->method, sizeof r->method, "%s", foreign);
+    /* a method evhttp does not route, passed on by the guard as PATCH with
+     * "<secret> METHOD" in SVC_METHOD_HEADER; the same header from a client
+     * lacks the secret and changes nothing (PATCH gets its 405) */
+    if (evhttp_request_get_command(req) == EVHTTP_REQ_PATCH) {
+        struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+        size_t k = strlen(s->guard_secret);
+        for (struct evkeyval *h = in->tqh_first; h; h = h->next.tqe_next)
+            if (strcasecmp(h->key, SVC_METHOD_HEADER) == 0 &&
+                strncmp(h->value, s->guard_secret, k) == 0 && h->value[k] == ' ')
+                snprintf(r->method, sizeof r->method, "%s", h->value + k + 1);
+    }
     const char *raw = evhttp_request_get_uri(req);
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
@@ -270,6 +308,7 @@ static void on_request(struct evhttp_request *req, void *arg)
     }
     if (uri && evhttp_uri_get_query(uri))
         r->query = strdup(evhttp_uri_get_query(uri));
+    r->encoded = path && strchr(path, '%') != NULL;
     if (svc_guard_answer(r))
         return;
     if (raw && strlen(raw) > URI_MAX) {
@@ -361,6 +400,80 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg)
     return svc_guard_bev(base, arg);
 }
 
+/* accept() failed.  libevent's listener would log a warning and try again
+ * at once, and the listening socket stays readable, so running out of
+ * descriptors (EMFILE) spins the loop at 100% CPU.  Instead: stop
+ * accepting for ACCEPT_PAUSE_MS, then try again (nginx's
+ * accept_mutex_delay idea); connections already open go on, and as they
+ * close, descriptors free up.  Logged at most once a second. */
+#define ACCEPT_PAUSE_MS 100
+
+/* The error callback gets evhttp's argument (its struct evhttp), not
+ * ours: the one server of the process is found here. */
+static svc_server *accept_server;
+
+static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    svc_server *s = arg;
+    if (s->listener)
+        evconnlistener_enable(s->listener);
+}
+
+static void on_accept_error(struct evconnlistener *l, void *arg)
+{
+    (void)arg;
+    svc_server *s = accept_server;
+    if (!s)
+        return;
+    int e = EVUTIL_SOCKET_ERROR();
+    s->accept_errors++;
+    double now = svc_now_mono();
+    if (now - s->accept_error_logged >= 1.0) {
+        struct rlimit rl;
+        long long lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? (long long)rl.rlim_cur : -1;
+        SVC_WARN("http: accept() failed: %s (%llu times so far; descriptor limit %lld); "
+                 "pausing new connections for %d ms",
+                 strerror(e), (unsigned long long)s->accept_errors, lim, ACCEPT_PAUSE_MS);
+        s->accept_error_logged = now;
+    }
+    evconnlistener_disable(l);
+    struct timeval tv = {0, ACCEPT_PAUSE_MS * 1000};
+    if (!s->ev_accept_resume)
+        s->ev_accept_resume = evtimer_new(s->base, on_accept_resume, s);
+    if (s->ev_accept_resume)
+        evtimer_add(s->ev_accept_resume, &tv);
+    else
+        evconnlistener_enable(l); /* out of memory: better busy than deaf */
+}
+
+/* libevent's own messages, through the server's log and level (they would
+ * go to stderr, whatever --log-level says). */
+static void on_libevent_log(int severity, const char *msg)
+{
+    tsr_log_level level = severity == EVENT_LOG_DEBUG ? TSR_LOG_DEBUG
+                          : severity == EVENT_LOG_MSG ? TSR_LOG_INFO
+                          : severity == EVENT_LOG_WARN ? TSR_LOG_WARN
+                                                       : TSR_LOG_ERROR;
+    SVC_LOG_AT(level, "libevent: %s", msg);
+}
+
+void svc_http_process_init(void)
+{
+    event_set_log_callback(on_libevent_log);
+    /* every connection is a descriptor: take the hard limit (nginx's
+     * worker_rlimit_nofile); what is left past it is handled above */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rlim_t want = rl.rlim_max;
+        rl.rlim_cur = want;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            SVC_WARN("cannot raise the descriptor limit to %llu: %s", (unsigned long long)want,
+                     strerror(errno));
+    }
+}
+
 int svc_http_start(svc_server *s)
 {
     s->http = evhttp_new(s->base);
@@ -390,6 +503,11 @@ int svc_http_start(svc_server *s)
                   s->cfg.host, s->cfg.port);
         return -1;
     }
+    s->listener = evhttp_bound_socket_get_listener(h);
+    if (s->listener) {
+        accept_server = s;
+        evconnlistener_set_error_cb(s->listener, on_accept_error);
+    }
     /* the port actually bound (port 0: the kernel's choice) */
     evutil_socket_t fd = evhttp_bound_socket_get_fd(h);
     struct sockaddr_storage ss;
@@ -406,6 +524,13 @@ int svc_http_start(svc_server *s)
 
 void svc_http_stop(svc_server *s)
 {
+    if (s->ev_accept_resume) {
+        event_free(s->ev_accept_resume);
+        s->ev_accept_resume = NULL;
+    }
+    s->listener = NULL; /* evhttp's */
+    if (accept_server == s)
+        accept_server = NULL;
     if (s->http) {
         evhttp_free(s->http);
         s->http = NULL;

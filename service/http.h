@@ -34,9 +34,13 @@ typedef struct svc_req {
     char method[12];
     char *path;       /* owned: the decoded path */
     char *query;      /* owned or NULL */
+    bool encoded;     /* the path came percent-encoded (not a canonical resource URL) */
     size_t bytes_out; /* streamed responses count here */
 } svc_req;
 
+/* Once per process, before the loop: libevent's log through the server's,
+ * and the descriptor limit raised to its hard limit. */
+void svc_http_process_init(void);
 /* Bind and start serving on s->base.  0, or -1 (logged). */
 int svc_http_start(struct svc_server *s);
 void svc_http_stop(struct svc_server *s);

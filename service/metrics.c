@@ -93,6 +93,15 @@ void svc_metrics_render(const svc_metrics *m, const svc_gauges *g, struct evbuff
                         "# HELP tessera_sse_clients Open event streams.\n"
                         "# TYPE tessera_sse_clients gauge\ntessera_sse_clients %d\n",
                         g->queue_images, g->running_images, g->workers, g->sse_clients);
+    evbuffer_add_printf(out,
+                        "# HELP tessera_http_body_bytes Request body bytes held now "
+                        "(--max-bodies).\n"
+                        "# TYPE tessera_http_body_bytes gauge\ntessera_http_body_bytes %llu\n"
+                        "# HELP tessera_http_accept_errors_total accept() failures (e.g. out of "
+                        "descriptors); accepting pauses 100 ms after each.\n"
+                        "# TYPE tessera_http_accept_errors_total counter\n"
+                        "tessera_http_accept_errors_total %llu\n",
+                        g->body_bytes, g->accept_errors);
     static const char *states[SVC_JC_COUNT] = {"queued", "running", "done", "failed",
                                                "cancelled"};
     evbuffer_add_printf(out, "# HELP tessera_jobs_total Jobs that reached each state.\n"

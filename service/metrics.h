@@ -44,6 +44,8 @@ typedef struct svc_metrics {
 /* Gauges the caller reads at scrape time. */
 typedef struct svc_gauges {
     int queue_images, running_images, workers, sse_clients;
+    unsigned long long body_bytes;    /* request bodies held (--max-bodies) */
+    unsigned long long accept_errors; /* accept() failures (descriptors out) */
 } svc_gauges;
 
 void svc_metrics_init(svc_metrics *m);

@@ -311,25 +311,43 @@ static void send_manifest(svc_req *r, svc_job *j, int index)
         evbuffer_free(buf);
 }
 
+/* A number as the server writes it in URLs: decimal digits, no sign, no
+ * leading zero, at most max.  Advances *p past it.  One spelling per
+ * number, so every image and tile has one URL (a CDN's cache rule and
+ * its cache key match the URL as written). */
+static bool url_number(const char **p, long max, long *out)
+{
+    const char *s = *p;
+    if (*s < '0' || *s > '9' || (s[0] == '0' && s[1] >= '0' && s[1] <= '9'))
+        return false;
+    long v = 0;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        v = v * 10 + (*s - '0');
+        if (v > max)
+            return false;
+    }
+    *out = v;
+    *p = s;
+    return true;
+}
+
 /* "<i>/tiles" (manifest) or "<i>/tiles/<version>/<row>_<col>.jpg" after
  * /images/; false when name has neither shape. */
 static bool parse_tile_path(const char *name, long *index, long *version, long *row, long *col,
                             bool *manifest)
 {
-    int n = 0;
     *version = *row = *col = 0;
-    if (sscanf(name, "%ld/tiles%n", index, &n) != 1 || n == 0 || name[0] < '0' || name[0] > '9')
+    const char *p = name;
+    if (!url_number(&p, 1000000, index) || strncmp(p, "/tiles", 6) != 0)
         return false;
-    const char *tail = name + n;
-    *manifest = tail[0] == '\0';
-    if (!*manifest) {
-        int m2 = 0;
-        if (sscanf(tail, "/%ld/%ld_%ld.jpg%n", version, row, col, &m2) != 3 || m2 == 0 ||
-            tail[m2] != '\0' || *version < 0 || *row < 0 || *col < 0 || *version > 1000000000 ||
-            *row > 100000 || *col > 100000)
-            return false;
-    }
-    return true;
+    p += 6;
+    *manifest = p[0] == '\0';
+    if (*manifest)
+        return true;
+    if (*p++ != '/' || !url_number(&p, 1000000000, version) || *p++ != '/' ||
+        !url_number(&p, 100000, row) || *p++ != '_' || !url_number(&p, 100000, col))
+        return false;
+    return strcmp(p, ".jpg") == 0;
 }
 
 /* --queue: what a tile or image request waits for on an api node whose
@@ -563,6 +581,11 @@ static void route_jobs(svc_req *r, const char *rest, bool may_wait)
     }
     if (strncmp(sub, "/images/", 8) == 0) {
         const char *name = sub + 8;
+        if (r->encoded) {
+            /* the server never writes these URLs percent-encoded */
+            svc_reply_error(r, 404, "not_found", NULL, "no such path (not the image's URL)");
+            return;
+        }
         if (j && may_wait && s->cluster && s->cfg.role != TSR_ROLE_WORKER && is_get(r) &&
             !resource_ready(s, rest, j->id) &&
             svc_route_wait(r, rest, j->id, LOOKUP_WAIT_S, resource_ready, route_jobs_again))

@@ -52,6 +52,7 @@ void tsr_service_config_init(tsr_service_config *c)
     c->data_dir = "./tessera-data";
     c->drain_timeout_s = 30;
     c->max_body = 32ll << 20;
+    c->max_bodies = 256ll << 20;
     c->log_level = TSR_LOG_INFO;
     c->tile_size = 64;
     c->preview_every = 1;
@@ -686,8 +687,11 @@ int tsr_service_run(const tsr_service_config *cfg)
         s->cfg.max_batch = 32;
     if (s->cfg.max_body <= 0)
         s->cfg.max_body = 32ll << 20;
+    if (s->cfg.max_bodies < s->cfg.max_body) /* one body of the largest size always fits */
+        s->cfg.max_bodies = s->cfg.max_body;
     svc_log_set_level((tsr_log_level)s->cfg.log_level);
     tsr_log_set_level((tsr_log_level)s->cfg.log_level);
+    svc_http_process_init();
     tsr_log_set_callback(on_engine_log, NULL);
     svc_metrics_init(&s->metrics);
     s->exit_code = 0;

@@ -30,6 +30,7 @@
 struct event_base;
 struct event;
 struct evhttp;
+struct evconnlistener;
 struct svc_sse;
 
 typedef enum svc_phase {
@@ -43,6 +44,10 @@ typedef struct svc_server {
     tsr_service_config cfg;
     struct event_base *base;
     struct evhttp *http;
+    struct evconnlistener *listener; /* evhttp's; paused on accept errors (http.c) */
+    struct event *ev_accept_resume;
+    unsigned long long accept_errors;
+    double accept_error_logged;
     svc_phase phase;
     int port;
 
@@ -81,6 +86,7 @@ typedef struct svc_server {
     size_t token_len;
     char guard_secret[33];     /* marks requests the head guard rewrote (http_guard.c) */
 
+    unsigned long long body_bytes; /* request bodies held, at most cfg.max_bodies (http_guard.c) */
     int pending_images;        /* accepted, waiting for the journal's fsync */
     int running_images;        /* taken by workers, not yet final */
     bool positions_dirty;

@@ -30,6 +30,7 @@ typedef struct tsr_service_config {
     int static_batching;     /* 1 = admit images only into an empty batch (--batching static) */
     int drain_timeout_s;     /* default 30 */
     long long max_body;      /* request body limit in bytes (default 32 MiB) */
+    long long max_bodies;    /* bytes of all request bodies held at once (default 256 MiB) */
     int log_level;           /* tsr_log_level (default info) */
     int tile_size;           /* preview tile size in image pixels (default 64) */
     int preview_every;       /* previews every N UNet calls (default 1) */
