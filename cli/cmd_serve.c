@@ -50,7 +50,8 @@ int tsr_cmd_serve(int argc, char **argv)
     int64_t max_wait = 0, drain = c.drain_timeout_s, max_body = c.max_body;
     int64_t max_bodies = c.max_bodies;
     int64_t tile_size = c.tile_size, preview_every = c.preview_every, tile_threads = c.tile_threads;
-    int64_t keep_jobs = 0;
+    int64_t keep_jobs = c.keep_jobs, tile_cache = c.tile_cache_mb,
+            journal_compact = c.journal_compact_kb;
     const char *role = NULL;
     int64_t result_ttl = c.result_ttl_s, claim_idle = c.claim_idle_ms,
             max_attempts = c.max_attempts;
@@ -105,11 +106,20 @@ int tsr_cmd_serve(int argc, char **argv)
         {"tile-threads", TSR_ARG_INT, &tile_threads, "N", "JPEG encoder threads (default 1)", 1,
          8, 0, 0},
         {"keep-jobs", TSR_ARG_INT, &keep_jobs, "N",
-         "keep the N newest finished jobs, delete older ones with their files (0 = all)", 0,
-         100000000, 0, 0},
+         "keep the N newest finished jobs, delete older ones with their files (default 10000; "
+         "0 = all)",
+         0, 100000000, 0, 0},
         {"keep-hours", TSR_ARG_FLOAT, &keep_hours, "H",
          "delete finished jobs (and files) H hours after they finished (0 = never)", 0, 0, 0,
          1e6},
+        {"tile-cache-mb", TSR_ARG_INT, &tile_cache, "MB",
+         "preview tiles of finished jobs kept in RAM, MiB; past it the oldest go and their "
+         "final tiles are read from --data-dir (default 32; 0 = none)",
+         0, 1048576, 0, 0},
+        {"journal-compact-kb", TSR_ARG_INT, &journal_compact, "KB",
+         "rewrite the journal while running once its records no longer needed pass KB KiB and "
+         "outweigh the rest (default 1024; 0 = only at start-up)",
+         0, 1048576, 0, 0},
         {"queue", TSR_ARG_STRING, &c.queue_url, "redis://HOST:PORT[/DB]",
          "share one Redis Streams queue with other nodes (docs/scale-out.md)", 0, 0, 0, 0},
         {"role", TSR_ARG_STRING, &role, "ROLE",
@@ -218,6 +228,8 @@ int tsr_cmd_serve(int argc, char **argv)
     c.tile_threads = (int)tile_threads;
     c.keep_jobs = (int)keep_jobs;
     c.keep_hours = keep_hours;
+    c.tile_cache_mb = (int)tile_cache;
+    c.journal_compact_kb = (int)journal_compact;
     c.ready_out = stdout;
     rc = tsr_service_run(&c);
     return rc == 0 ? TSR_EXIT_OK : TSR_EXIT_FAILURE;

@@ -7,9 +7,17 @@
  * cancelled (DELETE).  Each change appends an event and wakes the job's
  * streams (and its batch's).  Final states are persisted through the
  * storage thread (job.json, then the journal's final record).
+ *
+ * Memory of finished jobs: the job itself (a few hundred bytes plus its
+ * event history) is bounded by --keep-jobs (default 10000); its tiles, by
+ * far the larger part, by --tile-cache-mb through a least-recently-used
+ * list of images (finalize adds them, svc_image_tiles moves them to the
+ * end, tile_evict drops the oldest).  Eviction runs only where no route
+ * holds a tile pointer: in svc_jobs_gc and at the start of svc_image_tiles.
  */
 #include "jobs.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +38,8 @@ struct svc_jobs {
     size_t n_bbuckets, bcount;
     svc_batch *bfirst;
     svc_job *qhead, *qtail;         /* jobs with queued images, in submission order */
+    svc_image *tl_head, *tl_tail;   /* finished images holding tile bytes, LRU first */
+    size_t tl_bytes;
 };
 
 const char *svc_state_name(svc_state s)
@@ -415,6 +425,57 @@ void svc_job_queued_event(svc_server *s, svc_job *j, int position)
         emit(s, j, SVC_EV_QUEUED, position, 0, 0, 0);
 }
 
+/* ------------------------------------------------- finished jobs' tiles */
+
+static void tile_lru_remove(svc_jobs *t, svc_image *img)
+{
+    if (!img->in_tile_lru)
+        return;
+    if (img->tile_prev)
+        img->tile_prev->tile_next = img->tile_next;
+    else
+        t->tl_head = img->tile_next;
+    if (img->tile_next)
+        img->tile_next->tile_prev = img->tile_prev;
+    else
+        t->tl_tail = img->tile_prev;
+    img->tile_prev = img->tile_next = NULL;
+    t->tl_bytes -= img->tile_lru_bytes;
+    img->tile_lru_bytes = 0;
+    img->in_tile_lru = false;
+}
+
+/* At the end (most recently used); only maps that hold bytes. */
+static void tile_lru_push(svc_jobs *t, svc_image *img)
+{
+    tile_lru_remove(t, img);
+    if (!img->tiles || img->tiles->dropped || img->tiles->bytes == 0)
+        return;
+    img->tile_lru_bytes = img->tiles->bytes;
+    img->tile_prev = t->tl_tail;
+    img->tile_next = NULL;
+    if (t->tl_tail)
+        t->tl_tail->tile_next = img;
+    else
+        t->tl_head = img;
+    t->tl_tail = img;
+    t->tl_bytes += img->tile_lru_bytes;
+    img->in_tile_lru = true;
+}
+
+/* Drop the least recently used finished images' tile bytes past the budget. */
+static void tile_evict(svc_server *s)
+{
+    svc_jobs *t = s->jobs;
+    const size_t budget =
+        s->cfg.tile_cache_mb > 0 ? (size_t)s->cfg.tile_cache_mb << 20 : (size_t)0;
+    while (t->tl_bytes > budget && t->tl_head) {
+        svc_image *img = t->tl_head;
+        tile_lru_remove(t, img);
+        svc_tilemap_drop(img->tiles);
+    }
+}
+
 /* ------------------------------------------------------------- finishing */
 
 static void finalize(svc_server *s, svc_job *j, svc_state state)
@@ -446,6 +507,8 @@ static void finalize(svc_server *s, svc_job *j, svc_state state)
             emit_batch(s, b, SVC_EV_B_DONE, 0, 0);
     }
     svc_server_persist_final(s, j);
+    for (int i = 0; i < j->n; i++)
+        tile_lru_push(s->jobs, &j->images[i]); /* dropped later, never inside a route */
     SVC_INFO("job %s %s (%d image%s)", j->ids, svc_state_name(state), j->n, j->n == 1 ? "" : "s");
 }
 
@@ -630,7 +693,6 @@ void svc_jobs_on_tiles(svc_server *s, uint64_t job, int index, svc_tileset **tsp
         SVC_WARN("job %s image %d: tiles dropped (out of memory or a new grid)", j->ids, index);
         return;
     }
-    img->tiles_loaded = true;
     if (img->tiles->pubs[pub].n > 0)
         emit(s, j, SVC_EV_TILES, index, pub, ts->step, 0);
 }
@@ -638,19 +700,33 @@ void svc_jobs_on_tiles(svc_server *s, uint64_t job, int index, svc_tileset **tsp
 svc_tilemap *svc_image_tiles(svc_server *s, svc_job *j, int index)
 {
     svc_image *img = &j->images[index];
-    if (img->tiles || img->tiles_loaded || img->state != SVC_DONE)
-        return img->tiles;
-    img->tiles_loaded = true;
+    svc_tilemap *m = img->tiles;
+    if (m && !m->dropped) {
+        if (img->in_tile_lru)
+            tile_lru_push(s->jobs, img); /* used: to the end */
+        return m;
+    }
+    /* not in RAM (after a restart, or dropped past --tile-cache-mb): the
+     * final versions from <i>.tiles, for a done image only */
+    if (img->state != SVC_DONE || img->tiles_unreadable)
+        return m;
+    tile_evict(s); /* make room first: nothing else is handed out now */
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/jobs/%s/%d.tiles", s->cfg.data_dir, j->ids, index);
     char *data = NULL;
     size_t len = 0;
-    if (svc_read_file(path, &data, &len, 256u << 20) == 0) {
-        img->tiles = svc_tilemap_from_file((const uint8_t *)data, len);
-        if (!img->tiles)
-            SVC_WARN("%s: not a tile file; ignored", path);
+    int rc = svc_read_file(path, &data, &len, 256u << 20);
+    if (rc == 0 && svc_tilemap_reload(&img->tiles, (const uint8_t *)data, len) < 0) {
+        SVC_WARN("%s: not a tile file (or out of memory); ignored", path);
+        rc = -EINVAL;
     }
     free(data);
+    if (rc < 0) {
+        img->tiles_unreadable = rc != -ENOMEM;
+        return img->tiles;
+    }
+    if (svc_state_final(j->state))
+        tile_lru_push(s->jobs, img);
     return img->tiles;
 }
 
@@ -658,6 +734,8 @@ svc_tilemap *svc_image_tiles(svc_server *s, svc_job *j, int index)
 
 static void unlink_job(svc_jobs *t, svc_job *j, svc_job *prev)
 {
+    for (int i = 0; i < j->n; i++)
+        tile_lru_remove(t, &j->images[i]);
     svc_job **h = &t->buckets[hash_id(j->id, t->n_buckets)];
     while (*h && *h != j)
         h = &(*h)->hnext;
@@ -715,6 +793,7 @@ void svc_jobs_gc(svc_server *s)
 {
     const int keep = s->cfg.keep_jobs;
     const double hours = s->cfg.keep_hours;
+    tile_evict(s);
     if (keep <= 0 && hours <= 0)
         return;
     svc_jobs *t = s->jobs;

@@ -12,9 +12,13 @@
  * history index + 1, so Last-Event-ID resumes are a lookup.
  *
  * Finished jobs, and whole batches once all their jobs are final, are
- * dropped by svc_jobs_gc (--keep-jobs / --keep-hours); without those
- * options they are kept for the life of the process.  Finished jobs come
- * back from the data directory at start.
+ * dropped by svc_jobs_gc (--keep-jobs, default 10000 / --keep-hours); with
+ * both 0 they are kept for the life of the process.  Finished jobs come
+ * back from the data directory at start.  A finished job's preview tiles
+ * are the bulk of its memory, so they are budgeted apart from the job
+ * (--tile-cache-mb): the table keeps finished images with tiles in RAM in
+ * least recently used order and drops the oldest past the budget (tiles.h
+ * says what is kept and how they come back from disk).
  */
 #ifndef SVC_JOBS_H
 #define SVC_JOBS_H
@@ -80,8 +84,13 @@ typedef struct svc_image {
     size_t bytes;
     char *infotext;   /* owned */
     double started_mono;
-    struct svc_tilemap *tiles; /* owned: preview/final tiles; loaded lazily after a restart */
-    bool tiles_loaded;         /* the .tiles file was tried */
+    struct svc_tilemap *tiles; /* owned: preview/final tiles; loaded lazily after a restart
+                                * or after being dropped (svc_image_tiles) */
+    bool tiles_unreadable;     /* the .tiles file is missing or malformed: not tried again */
+    /* finished jobs' images holding tile bytes, least recently used first */
+    bool in_tile_lru;
+    size_t tile_lru_bytes;
+    struct svc_image *tile_prev, *tile_next;
 } svc_image;
 
 typedef struct svc_batch svc_batch;
@@ -180,9 +189,12 @@ void svc_jobs_on_stored(struct svc_server *s, uint64_t job, int index, const cha
                         size_t bytes, char **infotext);
 /* Tiles published by the encoder (*ts taken over). */
 void svc_jobs_on_tiles(struct svc_server *s, uint64_t job, int index, struct svc_tileset **ts);
-/* Drop finished jobs past --keep-jobs / --keep-hours (memory and disk). */
+/* Drop finished jobs past --keep-jobs / --keep-hours (memory and disk),
+ * and finished jobs' tile bytes past --tile-cache-mb (memory). */
 void svc_jobs_gc(struct svc_server *s);
-/* An image's tile map, loading <i>.tiles for a finished job (NULL if none). */
+/* An image's tile map, loading <i>.tiles for a done image whose map is
+ * not in RAM (NULL if none).  The map's tile bytes stay valid until the
+ * next call or the next svc_jobs_gc (--tile-cache-mb may drop them). */
 struct svc_tilemap *svc_image_tiles(struct svc_server *s, svc_job *j, int index);
 void svc_jobs_on_failed(struct svc_server *s, uint64_t job, int index, int status,
                         const char *message);

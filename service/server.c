@@ -2,7 +2,8 @@
  * service/server.c - tsr_service_run: start-up, the mailbox dispatch,
  * accepting jobs, drain and shutdown.
  *
- * Start-up: data directory, finished jobs loaded from their job.json and the
+ * Start-up: data directory (locked first: one server per directory, see
+ * store.h), finished jobs loaded from their job.json and the
  * journal replayed and compacted (both in server_journal.c), storage thread, HTTP listener, then one
  * worker per device, which open their engines while /readyz answers 503.
  * When every engine is open the jobs the journal left unfinished are
@@ -58,6 +59,9 @@ void tsr_service_config_init(tsr_service_config *c)
     c->preview_every = 1;
     c->tile_threshold = 2.0;
     c->tile_threads = 1;
+    c->keep_jobs = 10000;
+    c->tile_cache_mb = 32;
+    c->journal_compact_kb = 1024;
     c->result_ttl_s = 86400;
     c->claim_idle_ms = 30000;
     c->max_attempts = 3;
@@ -696,6 +700,7 @@ int tsr_service_run(const tsr_service_config *cfg)
     svc_metrics_init(&s->metrics);
     s->exit_code = 0;
     int rc = TSR_ERR_IO;
+    int lock_fd = -1; /* <data-dir>/lock, held until the end (store.h) */
     snprintf(s->guard_secret, sizeof s->guard_secret, "%016llx%016llx",
              (unsigned long long)svc_random_u64(), (unsigned long long)svc_random_u64());
     signal(SIGPIPE, SIG_IGN);
@@ -718,6 +723,19 @@ int tsr_service_run(const tsr_service_config *cfg)
         SVC_ERROR("--data-dir %s: %s", s->cfg.data_dir, strerror(-e));
         goto out;
     }
+    long holder = 0;
+    e = svc_store_lock(s->cfg.data_dir, &lock_fd, &holder);
+    if (e == -EBUSY) {
+        SVC_ERROR("data dir %s is in use by another tessera serve (pid %ld); give each server "
+                  "its own --data-dir",
+                  s->cfg.data_dir, holder);
+        goto out;
+    }
+    if (e < 0) {
+        SVC_ERROR("--data-dir %s: cannot lock %s/lock: %s", s->cfg.data_dir, s->cfg.data_dir,
+                  strerror(-e));
+        goto out;
+    }
     s->jobs = svc_jobs_new();
     s->mailbox = svc_mailbox_new(s->base, on_msg, s);
     if (s->cfg.queue_url && start_cluster(s) < 0)
@@ -737,7 +755,7 @@ int tsr_service_run(const tsr_service_config *cfg)
     }
     s->store = svc_store_start(s->cfg.data_dir, s->journal, s->mailbox);
     if (s->cluster && s->cfg.role != TSR_ROLE_API) {
-        s->work_store = svc_store_start(s->work_dir, s->journal, s->work_mailbox);
+        s->work_store = svc_store_start(s->work_dir, NULL, s->work_mailbox);
         if (!s->work_store)
             goto out;
     }
@@ -822,6 +840,8 @@ out:
         event_base_free(s->base);
     tsr_log_set_callback(NULL, NULL);
     free(s->token);
+    if (lock_fd >= 0)
+        close(lock_fd); /* after the journal's last write */
     free(s);
     return rc;
 }

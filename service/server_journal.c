@@ -10,8 +10,19 @@
  * is read, records are grouped per job (sorted by id, then by order), and
  * only the accepts with no final record and no job.json on disk survive;
  * the journal is rewritten to just those (compaction), so it grows only
- * with the work in flight.  Split from server.c, which keeps the loop,
- * accepting, drain and shutdown.
+ * with the work in flight.  While running the journal compacts itself on
+ * the storage thread (journal.c) using classify() below, which tells it
+ * which record each job still needs.
+ *
+ * A failed write must not turn into a lost job (docs/service-design.md,
+ * "Limits: the data dir"): when a final job's job.json cannot be written
+ * (ENOSPC after the 202), its final record carries the job.json object as
+ * "job" (store.c).  Such a record is live: replay rebuilds the job from it
+ * (failed, with its error, parameters and timings, as job.json would
+ * have), compaction keeps it, and it ends only with the job's "removed"
+ * record, journaled when garbage collection deletes the job.  A job.json
+ * found on disk still wins over any record.  Split from server.c, which
+ * keeps the loop, accepting, drain and shutdown.
  */
 #include <errno.h>
 #include <limits.h>
@@ -61,18 +72,54 @@ void svc_server_persist_final(svc_server *s, svc_job *j)
     cJSON *file = svc_job_file_json(s, j);
     char *text = file ? cJSON_Print(file) : NULL;
     cJSON_Delete(file);
-    if (text)
-        svc_store_job_file(s->store, j->id, text);
-    else
+    if (!text)
         SVC_ERROR("job %s: out of memory writing job.json", j->ids);
-    journal_one(s, record_text(svc_state_name(j->state), j));
+    svc_store_final(s->store, j->id, text, record_text(svc_state_name(j->state), j));
+}
+
+/* For the journal's own compaction (any thread): an accept is the job's
+ * live record; a final record ends it, unless it carries the job (then it
+ * is the live record); "removed" ends it. */
+static svc_journal_class classify(const char *payload, size_t len, uint64_t *key)
+{
+    /* fast path: accept records (the long ones, init images included) start
+     * with these members, as svc_job_accept_record prints them */
+    static const char acc[] = "{\"record\":\"accept\",\"id\":\"";
+    const size_t al = sizeof acc - 1;
+    *key = 0;
+    if (len > al + 19 && memcmp(payload, acc, al) == 0 && payload[al + 18] == '"') {
+        char ids[19];
+        memcpy(ids, payload + al, 18);
+        ids[18] = '\0';
+        if (svc_id_parse(ids, 'j', key))
+            return SVC_JOURNAL_LIVE;
+    }
+    char err[128];
+    cJSON *o = svc_json_parse(payload, len, err, sizeof err);
+    const cJSON *kind = o ? cJSON_GetObjectItemCaseSensitive(o, "record") : NULL;
+    const cJSON *idj = o ? cJSON_GetObjectItemCaseSensitive(o, "id") : NULL;
+    svc_journal_class c = SVC_JOURNAL_DEAD;
+    if (cJSON_IsString(kind) && cJSON_IsString(idj) &&
+        svc_id_parse(idj->valuestring, 'j', key)) {
+        if (strcmp(kind->valuestring, "accept") == 0)
+            c = SVC_JOURNAL_LIVE;
+        else if (strcmp(kind->valuestring, "removed") == 0)
+            c = SVC_JOURNAL_END;
+        else
+            c = cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(o, "job")) ? SVC_JOURNAL_LIVE
+                                                                           : SVC_JOURNAL_END;
+    }
+    cJSON_Delete(o);
+    return c;
 }
 
 typedef struct replay_rec {
     uint64_t id;
     size_t order;
     bool final;
-    char *payload; /* accept records: the text as journaled */
+    bool removed;  /* garbage-collected: nothing of the job is kept */
+    bool carries;  /* a final record with the job in it ("job") */
+    char *payload; /* accept records and carrying ones: the text as journaled */
     cJSON *json;
 } replay_rec;
 
@@ -111,12 +158,17 @@ static int on_record(void *user, const char *payload, size_t len)
     r->id = id;
     r->order = st->n;
     r->final = strcmp(kind->valuestring, "accept") != 0;
-    if (!r->final) {
+    r->removed = strcmp(kind->valuestring, "removed") == 0;
+    r->carries = r->final && !r->removed &&
+                 cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(o, "job"));
+    if (!r->final || r->carries) {
         r->payload = malloc(len + 1);
-        if (r->payload) {
-            memcpy(r->payload, payload, len);
-            r->payload[len] = '\0';
+        if (!r->payload) {
+            cJSON_Delete(o);
+            return 1;
         }
+        memcpy(r->payload, payload, len);
+        r->payload[len] = '\0';
         r->json = o;
     } else {
         cJSON_Delete(o);
@@ -155,15 +207,54 @@ static void on_job_file(void *user, const char *dir_name, const char *json, size
     svc_jobs_insert(s->jobs, j);
 }
 
-/* Journal: replay, keep the unfinished accepts, compact. */
+/* A final job whose job.json never reached the disk, from the record that
+ * carries it; false when it cannot be read. */
+static bool rebuild_carried(svc_server *s, const replay_rec *r)
+{
+    /* the job.json text as store.c spliced it in (numbers as written, not
+     * printed again), else the parsed object printed again */
+    static const char splice[] = ",\"job\":";
+    const char *at = strstr(r->payload, splice);
+    size_t plen = strlen(r->payload);
+    svc_job *j = NULL;
+    if (at && plen > 0 && r->payload[plen - 1] == '}') {
+        const char *text = at + sizeof splice - 1;
+        j = svc_job_from_file(text, (size_t)(r->payload + plen - 1 - text));
+    }
+    if (!j) {
+        const cJSON *job = cJSON_GetObjectItemCaseSensitive(r->json, "job");
+        char *text = job ? cJSON_PrintUnformatted(job) : NULL;
+        j = text ? svc_job_from_file(text, strlen(text)) : NULL;
+        cJSON_free(text);
+    }
+    if (!j || j->id != r->id) {
+        svc_job_free(j);
+        return false;
+    }
+    svc_jobs_insert(s->jobs, j);
+    SVC_INFO("journal: job %s is %s (from its final record: its job.json was never written)",
+             j->ids, svc_state_name(j->state));
+    return true;
+}
+
+/* Journal: replay, keep the unfinished accepts and the records that carry
+ * a job, compact. */
 static int open_journal(svc_server *s)
 {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/journal.log", s->cfg.data_dir);
     replay_state st = {0};
-    int rc = svc_journal_local_open(path, on_record, &st, &s->journal);
+    svc_journal_options opt = {on_record, &st, classify,
+                               (size_t)(s->cfg.journal_compact_kb > 0 ? s->cfg.journal_compact_kb
+                                                                      : 0) * 1024};
+    int rc = svc_journal_local_open(path, &opt, &s->journal);
     if (rc < 0) {
         SVC_ERROR("cannot open the journal %s: %s", path, strerror(-rc));
+        for (size_t i = 0; i < st.n; i++) {
+            free(st.recs[i].payload);
+            cJSON_Delete(st.recs[i].json);
+        }
+        free(st.recs);
         return -1;
     }
     if (st.bad)
@@ -171,21 +262,40 @@ static int open_journal(svc_server *s)
     if (st.n)
         qsort(st.recs, st.n, sizeof *st.recs, cmp_rec);
     replay_rec **keep = calloc(st.n ? st.n : 1, sizeof *keep);
-    size_t nkeep = 0;
-    for (size_t i = 0; i < st.n;) {
+    size_t nkeep = 0, carried = 0;
+    for (size_t i = 0; i < st.n && keep;) {
         size_t k = i;
-        replay_rec *accept = NULL;
-        bool final = false;
+        replay_rec *accept = NULL, *carry = NULL;
+        bool final = false, removed = false;
         for (; k < st.n && st.recs[k].id == st.recs[i].id; k++) {
-            if (st.recs[k].final)
+            replay_rec *r = &st.recs[k];
+            if (r->removed)
+                removed = true;
+            else if (r->carries)
+                carry = r;
+            else if (r->final)
                 final = true;
             else
-                accept = &st.recs[k];
+                accept = r;
         }
         /* a job.json already on disk (written before a crash cut off its
          * final record) wins */
-        if (accept && !final && !svc_jobs_find(s->jobs, accept->id) && keep)
+        const bool on_disk = svc_jobs_find(s->jobs, st.recs[i].id) != NULL;
+        if (removed || on_disk) {
+            /* nothing to keep */
+        } else if (carry) {
+            if (!rebuild_carried(s, carry)) {
+                char ids[20];
+                svc_id_format('j', carry->id, ids);
+                SVC_WARN("journal: the final record of job %s cannot be read back; kept as it "
+                         "is",
+                         ids);
+            }
+            keep[nkeep++] = carry;
+            carried++;
+        } else if (accept && !final) {
             keep[nkeep++] = accept;
+        }
         i = k;
     }
     if (nkeep)
@@ -194,22 +304,23 @@ static int open_journal(svc_server *s)
     const char **payloads = calloc(nkeep ? nkeep : 1, sizeof *payloads);
     size_t *lens = calloc(nkeep ? nkeep : 1, sizeof *lens);
     size_t np = 0;
-    for (size_t i = 0; i < nkeep; i++) {
-        if (!keep[i]->payload)
-            continue;
+    for (size_t i = 0; payloads && lens && i < nkeep; i++) {
         payloads[np] = keep[i]->payload;
         lens[np] = strlen(keep[i]->payload);
         np++;
-        cJSON_AddItemToArray(s->replay, keep[i]->json);
-        keep[i]->json = NULL;
+        if (!keep[i]->carries) {
+            cJSON_AddItemToArray(s->replay, keep[i]->json);
+            keep[i]->json = NULL;
+        }
     }
-    rc = payloads && lens ? s->journal->ops->rewrite(s->journal, payloads, lens, (int)np)
-                          : -ENOMEM;
+    rc = keep && payloads && lens ? s->journal->ops->rewrite(s->journal, payloads, lens, (int)np)
+                                  : -ENOMEM;
     if (rc < 0)
         SVC_WARN("journal: compaction failed (%s); it keeps growing until the next start",
                  strerror(-rc));
     else if (st.n)
-        SVC_INFO("journal: %zu record(s) read, %zu unfinished job(s) kept", st.n, np);
+        SVC_INFO("journal: %zu record(s) read, %zu unfinished job(s) kept%s", st.n,
+                 np - carried, carried ? " (and final records that carry their job)" : "");
     for (size_t i = 0; i < st.n; i++) {
         free(st.recs[i].payload);
         cJSON_Delete(st.recs[i].json);
@@ -282,8 +393,33 @@ void svc_server_replay_jobs(svc_server *s)
     s->replay = NULL;
 }
 
+/* What the data dir keeps, once at start (docs/service-design.md, "Limits:
+ * the data dir"), so an operator sees the bounds without reading --help. */
+static void log_limits(const svc_server *s)
+{
+    char keep[96], hours[64], compact[64];
+    if (s->cfg.keep_jobs > 0)
+        snprintf(keep, sizeof keep, "the newest %d finished jobs (--keep-jobs)", s->cfg.keep_jobs);
+    else
+        snprintf(keep, sizeof keep, "every finished job (--keep-jobs 0)");
+    if (s->cfg.keep_hours > 0)
+        snprintf(hours, sizeof hours, ", for %g hours (--keep-hours)", s->cfg.keep_hours);
+    else
+        hours[0] = '\0';
+    if (s->cfg.journal_compact_kb > 0)
+        snprintf(compact, sizeof compact, "past %d KiB of finished records",
+                 s->cfg.journal_compact_kb);
+    else
+        snprintf(compact, sizeof compact, "at start-up only");
+    SVC_INFO("data dir %s: keeps %s%s; finished jobs' tiles in RAM up to %d MiB "
+             "(--tile-cache-mb); journal compacted %s (--journal-compact-kb)",
+             s->cfg.data_dir, keep, hours, s->cfg.tile_cache_mb > 0 ? s->cfg.tile_cache_mb : 0,
+             compact);
+}
+
 int svc_server_load_state(svc_server *s)
 {
+    log_limits(s);
     svc_store_scan(s->cfg.data_dir, on_job_file, s);
     return open_journal(s);
 }

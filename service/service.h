@@ -36,8 +36,11 @@ typedef struct tsr_service_config {
     int preview_every;       /* previews every N UNet calls (default 1) */
     double tile_threshold;   /* mean abs difference (0..255) to re-publish a tile (default 2) */
     int tile_threads;        /* JPEG encoder threads (default 1) */
-    int keep_jobs;           /* finished jobs kept (0 = all) */
+    int keep_jobs;           /* finished jobs kept (default 10000; 0 = all) */
     double keep_hours;       /* finished jobs kept this long (0 = forever) */
+    int tile_cache_mb;       /* finished jobs' tiles held in RAM, MiB (default 32; 0 = none) */
+    int journal_compact_kb;  /* compact the journal while running past this many KiB of
+                              * dead records (default 1024; 0 = at start-up only) */
     FILE *ready_out;         /* the "listening on" line goes here (default stdout) */
     /* scale-out (docs/scale-out.md): NULL = the in-process queue */
     const char *queue_url;   /* "redis://HOST:PORT[/DB]" */

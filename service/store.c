@@ -1,15 +1,27 @@
 /*
- * service/store.c - see store.h.
+ * service/store.c - see store.h: the data dir's lock, the start-up scan of
+ * finished jobs, and the storage thread with its queue of tasks.
+ *
+ * Why a final job is one task (TASK_FINAL), not a file task and a journal
+ * task: the journal record must depend on whether job.json reached the
+ * disk.  Written: the short record {"record", "id", "finished"}.  Not
+ * written: the same record with the job.json object spliced in as "job",
+ * so a restart rebuilds the job, failed with its reason (the text is
+ * spliced, not re-parsed: the loop already made it).  If the journal
+ * cannot be written either, the accept record stays the job's last word
+ * and the job reruns at the next start; both failures are logged.
  */
 #include "store.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,7 +32,7 @@
 typedef enum task_type {
     TASK_JOURNAL,
     TASK_IMAGE,
-    TASK_FILE,
+    TASK_FINAL,
     TASK_TILES,
     TASK_REMOVE,
     TASK_BARRIER,
@@ -34,12 +46,12 @@ typedef struct task {
     size_t *lens;
     int n;
     void *cookie;
-    /* IMAGE / FILE */
+    /* IMAGE / FINAL (FINAL: the record in payloads[0]) */
     uint64_t job;
     int index;
     uint8_t *rgb;
     int width, height;
-    char *text; /* infotext (IMAGE) or the JSON (FILE) */
+    char *text; /* infotext (IMAGE) or job.json (FINAL) */
     uint8_t *blob; /* TILES: the .tiles file */
     size_t blob_len;
     struct task *next;
@@ -62,6 +74,36 @@ int svc_store_prepare(const char *data_dir)
     if (snprintf(path, sizeof path, "%s/jobs", data_dir) >= (int)sizeof path)
         return -ENAMETOOLONG;
     return svc_mkdirs(path);
+}
+
+int svc_store_lock(const char *data_dir, int *fd, long *holder)
+{
+    char path[PATH_MAX];
+    *fd = -1;
+    *holder = 0;
+    if (snprintf(path, sizeof path, "%s/lock", data_dir) >= (int)sizeof path)
+        return -ENAMETOOLONG;
+    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (f < 0)
+        return -errno;
+    int rc = 0;
+    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+        rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+        char buf[32];
+        ssize_t n = rc == -EBUSY ? pread(f, buf, sizeof buf - 1, 0) : -1;
+        if (n > 0) {
+            buf[n] = '\0';
+            *holder = strtol(buf, NULL, 10);
+        }
+        close(f);
+        return rc;
+    }
+    char buf[32];
+    int n = snprintf(buf, sizeof buf, "%ld\n", (long)getpid());
+    if (ftruncate(f, 0) != 0 || pwrite(f, buf, (size_t)n, 0) != n)
+        SVC_WARN("%s: cannot write the pid into it: %s", path, strerror(errno));
+    *fd = f;
+    return rc;
 }
 
 void svc_store_image_path(const char *data_dir, const char *job_id, int index, char *buf,
@@ -181,16 +223,47 @@ static void run_image(svc_store *s, task *t)
     svc_mailbox_post(s->mb, m);
 }
 
-static void run_file(svc_store *s, task *t)
+static int append_one(svc_store *s, const char *payload)
 {
-    char dir[PATH_MAX], path[PATH_MAX];
-    int rc = job_dir(s, t->job, dir, sizeof dir);
+    size_t len = strlen(payload);
+    return s->journal->ops->append(s->journal, &payload, &len, 1);
+}
+
+static void run_final(svc_store *s, task *t)
+{
+    char id[20], dir[PATH_MAX], path[PATH_MAX];
+    svc_id_format('j', t->job, id);
+    int rc = t->text ? job_dir(s, t->job, dir, sizeof dir) : -ENOMEM;
     if (rc == 0) {
         snprintf(path, sizeof path, "%s/job.json", dir);
         rc = svc_write_file_atomic(path, t->text, strlen(t->text));
     }
-    if (rc < 0)
-        SVC_ERROR("store: cannot write %s/job.json: %s", dir, strerror(-rc));
+    const char *record = t->payloads[0];
+    char *full = NULL;
+    if (rc < 0 && t->text) {
+        /* {"record":...,"finished":N} -> {"record":...,"finished":N,"job":{...}} */
+        size_t rl = strlen(record), jl = strlen(t->text);
+        full = rl >= 2 && record[rl - 1] == '}' ? malloc(rl + jl + 8) : NULL;
+        if (full) {
+            memcpy(full, record, rl - 1);
+            memcpy(full + rl - 1, ",\"job\":", 7);
+            memcpy(full + rl + 6, t->text, jl);
+            memcpy(full + rl + 6 + jl, "}", 2);
+            record = full;
+        }
+        SVC_ERROR("store: cannot write jobs/%s/job.json: %s; %s", id, strerror(-rc),
+                  full ? "its final journal record carries the job instead"
+                       : "out of memory for the journal record that would carry it");
+    }
+    if (s->journal) {
+        int jrc = append_one(s, record);
+        if (jrc < 0)
+            SVC_ERROR("journal: the final record of %s cannot be written (%s); %s", id,
+                      strerror(-jrc),
+                      rc < 0 ? "its accept record stands, so it reruns at the next start"
+                             : "its job.json is on disk, which a restart reads first");
+    }
+    free(full);
 }
 
 static void run_tiles(svc_store *s, task *t)
@@ -210,6 +283,17 @@ static void run_remove(svc_store *s, task *t)
 {
     char id[20], dir[PATH_MAX], path[PATH_MAX];
     svc_id_format('j', t->job, id);
+    if (s->journal && s->journal->ops->holds(s->journal, t->job)) {
+        /* its final record carries the job (no job.json): end it first, so
+         * that a crash past this point cannot bring the job back */
+        char rec[64];
+        snprintf(rec, sizeof rec, "{\"record\":\"removed\",\"id\":\"%s\"}", id);
+        int rc = append_one(s, rec);
+        if (rc < 0)
+            SVC_WARN("journal: cannot record the removal of %s (%s); it comes back after a "
+                     "restart until it is collected again",
+                     id, strerror(-rc));
+    }
     snprintf(dir, sizeof dir, "%s/jobs/%s", s->dir, id);
     DIR *d = opendir(dir);
     if (!d)
@@ -230,7 +314,9 @@ static void run_remove(svc_store *s, task *t)
 
 static void run_journal(svc_store *s, task *t)
 {
-    int rc = s->journal->ops->append(s->journal, (const char *const *)t->payloads, t->lens, t->n);
+    int rc = !s->journal ? -EBADF
+                         : s->journal->ops->append(s->journal, (const char *const *)t->payloads,
+                                                   t->lens, t->n);
     if (rc < 0)
         SVC_ERROR("journal: append of %d record(s) failed: %s", t->n, strerror(-rc));
     if (t->cookie)
@@ -253,7 +339,7 @@ static void *store_main(void *arg)
         switch (t->type) {
         case TASK_JOURNAL: run_journal(s, t); break;
         case TASK_IMAGE: run_image(s, t); break;
-        case TASK_FILE: run_file(s, t); break;
+        case TASK_FINAL: run_final(s, t); break;
         case TASK_TILES: run_tiles(s, t); break;
         case TASK_REMOVE: run_remove(s, t); break;
         case TASK_BARRIER: post_done(s, t->cookie, 0); break;
@@ -373,17 +459,28 @@ void svc_store_image(svc_store *s, uint64_t job, int index, uint8_t *rgb, int wi
     enqueue(s, t);
 }
 
-void svc_store_job_file(svc_store *s, uint64_t job, char *json)
+void svc_store_final(svc_store *s, uint64_t job, char *json, char *record)
 {
     task *t = calloc(1, sizeof *t);
-    if (!t) {
+    char **p = malloc(sizeof *p);
+    size_t *l = malloc(sizeof *l);
+    if (!t || !p || !l || !record) {
+        free(t);
+        free(p);
+        free(l);
         free(json);
-        SVC_ERROR("store: out of memory queueing job.json");
+        free(record);
+        SVC_ERROR("store: out of memory queueing a final job");
         return;
     }
-    t->type = TASK_FILE;
+    p[0] = record;
+    l[0] = strlen(record);
+    t->type = TASK_FINAL;
     t->job = job;
     t->text = json;
+    t->payloads = p;
+    t->lens = l;
+    t->n = 1;
     enqueue(s, t);
 }
 

@@ -1,6 +1,7 @@
 /*
- * service/tiles.c - see tiles.h.  The encoder pool, the loop's tile maps,
- * and the .tiles file format.
+ * service/tiles.c - see tiles.h.  The encoder pool, the loop's tile maps
+ * (and their dropping and reloading for finished jobs), and the .tiles
+ * file format.
  *
  * Why a pool of its own: JPEG encoding must stay off the event loop (it
  * serves HTTP) and off the worker (its time is UNet time).  The worker only
@@ -567,7 +568,7 @@ int svc_tilemap_apply(svc_tilemap **mp, svc_tileset *ts)
             return -1;
         *mp = m;
     }
-    if (m->rows != ts->rows || m->cols != ts->cols || m->final)
+    if (m->rows != ts->rows || m->cols != ts->cols || m->final || m->dropped)
         return -1;
     if (m->n_pubs == m->cap_pubs) {
         int cap = m->cap_pubs ? m->cap_pubs * 2 : 16;
@@ -596,9 +597,49 @@ int svc_tilemap_apply(svc_tilemap **mp, svc_tileset *ts)
     return m->n_pubs++;
 }
 
+size_t svc_tilemap_drop(svc_tilemap *m)
+{
+    if (!m || m->dropped)
+        return 0;
+    const size_t freed = m->bytes;
+    for (int i = 0; m->cells && i < m->rows * m->cols; i++) {
+        for (int k = 0; k < m->cells[i].n; k++)
+            free(m->cells[i].vers[k].jpeg);
+        free(m->cells[i].vers);
+    }
+    free(m->cells);
+    m->cells = NULL;
+    m->bytes = 0;
+    m->dropped = true;
+    return freed;
+}
+
+int svc_tilemap_reload(svc_tilemap **mp, const uint8_t *data, size_t len)
+{
+    svc_tilemap *f = svc_tilemap_from_file(data, len);
+    if (!f)
+        return -1;
+    svc_tilemap *m = *mp;
+    if (!m) {
+        *mp = f;
+        return 0;
+    }
+    if (!m->dropped || f->rows != m->rows || f->cols != m->cols) {
+        svc_tilemap_free(f);
+        return -1;
+    }
+    m->cells = f->cells;
+    m->bytes = f->bytes;
+    m->final = true;
+    m->dropped = false;
+    f->cells = NULL;
+    svc_tilemap_free(f);
+    return 0;
+}
+
 const svc_tile_blob *svc_tilemap_current(const svc_tilemap *m, int row, int col)
 {
-    if (!m || row < 0 || row >= m->rows || col < 0 || col >= m->cols)
+    if (!m || !m->cells || row < 0 || row >= m->rows || col < 0 || col >= m->cols)
         return NULL;
     const svc_tile_cell *c = &m->cells[row * m->cols + col];
     return c->n ? &c->vers[c->n - 1] : NULL;
@@ -606,7 +647,7 @@ const svc_tile_blob *svc_tilemap_current(const svc_tilemap *m, int row, int col)
 
 const svc_tile_blob *svc_tilemap_find(const svc_tilemap *m, int version, int row, int col)
 {
-    if (!m || row < 0 || row >= m->rows || col < 0 || col >= m->cols)
+    if (!m || !m->cells || row < 0 || row >= m->rows || col < 0 || col >= m->cols)
         return NULL;
     const svc_tile_cell *c = &m->cells[row * m->cols + col];
     for (int k = c->n - 1; k >= 0; k--)

@@ -21,6 +21,17 @@
  * image replaces any waiting preview.  One image is encoded by one thread at
  * a time, so its versions are published in order.
  *
+ * Memory (docs/service-design.md, "Limits: the data dir"): a running
+ * image's map holds every version of every tile, since clients fetch them
+ * as the events announce them.  Once its job is final the map is what
+ * --tile-cache-mb budgets (jobs.c keeps the finished maps in least
+ * recently used order): past the budget svc_tilemap_drop frees the JPEG
+ * bytes and keeps only the publish list (a few bytes a tile, for the SSE
+ * history), and the final versions are read back from the image's .tiles
+ * file when asked for (svc_tilemap_reload): the same bytes and ETags the
+ * map held, so the URLs stay immutable; intermediate versions are then
+ * 404, as after a restart.
+ *
  * Owner: the pool's queue and per-image state belong to the pool (its
  * mutex); a svc_tileset belongs to whoever holds it (encoder, message,
  * then the loop, which frees it after applying it); svc_tilemap is the
@@ -119,12 +130,20 @@ typedef struct svc_tilemap {
     svc_tile_publish *pubs;
     int n_pubs, cap_pubs;
     size_t bytes;          /* all versions held */
+    bool dropped;          /* svc_tilemap_drop: no versions held (cells NULL) */
 } svc_tilemap;
 
 void svc_tilemap_free(svc_tilemap *m);
 /* Take the tileset's blobs over (ts->tiles emptied); returns the publish
  * index, or -1 on out of memory / a grid that does not match. */
 int svc_tilemap_apply(svc_tilemap **m, svc_tileset *ts);
+/* Free every version's bytes (the map must not take new publishes); the
+ * grid and the publish list stay.  Returns the bytes freed. */
+size_t svc_tilemap_drop(svc_tilemap *m);
+/* The final versions from a .tiles file's bytes into *m (a new map when
+ * *m is NULL, else the dropped map whose grid the file must match: its
+ * publish list stays).  0, or -1 when malformed / out of memory. */
+int svc_tilemap_reload(svc_tilemap **m, const uint8_t *data, size_t len);
 /* The current version of a tile (NULL if none yet). */
 const svc_tile_blob *svc_tilemap_current(const svc_tilemap *m, int row, int col);
 const svc_tile_blob *svc_tilemap_find(const svc_tilemap *m, int version, int row, int col);
