@@ -33,6 +33,9 @@ typedef struct cuda_conv_algo {
     bool used;
 } cuda_conv_algo;
 
+/* ops_attention_cudnn.cu's per-shape cuDNN SDPA plans (opaque here). */
+struct tsr_cu_sdpa_cache;
+
 typedef struct cuda_ctx {
     int device;
     cudaStream_t stream;
@@ -47,6 +50,7 @@ typedef struct cuda_ctx {
     int sm_count;
     int att_path;            /* tsr_cu_att_path: TSR_CUDA_ATTENTION, read at creation */
     size_t att_scratch_max;  /* S/P bytes per chunk: TSR_CUDA_ATTENTION_SCRATCH_MIB */
+    struct tsr_cu_sdpa_cache *sdpa; /* owned; made on first use (ops_attention_cudnn.cu) */
     cuda_conv_algo conv_cache[TSR_CU_CONV_CACHE];
 } cuda_ctx;
 
