@@ -46,10 +46,10 @@ typedef struct host_post {
  * are written before barrier A (posts) or between A and B (scratch slices)
  * and read after it. */
 typedef struct host_group {
-    uint64_t gen;      /* barriers completed */
-    int arrived;       /* ranks at the current barrier */
-    uint64_t here;     /* which */
-    int status;        /* the current op, as settled at barrier A */
+    uint64_t gen;  /* barriers completed */
+    int arrived;   /* ranks at the current barrier */
+    uint64_t here; /* which */
+    int status;    /* the current op, as settled at barrier A */
     char error[256];
     host_post posts[TSR_COMM_MAX_RANKS];
     unsigned char *scratch; /* all_reduce results */
@@ -76,9 +76,9 @@ static void settle(tsr_comm_group *g, host_group *h)
     const host_post *p0 = &h->posts[0];
     for (int r = 1; r < g->size; r++) {
         const host_post *p = &h->posts[r];
-        if (p->op != p0->op || (p->op != COMM_OP_BARRIER &&
-                                (p->count != p0->count || p->dtype != p0->dtype ||
-                                 (p->op == COMM_OP_BROADCAST && p->root != p0->root)))) {
+        if (p->op != p0->op ||
+            (p->op != COMM_OP_BARRIER && (p->count != p0->count || p->dtype != p0->dtype ||
+                                          (p->op == COMM_OP_BROADCAST && p->root != p0->root)))) {
             char a[96], b[96];
             describe(p0, a, sizeof a);
             describe(p, b, sizeof b);
@@ -189,8 +189,7 @@ static int host_run(tsr_comm *c, const comm_args *a)
         pthread_mutex_lock(&g->mu);
         const bool broken = g->broken;
         pthread_mutex_unlock(&g->mu);
-        return broken ? tsr_errorf(TSR_ERR_BACKEND, "the group is broken: %s", g->reason)
-                      : TSR_OK;
+        return broken ? tsr_errorf(TSR_ERR_BACKEND, "the group is broken: %s", g->reason) : TSR_OK;
     }
     /* only this rank writes its post, and only while every peer is outside
      * the window between barriers A and B */

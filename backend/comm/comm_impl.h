@@ -57,8 +57,8 @@ typedef struct comm_impl_ops {
 struct tsr_comm {
     tsr_comm_group *group; /* borrowed: the group owns its ranks */
     int rank;
-    int device;            /* nccl: CUDA device; -1 */
-    void *impl;            /* the implementation's per-rank state */
+    int device; /* nccl: CUDA device; -1 */
+    void *impl; /* the implementation's per-rank state */
 };
 
 struct tsr_comm_group {
@@ -73,8 +73,8 @@ struct tsr_comm_group {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool broken;
-    uint64_t failed;   /* ranks to blame */
-    char reason[256];  /* written once, when the group breaks */
+    uint64_t failed;  /* ranks to blame */
+    char reason[256]; /* written once, when the group breaks */
 };
 
 /* Break the group (first reason wins) and wake every waiter.  Call with

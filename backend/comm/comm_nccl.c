@@ -74,8 +74,8 @@ typedef struct nccl_rank {
 } nccl_rank;
 
 typedef struct nccl_group {
-    nccl_rank *ranks;                       /* [size] */
-    uint64_t enqueued[TSR_COMM_MAX_RANKS];  /* collectives enqueued per rank (g->mu) */
+    nccl_rank *ranks;                      /* [size] */
+    uint64_t enqueued[TSR_COMM_MAX_RANKS]; /* collectives enqueued per rank (g->mu) */
 } nccl_group;
 
 /* ------------------------------------------------------------- loading */
@@ -205,8 +205,11 @@ static int load_nccl(void)
     /* the nvidia-nccl-cu12/cu13 wheels: site-packages/nvidia/nccl/lib */
     const char *venv = getenv("VIRTUAL_ENV"), *conda = getenv("CONDA_PREFIX"),
                *home = getenv("HOME");
-    const char *const prefixes[] = {venv && *venv ? venv : NULL, conda && *conda ? conda : NULL,
-                                    "/usr/local", "/usr", "/opt/conda",
+    const char *const prefixes[] = {venv && *venv ? venv : NULL,
+                                    conda && *conda ? conda : NULL,
+                                    "/usr/local",
+                                    "/usr",
+                                    "/opt/conda",
                                     home && *home ? home : NULL};
     const size_t n_prefixes = sizeof prefixes / sizeof prefixes[0];
     for (size_t i = 0; i < n_prefixes; i++) {
@@ -341,8 +344,8 @@ static int nccl_wait(tsr_comm *c, tsr_cu_stream s)
             /* a CUDA error on this rank's stream: this device is to blame */
             abort_comm(nr);
             pthread_mutex_lock(&g->mu);
-            tsr_comm_break_locked(g, (uint64_t)1 << c->rank, "rank %d: CUDA error on its stream: %s",
-                                  c->rank, cu_name(r));
+            tsr_comm_break_locked(g, (uint64_t)1 << c->rank,
+                                  "rank %d: CUDA error on its stream: %s", c->rank, cu_name(r));
             pthread_mutex_unlock(&g->mu);
             return tsr_errorf(TSR_ERR_BACKEND, "CUDA error while waiting: %s (%d)", cu_name(r), r);
         }
@@ -425,8 +428,9 @@ static int nccl_run(tsr_comm *c, const comm_args *a)
         break;
     case COMM_OP_BARRIER: /* an all_reduce of one float, waited for */
         fn = "ncclAllReduce (barrier)";
-        r = lib.nccl.all_reduce((const void *)(uintptr_t)nr->scratch, (void *)(uintptr_t)nr->scratch,
-                                1, TSR_NCCL_FLOAT32, TSR_NCCL_SUM, nr->comm, s);
+        r = lib.nccl.all_reduce((const void *)(uintptr_t)nr->scratch,
+                                (void *)(uintptr_t)nr->scratch, 1, TSR_NCCL_FLOAT32, TSR_NCCL_SUM,
+                                nr->comm, s);
         break;
     default: return tsr_errorf(TSR_ERR_INTERNAL, "unknown op %d", (int)a->op);
     }

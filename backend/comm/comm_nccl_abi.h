@@ -44,25 +44,24 @@ typedef struct tsr_nccl_unique_id {
 } tsr_nccl_unique_id;
 
 typedef struct tsr_nccl_api {
-    tsr_nccl_result (*get_version)(int *version);                 /* ncclGetVersion */
-    const char *(*get_error_string)(tsr_nccl_result r);           /* ncclGetErrorString */
+    tsr_nccl_result (*get_version)(int *version);       /* ncclGetVersion */
+    const char *(*get_error_string)(tsr_nccl_result r); /* ncclGetErrorString */
     tsr_nccl_result (*comm_init_all)(tsr_nccl_comm *comms, int ndev,
-                                     const int *devlist);         /* ncclCommInitAll */
-    tsr_nccl_result (*comm_destroy)(tsr_nccl_comm comm);          /* ncclCommDestroy */
-    tsr_nccl_result (*comm_abort)(tsr_nccl_comm comm);            /* ncclCommAbort */
+                                     const int *devlist); /* ncclCommInitAll */
+    tsr_nccl_result (*comm_destroy)(tsr_nccl_comm comm);  /* ncclCommDestroy */
+    tsr_nccl_result (*comm_abort)(tsr_nccl_comm comm);    /* ncclCommAbort */
     tsr_nccl_result (*comm_get_async_error)(tsr_nccl_comm comm,
                                             tsr_nccl_result *err); /* ncclCommGetAsyncError */
     tsr_nccl_result (*all_gather)(const void *send, void *recv, size_t sendcount,
                                   tsr_nccl_data_type dt, tsr_nccl_comm comm,
-                                  void *stream);                  /* ncclAllGather */
-    tsr_nccl_result (*broadcast)(const void *send, void *recv, size_t count,
-                                 tsr_nccl_data_type dt, int root, tsr_nccl_comm comm,
-                                 void *stream);                   /* ncclBroadcast */
-    tsr_nccl_result (*all_reduce)(const void *send, void *recv, size_t count,
-                                  tsr_nccl_data_type dt, tsr_nccl_red_op op, tsr_nccl_comm comm,
-                                  void *stream);                  /* ncclAllReduce */
-    const char *(*get_last_error)(tsr_nccl_comm comm);            /* ncclGetLastError, 2.13+;
-                                                                   * may be NULL */
+                                  void *stream); /* ncclAllGather */
+    tsr_nccl_result (*broadcast)(const void *send, void *recv, size_t count, tsr_nccl_data_type dt,
+                                 int root, tsr_nccl_comm comm, void *stream); /* ncclBroadcast */
+    tsr_nccl_result (*all_reduce)(const void *send, void *recv, size_t count, tsr_nccl_data_type dt,
+                                  tsr_nccl_red_op op, tsr_nccl_comm comm,
+                                  void *stream);       /* ncclAllReduce */
+    const char *(*get_last_error)(tsr_nccl_comm comm); /* ncclGetLastError, 2.13+;
+                                                        * may be NULL */
 } tsr_nccl_api;
 
 /* ---- CUDA driver API ---- */
@@ -79,17 +78,17 @@ typedef unsigned long long tsr_cu_deviceptr;    /* CUdeviceptr (64-bit) */
 enum { TSR_CU_STREAM_NON_BLOCKING = 1 };
 
 typedef struct tsr_cu_api {
-    tsr_cu_result (*init)(unsigned flags);                                   /* cuInit */
-    tsr_cu_result (*device_get_count)(int *count);                           /* cuDeviceGetCount */
-    tsr_cu_result (*device_get)(tsr_cu_device *dev, int ordinal);            /* cuDeviceGet */
+    tsr_cu_result (*init)(unsigned flags);                        /* cuInit */
+    tsr_cu_result (*device_get_count)(int *count);                /* cuDeviceGetCount */
+    tsr_cu_result (*device_get)(tsr_cu_device *dev, int ordinal); /* cuDeviceGet */
     tsr_cu_result (*primary_ctx_retain)(tsr_cu_context *ctx,
-                                        tsr_cu_device dev);   /* cuDevicePrimaryCtxRetain */
-    tsr_cu_result (*primary_ctx_release)(tsr_cu_device dev);  /* cuDevicePrimaryCtxRelease_v2 */
+                                        tsr_cu_device dev);  /* cuDevicePrimaryCtxRetain */
+    tsr_cu_result (*primary_ctx_release)(tsr_cu_device dev); /* cuDevicePrimaryCtxRelease_v2 */
     tsr_cu_result (*ctx_set_current)(tsr_cu_context ctx);    /* cuCtxSetCurrent */
     tsr_cu_result (*stream_create)(tsr_cu_stream *s, unsigned flags); /* cuStreamCreate */
     tsr_cu_result (*stream_destroy)(tsr_cu_stream s);                 /* cuStreamDestroy_v2 */
     tsr_cu_result (*stream_query)(tsr_cu_stream s);                   /* cuStreamQuery */
-    tsr_cu_result (*mem_alloc)(tsr_cu_deviceptr *p, size_t bytes);   /* cuMemAlloc_v2 */
+    tsr_cu_result (*mem_alloc)(tsr_cu_deviceptr *p, size_t bytes);    /* cuMemAlloc_v2 */
     tsr_cu_result (*mem_free)(tsr_cu_deviceptr p);                    /* cuMemFree_v2 */
     tsr_cu_result (*get_error_name)(tsr_cu_result r, const char **s); /* cuGetErrorName */
 } tsr_cu_api;

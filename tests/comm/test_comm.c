@@ -31,10 +31,10 @@ struct rank_ctx {
     tsr_comm *comm;
     rank_fn fn;
     void *user;
-    int result;          /* fn's return: 0 = the rank's checks passed */
-    int status;          /* the tsr_status a failure case saw */
-    double seconds;      /* how long the failing op took */
-    char error[512];     /* its message */
+    int result;      /* fn's return: 0 = the rank's checks passed */
+    int status;      /* the tsr_status a failure case saw */
+    double seconds;  /* how long the failing op took */
+    char error[512]; /* its message */
 };
 
 static double now_s(void)
@@ -87,19 +87,19 @@ static int make_group(tsr_comm_kind kind, int size, double timeout, tsr_comm_gro
 }
 
 /* Per-rank check failure: print and return 1 from the rank function. */
-#define RFAIL(...)                                                            \
-    do {                                                                      \
-        fprintf(stderr, "%s:%d: rank %d: ", __FILE__, __LINE__, tsr_comm_rank(c)); \
-        fprintf(stderr, __VA_ARGS__);                                         \
-        fprintf(stderr, "\n");                                                \
-        return 1;                                                             \
+#define RFAIL(...)                                                                                 \
+    do {                                                                                           \
+        fprintf(stderr, "%s:%d: rank %d: ", __FILE__, __LINE__, tsr_comm_rank(c));                 \
+        fprintf(stderr, __VA_ARGS__);                                                              \
+        fprintf(stderr, "\n");                                                                     \
+        return 1;                                                                                  \
     } while (0)
 
-#define RCHECK_OK(expr)                                                       \
-    do {                                                                      \
-        int rc_ = (expr);                                                     \
-        if (rc_ != TSR_OK)                                                    \
-            RFAIL("%s failed: %s: %s", #expr, tsr_strerror(rc_), tsr_last_error()); \
+#define RCHECK_OK(expr)                                                                            \
+    do {                                                                                           \
+        int rc_ = (expr);                                                                          \
+        if (rc_ != TSR_OK)                                                                         \
+            RFAIL("%s failed: %s: %s", #expr, tsr_strerror(rc_), tsr_last_error());                \
     } while (0)
 
 /* ------------------------------------------------------------ patterns */
@@ -116,11 +116,13 @@ static const size_t counts[] = {0, 1, 3, 17, 1000, 4099};
 static void fill_bits(void *buf, tsr_comm_dtype dt, size_t n, int rank, int round)
 {
     for (size_t i = 0; i < n; i++) {
-        const uint32_t v = (uint32_t)(rank * 2654435761u) ^ (uint32_t)(i * 40503u) ^
-                           (uint32_t)(round * 977u);
+        const uint32_t v =
+            (uint32_t)(rank * 2654435761u) ^ (uint32_t)(i * 40503u) ^ (uint32_t)(round * 977u);
         switch (dt) {
         case TSR_COMM_BYTES: ((uint8_t *)buf)[i] = (uint8_t)(v ^ (v >> 8)); break;
-        case TSR_COMM_F32: ((float *)buf)[i] = (float)(rank * 1000 + (int)i) * 0.5f + (float)round; break;
+        case TSR_COMM_F32:
+            ((float *)buf)[i] = (float)(rank * 1000 + (int)i) * 0.5f + (float)round;
+            break;
         default: ((uint16_t *)buf)[i] = (uint16_t)(v ^ (v >> 16)); break;
         }
     }
@@ -220,7 +222,8 @@ static int rank_all_gather(tsr_comm *c, rank_ctx *ctx)
                 }
                 long i = first_diff(recv, want, (size_t)size * n, es);
                 if (i >= 0) {
-                    fprintf(stderr, "rank %d: all_gather %s n=%zu pass %d: element %ld (rank %ld's "
+                    fprintf(stderr,
+                            "rank %d: all_gather %s n=%zu pass %d: element %ld (rank %ld's "
                             "block) differs\n",
                             rank, tsr_comm_dtype_name(dt), n, pass, i, n ? i / (long)n : -1);
                     goto out;
@@ -420,19 +423,19 @@ static int host_case(int size, rank_fn fn, void *user)
     return 0;
 }
 
-#define HOST_OP_CASES(n)                                                        \
-    static int test_host_all_gather_##n(void) { return host_case(n, rank_all_gather, NULL); } \
-    static int test_host_broadcast_##n(void) { return host_case(n, rank_broadcast, NULL); }   \
-    static int test_host_all_reduce_##n(void) { return host_case(n, rank_all_reduce, NULL); } \
-    static int test_host_mixed_##n(void) { return host_case(n, rank_mixed, NULL); }           \
-    static int test_host_barrier_##n(void)                                      \
-    {                                                                           \
-        barrier_state b;                                                        \
-        memset(&b, 0, sizeof b);                                                \
-        pthread_mutex_init(&b.mu, NULL);                                        \
-        int rc = host_case(n, rank_barrier, &b);                                \
-        pthread_mutex_destroy(&b.mu);                                           \
-        return rc;                                                              \
+#define HOST_OP_CASES(n)                                                                           \
+    static int test_host_all_gather_##n(void) { return host_case(n, rank_all_gather, NULL); }      \
+    static int test_host_broadcast_##n(void) { return host_case(n, rank_broadcast, NULL); }        \
+    static int test_host_all_reduce_##n(void) { return host_case(n, rank_all_reduce, NULL); }      \
+    static int test_host_mixed_##n(void) { return host_case(n, rank_mixed, NULL); }                \
+    static int test_host_barrier_##n(void)                                                         \
+    {                                                                                              \
+        barrier_state b;                                                                           \
+        memset(&b, 0, sizeof b);                                                                   \
+        pthread_mutex_init(&b.mu, NULL);                                                           \
+        int rc = host_case(n, rank_barrier, &b);                                                   \
+        pthread_mutex_destroy(&b.mu);                                                              \
+        return rc;                                                                                 \
     }
 HOST_OP_CASES(2)
 HOST_OP_CASES(3)
@@ -441,9 +444,9 @@ HOST_OP_CASES(4)
 /* ----------------------------------------------------------- failures */
 
 typedef struct fail_plan {
-    int victim;        /* the rank that fails */
-    bool abort;        /* calls tsr_comm_abort (else never arrives) */
-    int op;            /* 0 all_gather, 1 broadcast, 2 all_reduce, 3 barrier */
+    int victim;         /* the rank that fails */
+    bool abort;         /* calls tsr_comm_abort (else never arrives) */
+    int op;             /* 0 all_gather, 1 broadcast, 2 all_reduce, 3 barrier */
     double abort_after; /* seconds before the victim aborts */
 } fail_plan;
 
@@ -603,10 +606,10 @@ static int test_host_invalid_args(void)
                              "broadcast (rank 1 of 2): root 2 is not a rank");
     bad |= check_local_error(tsr_comm_all_gather(c, NULL, buf, 4, TSR_COMM_F32), TSR_ERR_INVALID,
                              "all_gather (rank 1 of 2): NULL buffer");
-    bad |= check_local_error(tsr_comm_all_gather(c, buf + 1, buf, 4, TSR_COMM_F32),
-                             TSR_ERR_INVALID, "all_gather (rank 1 of 2): send overlaps recv");
-    bad |= check_local_error(tsr_comm_all_reduce(c, buf, buf + 2, 4, TSR_COMM_F32),
-                             TSR_ERR_INVALID, "all_reduce (rank 1 of 2): send and recv overlap");
+    bad |= check_local_error(tsr_comm_all_gather(c, buf + 1, buf, 4, TSR_COMM_F32), TSR_ERR_INVALID,
+                             "all_gather (rank 1 of 2): send overlaps recv");
+    bad |= check_local_error(tsr_comm_all_reduce(c, buf, buf + 2, 4, TSR_COMM_F32), TSR_ERR_INVALID,
+                             "all_reduce (rank 1 of 2): send and recv overlap");
     bad |= check_local_error(tsr_comm_all_gather(c, buf, buf + 8, 4, (tsr_comm_dtype)9),
                              TSR_ERR_INVALID, "all_gather (rank 1 of 2): unknown dtype 9");
     bad |= check_local_error(tsr_comm_all_gather(c, buf, buf + 8, SIZE_MAX / 2, TSR_COMM_F32),
@@ -760,9 +763,9 @@ static int test_nccl_not_nccl(void)
     printf("  %s\n", tsr_last_error());
     unsetenv("TSR_NCCL_LIB");
     ASSERT_EQ(rc, TSR_ERR_UNSUPPORTED);
-    ASSERT_TRUE(strstr(tsr_last_error(), "nccl: TSR_NCCL_LIB=libm.so.6: libm.so.6 is not an NCCL 2.4+ "
-                                         "library (no ncclGetVersion)") !=
-                NULL);
+    ASSERT_TRUE(strstr(tsr_last_error(),
+                       "nccl: TSR_NCCL_LIB=libm.so.6: libm.so.6 is not an NCCL 2.4+ "
+                       "library (no ncclGetVersion)") != NULL);
     return 0;
 }
 

@@ -56,8 +56,8 @@ static int test_nccl_one_rank(void)
         goto out;
     }
     tsr_comm *c = tsr_comm_group_rank(g, 0);
-    printf("nccl comm: rank %d of %d on CUDA device %d (%s)\n", tsr_comm_rank(c),
-           tsr_comm_size(c), tsr_comm_device(c), be->name);
+    printf("nccl comm: rank %d of %d on CUDA device %d (%s)\n", tsr_comm_rank(c), tsr_comm_size(c),
+           tsr_comm_device(c), be->name);
     host = malloc(N * sizeof(float));
     back = malloc(N * sizeof(float));
     zero = calloc(N, sizeof(float));
@@ -74,26 +74,26 @@ static int test_nccl_one_rank(void)
         fprintf(stderr, "upload: %s\n", tsr_last_error());
         goto out;
     }
-#define STEP(expr)                                                                  \
-    do {                                                                            \
-        if ((expr) != TSR_OK) {                                                     \
-            fprintf(stderr, "%s: %s\n", #expr, tsr_last_error());                   \
-            goto out;                                                               \
-        }                                                                           \
+#define STEP(expr)                                                                                 \
+    do {                                                                                           \
+        if ((expr) != TSR_OK) {                                                                    \
+            fprintf(stderr, "%s: %s\n", #expr, tsr_last_error());                                  \
+            goto out;                                                                              \
+        }                                                                                          \
     } while (0)
 /* d_recv zeroed, and the backend's stream idle before NCCL's runs */
-#define CLEAR_RECV()                                                                \
-    do {                                                                            \
-        STEP(tsr_backend_upload(be, d_recv, zero, N * sizeof(float)));             \
-        STEP(tsr_backend_sync(be));                                                 \
+#define CLEAR_RECV()                                                                               \
+    do {                                                                                           \
+        STEP(tsr_backend_upload(be, d_recv, zero, N * sizeof(float)));                             \
+        STEP(tsr_backend_sync(be));                                                                \
     } while (0)
-#define EXPECT_RECV(what, want)                                                     \
-    do {                                                                            \
-        STEP(tsr_backend_download(be, back, d_recv, N * sizeof(float)));           \
-        STEP(tsr_backend_sync(be));                                                 \
-        if (check_f32(what, back, want, N))                                         \
-            goto out;                                                               \
-        printf("ok %s\n", what);                                                    \
+#define EXPECT_RECV(what, want)                                                                    \
+    do {                                                                                           \
+        STEP(tsr_backend_download(be, back, d_recv, N * sizeof(float)));                           \
+        STEP(tsr_backend_sync(be));                                                                \
+        if (check_f32(what, back, want, N))                                                        \
+            goto out;                                                                              \
+        printf("ok %s\n", what);                                                                   \
     } while (0)
 
     /* broadcast (root 0, in place): the buffer is unchanged */

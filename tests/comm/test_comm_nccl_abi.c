@@ -16,7 +16,8 @@
 #include "test.h"
 
 _Static_assert((int)TSR_NCCL_SUCCESS == (int)ncclSuccess, "ncclSuccess");
-_Static_assert((int)TSR_NCCL_UNHANDLED_CUDA_ERROR == (int)ncclUnhandledCudaError, "ncclUnhandledCudaError");
+_Static_assert((int)TSR_NCCL_UNHANDLED_CUDA_ERROR == (int)ncclUnhandledCudaError,
+               "ncclUnhandledCudaError");
 _Static_assert((int)TSR_NCCL_SYSTEM_ERROR == (int)ncclSystemError, "ncclSystemError");
 _Static_assert((int)TSR_NCCL_INTERNAL_ERROR == (int)ncclInternalError, "ncclInternalError");
 _Static_assert((int)TSR_NCCL_INVALID_ARGUMENT == (int)ncclInvalidArgument, "ncclInvalidArgument");
