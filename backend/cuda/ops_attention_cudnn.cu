@@ -44,11 +44,20 @@
  *   same, which the arena-allocated UNet mostly gives, so a call is one
  *   cudnnBackendExecute.
  *
- * UNVERIFIED (written in a session without a GPU; it compiles against the
- * 9.19 headers and nothing more): whether the 9.19 runtime's heuristics
- * return a config for each SD shape on sm_80/sm_90 (head sizes 40, 80 and
- * 160 in particular), its results, its speed, and CUDA-graph capture of
- * cudnnBackendExecute.  The GPU check: tests/gpu/run.sh's gpu_unit stage
+ * Checked without a GPU (tests/gpu/test_cudnn_sdpa_host.cu, label unit,
+ * against the 9.19 library): the fallback and cache logic; cuDNN's own
+ * checks of the tensors and the node for every SD shape; and cuDNN's
+ * heuristics, asked about sm_80, sm_86 and sm_90 device descriptions
+ * (CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR from JSON, the driver's stub loaded),
+ * offering at least one engine config for every SD shape, head sizes 40, 80
+ * and 160 included.  Those engines (global index 8, and 9 on sm_90) are
+ * runtime-compiled: building a plan compiles its kernel (NVRTC) and loads
+ * it through the driver (where the stub stops), so each shape's first call
+ * pays a compile.
+ * UNVERIFIED (no GPU in the session that wrote it): building the plans (the
+ * compile, the module load, how long a shape's first call takes), the
+ * results, the speed, and CUDA-graph capture of cudnnBackendExecute.  The
+ * GPU check: tests/gpu/run.sh's gpu_unit stage
  * runs gpu_ops_attention_cudnn and gpu_ops_attention_sd_cudnn
  * (TSR_CUDA_ATTENTION=cudnn with TSR_CUDA_ATTENTION_CUDNN_STRICT=1, so a
  * shape cuDNN refuses fails instead of silently falling back), and its
@@ -60,6 +69,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define SDPA_CACHE_MAX 128 /* shapes; SD's UNets use a handful per size and batch */
 #define SDPA_MAX_CFGS 8    /* engine configs tried per shape */
@@ -291,10 +301,18 @@ static int64_t engine_index(cudnnBackendDescriptor_t cfg)
     return idx;
 }
 
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
 /* Builds e's plan, or marks it refused (descriptors freed, reason kept). */
 static void entry_build(cudnnHandle_t handle, sdpa_entry *e)
 {
     const char *step = "?";
+    const double t0 = now_ms();
     cudnnStatus_t st = make_graph(handle, e, &step);
     if (st == CUDNN_STATUS_SUCCESS)
         st = choose_plan(handle, e, &step);
@@ -302,10 +320,10 @@ static void entry_build(cudnnHandle_t handle, sdpa_entry *e)
         e->state = SDPA_READY;
         e->engine = engine_index(e->desc[D_CFG]);
         TSR_DEBUG("attention: cuDNN SDPA plan for b=%lld heads=%lld %lldx%lld d=%lld: engine %lld, "
-                  "workspace %lld bytes",
+                  "workspace %lld bytes, built in %.0f ms",
                   (long long)e->key[0], (long long)e->key[1], (long long)e->key[2],
                   (long long)e->key[3], (long long)e->key[4], (long long)e->engine,
-                  (long long)e->workspace);
+                  (long long)e->workspace, now_ms() - t0);
         return;
     }
     entry_clear(e);
