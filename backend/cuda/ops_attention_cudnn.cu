@@ -86,9 +86,9 @@ enum { D_Q, D_K, D_V, D_O, D_SCALE, D_OP, D_GRAPH, D_HEUR, D_CFG, D_PLAN, D_COUN
 enum { SDPA_READY = 1, SDPA_REFUSED = 2 };
 
 typedef struct sdpa_entry {
-    int64_t key[7]; /* b, heads, lq, lk, d, causal, dtype */
-    int state;      /* SDPA_READY or SDPA_REFUSED */
-    char why[128];  /* refused: the failing step and cuDNN's status name */
+    int64_t key[7];                         /* b, heads, lq, lk, d, causal, dtype */
+    int state;                              /* SDPA_READY or SDPA_REFUSED */
+    char why[128];                          /* refused: the failing step and cuDNN's status name */
     cudnnBackendDescriptor_t desc[D_COUNT]; /* owned; NULL where not made */
     int64_t workspace;                      /* bytes the plan needs */
     int64_t engine;                         /* the engine's global index (log only) */
@@ -109,13 +109,13 @@ struct tsr_cu_sdpa_cache {
 
 /* Inside a function returning cudnnStatus_t with `const char **step`: the
  * first failing call returns its status and names its step. */
-#define SDPA_STEP(name, call)                                                                 \
-    do {                                                                                      \
-        cudnnStatus_t sdpa_st_ = (call);                                                      \
-        if (sdpa_st_ != CUDNN_STATUS_SUCCESS) {                                               \
-            *step = (name);                                                                   \
-            return sdpa_st_;                                                                  \
-        }                                                                                     \
+#define SDPA_STEP(name, call)                                                                      \
+    do {                                                                                           \
+        cudnnStatus_t sdpa_st_ = (call);                                                           \
+        if (sdpa_st_ != CUDNN_STATUS_SUCCESS) {                                                    \
+            *step = (name);                                                                        \
+            return sdpa_st_;                                                                       \
+        }                                                                                          \
     } while (0)
 
 static void desc_destroy(cudnnBackendDescriptor_t *d)
@@ -145,8 +145,8 @@ static cudnnStatus_t make_tensor(cudnnBackendDescriptor_t *t, int64_t uid, cudnn
                                                             CUDNN_TYPE_INT64, 4, dims));
     SDPA_STEP("tensor strides", cudnnBackendSetAttribute(*t, CUDNN_ATTR_TENSOR_STRIDES,
                                                          CUDNN_TYPE_INT64, 4, strides));
-    SDPA_STEP("tensor uid", cudnnBackendSetAttribute(*t, CUDNN_ATTR_TENSOR_UNIQUE_ID,
-                                                     CUDNN_TYPE_INT64, 1, &uid));
+    SDPA_STEP("tensor uid",
+              cudnnBackendSetAttribute(*t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid));
     SDPA_STEP("tensor alignment", cudnnBackendSetAttribute(*t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT,
                                                            CUDNN_TYPE_INT64, 1, &align));
     if (by_value) {
@@ -161,8 +161,7 @@ static cudnnStatus_t make_tensor(cudnnBackendDescriptor_t *t, int64_t uid, cudnn
 /* The operation graph of one SDPA_FWD node over e->key's shape. */
 static cudnnStatus_t make_graph(cudnnHandle_t handle, sdpa_entry *e, const char **step)
 {
-    const int64_t b = e->key[0], heads = e->key[1], lq = e->key[2], lk = e->key[3],
-                  d = e->key[4];
+    const int64_t b = e->key[0], heads = e->key[1], lq = e->key[2], lk = e->key[3], d = e->key[4];
     const cudnnDataType_t f16 = CUDNN_DATA_HALF, f32 = CUDNN_DATA_FLOAT;
     /* logical [b, heads, L, d] over Tessera's [b, L, heads*d] */
     const int64_t qdim[4] = {b, heads, lq, d}, kdim[4] = {b, heads, lk, d};
@@ -185,13 +184,14 @@ static cudnnStatus_t make_graph(cudnnHandle_t handle, sdpa_entry *e, const char 
         CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC, CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC,
         CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC};
     for (int i = 0; i < 5; i++)
-        SDPA_STEP("sdpa tensors", cudnnBackendSetAttribute(*op, io[i],
-                                                           CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                                                           &e->desc[D_Q + i]));
+        SDPA_STEP("sdpa tensors",
+                  cudnnBackendSetAttribute(*op, io[i], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                           &e->desc[D_Q + i]));
     SDPA_STEP("sdpa finalize", cudnnBackendFinalize(*op));
 
     cudnnBackendDescriptor_t *g = &e->desc[D_GRAPH];
-    SDPA_STEP("graph create", cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, g));
+    SDPA_STEP("graph create",
+              cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, g));
     SDPA_STEP("graph ops", cudnnBackendSetAttribute(*g, CUDNN_ATTR_OPERATIONGRAPH_OPS,
                                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, op));
     SDPA_STEP("graph handle", cudnnBackendSetAttribute(*g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
@@ -213,9 +213,9 @@ static cudnnStatus_t make_plan(cudnnHandle_t handle, cudnnBackendDescriptor_t cf
               cudnnBackendSetAttribute(*plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
                                        CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg));
     SDPA_STEP("plan finalize", cudnnBackendFinalize(*plan));
-    SDPA_STEP("plan workspace", cudnnBackendGetAttribute(*plan,
-                                                         CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                                         CUDNN_TYPE_INT64, 1, &n, ws));
+    SDPA_STEP("plan workspace",
+              cudnnBackendGetAttribute(*plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                       CUDNN_TYPE_INT64, 1, &n, ws));
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -235,8 +235,7 @@ static cudnnStatus_t choose_plan(cudnnHandle_t handle, sdpa_entry *e, const char
         cudnnBackendDescriptor_t *h = &e->desc[D_HEUR];
         if ((st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, h)) ||
             (st = cudnnBackendSetAttribute(*h, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
-                                           CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                                           &e->desc[D_GRAPH])) ||
+                                           CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &e->desc[D_GRAPH])) ||
             (st = cudnnBackendSetAttribute(*h, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1,
                                            &modes[m])) ||
             (st = cudnnBackendFinalize(*h))) {
@@ -292,8 +291,8 @@ static int64_t engine_index(cudnnBackendDescriptor_t cfg)
     cudnnBackendDescriptor_t eng = NULL;
     int64_t n = 0, idx = -1;
     if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) ||
-        cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                 1, &n, &eng) ||
+        cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                 &n, &eng) ||
         cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n,
                                  &idx))
         idx = -1;
@@ -387,18 +386,18 @@ int tsr_cu_attention_cudnn(tsr_backend *b, const tsr_tensor *q, const tsr_tensor
 {
     cuda_ctx *c = tsr_cu_ctx(b);
     const int64_t bsz = q->ne[0], lq = q->ne[1], lk = k->ne[1];
-    if (q->dtype != TSR_F16 || k->dtype != TSR_F16 || v->dtype != TSR_F16 ||
-        y->dtype != TSR_F16 || p->causal || d % 8 != 0 || d > SDPA_MAX_D || lq < 1 || lk < 1 ||
-        !aligned16(q->data) || !aligned16(k->data) || !aligned16(v->data) || !aligned16(y->data))
+    if (q->dtype != TSR_F16 || k->dtype != TSR_F16 || v->dtype != TSR_F16 || y->dtype != TSR_F16 ||
+        p->causal || d % 8 != 0 || d > SDPA_MAX_D || lq < 1 || lk < 1 || !aligned16(q->data) ||
+        !aligned16(k->data) || !aligned16(v->data) || !aligned16(y->data))
         return 1;
     tsr_cu_sdpa_cache *sc = cache_of(c);
     if (!sc)
         return 1;
     if (!sc->usable)
-        return sc->strict ? tsr_errorf(TSR_ERR_BACKEND,
-                                       "attention: cuDNN %zu has no SDPA node (needs %d)",
-                                       cudnnGetVersion(), SDPA_MIN_VERSION)
-                          : 1;
+        return sc->strict
+                   ? tsr_errorf(TSR_ERR_BACKEND, "attention: cuDNN %zu has no SDPA node (needs %d)",
+                                cudnnGetVersion(), SDPA_MIN_VERSION)
+                   : 1;
     const int64_t key[7] = {bsz, p->heads, lq, lk, d, p->causal ? 1 : 0, (int64_t)q->dtype};
     sdpa_entry *e = NULL;
     for (int i = 0; i < sc->n && !e; i++)
@@ -411,22 +410,21 @@ int tsr_cu_attention_cudnn(tsr_backend *b, const tsr_tensor *q, const tsr_tensor
                          "on the other paths",
                          SDPA_CACHE_MAX);
             sc->full_logged = true;
-            return sc->strict ? tsr_errorf(TSR_ERR_BACKEND,
-                                           "attention: the cuDNN SDPA plan cache is full")
-                              : 1;
+            return sc->strict
+                       ? tsr_errorf(TSR_ERR_BACKEND, "attention: the cuDNN SDPA plan cache is full")
+                       : 1;
         }
         e = &sc->e[sc->n++];
         memcpy(e->key, key, sizeof key);
         entry_build(c->cudnn, e);
     }
     if (e->state != SDPA_READY)
-        return sc->strict
-                   ? tsr_errorf(TSR_ERR_BACKEND,
-                                "attention: cuDNN SDPA builds no plan for b=%lld heads=%d "
-                                "%lldx%lld d=%lld (%s)",
-                                (long long)bsz, p->heads, (long long)lq, (long long)lk,
-                                (long long)d, e->why)
-                   : 1;
+        return sc->strict ? tsr_errorf(TSR_ERR_BACKEND,
+                                       "attention: cuDNN SDPA builds no plan for b=%lld heads=%d "
+                                       "%lldx%lld d=%lld (%s)",
+                                       (long long)bsz, p->heads, (long long)lq, (long long)lk,
+                                       (long long)d, e->why)
+                          : 1;
     void *ws = NULL;
     if (e->workspace > 0) {
         ws = tsr_cu_scratch(b, (size_t)e->workspace);

@@ -49,10 +49,10 @@ void *tsr_cu_scratch(tsr_backend *b, size_t bytes)
 /* The attention shapes of SD1.5 (512^2 and 1024^2) and SDXL (1024^2), self
  * and cross, at batch 2 and 32: b, heads, lq, lk, d. */
 static const int64_t sd_shapes[][5] = {
-    {2, 8, 4096, 4096, 40},   {2, 8, 1024, 1024, 80},  {2, 8, 256, 256, 160},
-    {2, 8, 4096, 77, 40},     {2, 8, 1024, 77, 80},    {2, 8, 256, 77, 160},
-    {2, 8, 64, 77, 160},      {2, 10, 4096, 4096, 64}, {2, 20, 1024, 1024, 64},
-    {2, 10, 4096, 77, 64},    {2, 20, 1024, 77, 64},   {32, 8, 4096, 4096, 40},
+    {2, 8, 4096, 4096, 40},   {2, 8, 1024, 1024, 80},   {2, 8, 256, 256, 160},
+    {2, 8, 4096, 77, 40},     {2, 8, 1024, 77, 80},     {2, 8, 256, 77, 160},
+    {2, 8, 64, 77, 160},      {2, 10, 4096, 4096, 64},  {2, 20, 1024, 1024, 64},
+    {2, 10, 4096, 77, 64},    {2, 20, 1024, 77, 64},    {32, 8, 4096, 4096, 40},
     {32, 8, 1024, 1024, 80},  {32, 10, 4096, 4096, 64}, {32, 20, 1024, 1024, 64},
     {2, 8, 16384, 16384, 40}, {2, 5, 4096, 4096, 64},
 };
@@ -82,8 +82,7 @@ static void qkvy(int64_t b, int64_t lq, int64_t lk, int64_t hd, tsr_dtype dt, ts
 static int call(fake_backend *f, tsr_tensor t[4], int heads, int64_t d, bool causal)
 {
     tsr_attention_params p = {heads, 0.0f, causal};
-    return tsr_cu_attention_cudnn(&f->b, &t[0], &t[1], &t[2], &p, &t[3], d,
-                                  1.0f / sqrtf((float)d));
+    return tsr_cu_attention_cudnn(&f->b, &t[0], &t[1], &t[2], &p, &t[3], d, 1.0f / sqrtf((float)d));
 }
 
 static int test_static_checks(void)
@@ -194,9 +193,9 @@ static int test_node_validates(void)
     if (!st)
         st = make_tensor(&e.desc[D_SCALE], UID_SCALE, CUDNN_DATA_FLOAT, one, one, true, &step);
     ASSERT_EQ(st, CUDNN_STATUS_SUCCESS);
-    ASSERT_EQ(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR,
-                                           &e.desc[D_OP]),
-              CUDNN_STATUS_SUCCESS);
+    ASSERT_EQ(
+        cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR, &e.desc[D_OP]),
+        CUDNN_STATUS_SUCCESS);
     const cudnnBackendAttributeName_t io[5] = {
         CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC, CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC,
         CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC, CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC,
@@ -213,7 +212,8 @@ static int test_node_validates(void)
 
 /* cuDNN's JSON form of a device's properties (the fields libcudnn_graph
  * reads; values from the A100 / RTX A6000 / H100 datasheets). */
-static int device_desc(int ver, int smem_optin, int threads_sm, int sms, cudnnBackendDescriptor_t *d)
+static int device_desc(int ver, int smem_optin, int threads_sm, int sms,
+                       cudnnBackendDescriptor_t *d)
 {
     char js[1024];
     snprintf(js, sizeof js,
@@ -253,8 +253,8 @@ static int64_t heuristic_configs(sdpa_entry *e, cudnnBackendDescriptor_t dev, ch
         st = cudnnBackendSetAttribute(h, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &e->desc[D_GRAPH]);
     if (!st)
-        st = cudnnBackendSetAttribute(h, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1,
-                                      &mode);
+        st =
+            cudnnBackendSetAttribute(h, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
     if (!st)
         st = cudnnBackendSetAttribute(h, CUDNN_ATTR_ENGINEHEUR_DEVICEPROP,
                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &dev);
@@ -311,9 +311,8 @@ static int test_heuristics(void)
             char engines[128];
             const int64_t got = heuristic_configs(&e, dev, engines, sizeof engines);
             printf("sm_%d b=%lld heads=%lld %lldx%lld d=%lld: %lld configs (engines%s)\n",
-                   devs[k].ver / 10, (long long)e.key[0], (long long)e.key[1],
-                   (long long)e.key[2], (long long)e.key[3], (long long)e.key[4],
-                   (long long)got, engines);
+                   devs[k].ver / 10, (long long)e.key[0], (long long)e.key[1], (long long)e.key[2],
+                   (long long)e.key[3], (long long)e.key[4], (long long)got, engines);
             failed |= got < 1;
             entry_clear(&e);
         }
