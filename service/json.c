@@ -1,6 +1,26 @@
 /*
  * service/json.c - see json.h.  A recursive-descent reader over a byte
  * span; every error names its byte offset.
+ *
+ * Why it is built this way: request bodies are read on the event loop, up
+ * to --max-body (32 MiB), from anyone who can reach the port, so the cost
+ * of a parse must be linear in the body and its memory a small multiple of
+ * it, whatever the body holds.  Hence:
+ * - duplicate keys are found through a hash set of each object's keys,
+ *   built as the keys arrive (a linear scan while the object has at most
+ *   SVC_JSON_SCAN_KEYS members), so the error comes at the same moment as
+ *   a member-by-member search would give it, before the second key's value
+ *   is read.  The hash is SipHash-1-3 under a key drawn per document, so no
+ *   body can be built to make every key collide and bring the quadratic
+ *   search back;
+ * - members per object, elements per array and values per document are
+ *   bounded (json.h says why each bound), which bounds the tree's memory to
+ *   the body's strings plus about 120 bytes a value;
+ * - a number's literal lives in the same allocation as its item (the item
+ *   carries cJSON_IsReference, so cJSON_Delete frees the two as one block):
+ *   one allocation per number instead of two;
+ * - everything is allocated through cJSON_malloc, so cJSON_InitHooks sees
+ *   every byte (fuzz/fuzz_json_cost.c counts them).
  */
 #include "json.h"
 
@@ -16,12 +36,146 @@ typedef struct reader {
     char *err;
     size_t err_size;
     int depth;
+    size_t values; /* values read so far (SVC_JSON_MAX_VALUES) */
+    bool keyed;    /* sip_k0/1 drawn (at the first object past SVC_JSON_SCAN_KEYS) */
+    uint64_t sip_k0, sip_k1;
 } reader;
 
 static void fail(reader *r, const char *what)
 {
     if (r->err && r->err[0] == '\0')
         snprintf(r->err, r->err_size, "%s at byte %zu", what, (size_t)(r->p - r->start));
+}
+
+/* SipHash-c-d (Aumasson and Bernstein), written from the paper's
+ * description: a keyed hash, so a client cannot choose keys that collide. */
+#define SIP_ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+
+static void sip_round(uint64_t v[4])
+{
+    v[0] += v[1];
+    v[1] = SIP_ROTL(v[1], 13);
+    v[1] ^= v[0];
+    v[0] = SIP_ROTL(v[0], 32);
+    v[2] += v[3];
+    v[3] = SIP_ROTL(v[3], 16);
+    v[3] ^= v[2];
+    v[0] += v[3];
+    v[3] = SIP_ROTL(v[3], 21);
+    v[3] ^= v[0];
+    v[2] += v[1];
+    v[1] = SIP_ROTL(v[1], 17);
+    v[1] ^= v[2];
+    v[2] = SIP_ROTL(v[2], 32);
+}
+
+/* c compression rounds, d finalisation rounds (2, 4 for the paper's test
+ * vectors; 1, 3 here). */
+static uint64_t sip_hash(uint64_t k0, uint64_t k1, const unsigned char *m, size_t len, int c,
+                         int d)
+{
+    uint64_t v[4] = {0x736f6d6570736575ULL ^ k0, 0x646f72616e646f6dULL ^ k1,
+                     0x6c7967656e657261ULL ^ k0, 0x7465646279746573ULL ^ k1};
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w = 0;
+        for (int j = 7; j >= 0; j--)
+            w = (w << 8) | m[i + (size_t)j];
+        v[3] ^= w;
+        for (int k = 0; k < c; k++)
+            sip_round(v);
+        v[0] ^= w;
+    }
+    uint64_t b = (uint64_t)len << 56;
+    for (size_t j = 0; i + j < len; j++)
+        b |= (uint64_t)m[i + j] << (8 * j);
+    v[3] ^= b;
+    for (int k = 0; k < c; k++)
+        sip_round(v);
+    v[0] ^= b;
+    v[2] ^= 0xff;
+    for (int k = 0; k < d; k++)
+        sip_round(v);
+    return v[0] ^ v[1] ^ v[2] ^ v[3];
+}
+
+/* The keys of one object being read: open addressing with linear probing,
+ * at most half full.  Keys are the members' own strings (the set never
+ * outlives the object's parse). */
+typedef struct key_slot {
+    uint64_t hash;
+    const char *key; /* NULL: free */
+} key_slot;
+
+typedef struct key_set {
+    key_slot *slot;
+    size_t cap; /* 0 until the object passes SVC_JSON_SCAN_KEYS members */
+    size_t n;
+} key_set;
+
+static int key_set_grow(key_set *ks, size_t cap)
+{
+    key_slot *s = cJSON_malloc(cap * sizeof *s);
+    if (!s)
+        return -1;
+    memset(s, 0, cap * sizeof *s);
+    for (size_t i = 0; i < ks->cap; i++) {
+        if (!ks->slot[i].key)
+            continue;
+        size_t j = (size_t)ks->slot[i].hash & (cap - 1);
+        while (s[j].key)
+            j = (j + 1) & (cap - 1);
+        s[j] = ks->slot[i];
+    }
+    cJSON_free(ks->slot);
+    ks->slot = s;
+    ks->cap = cap;
+    return 0;
+}
+
+/* Adds key unless it is there: 1 it was (a duplicate), 0 added, -1 out of
+ * memory. */
+static int key_set_add(key_set *ks, uint64_t hash, const char *key)
+{
+    if ((ks->n + 1) * 2 > ks->cap && key_set_grow(ks, ks->cap ? ks->cap * 2 : 32) < 0)
+        return -1;
+    size_t j = (size_t)hash & (ks->cap - 1);
+    for (; ks->slot[j].key; j = (j + 1) & (ks->cap - 1))
+        if (ks->slot[j].hash == hash && strcmp(ks->slot[j].key, key) == 0)
+            return 1;
+    ks->slot[j].hash = hash;
+    ks->slot[j].key = key;
+    ks->n++;
+    return 0;
+}
+
+static uint64_t key_hash(reader *r, const char *key)
+{
+    if (!r->keyed) {
+        r->sip_k0 = svc_random_u64();
+        r->sip_k1 = svc_random_u64();
+        r->keyed = true;
+    }
+    return sip_hash(r->sip_k0, r->sip_k1, (const unsigned char *)key, strlen(key), 1, 3);
+}
+
+/* Whether obj (n members so far, `ks` its key set) already has `key`; adds
+ * it otherwise.  -1: out of memory. */
+static int seen_key(reader *r, const cJSON *obj, size_t n, key_set *ks, const char *key)
+{
+    if (n < SVC_JSON_SCAN_KEYS) {
+        for (const cJSON *c = obj->child; c; c = c->next)
+            if (strcmp(c->string, key) == 0)
+                return 1;
+        return 0;
+    }
+    if (!ks->cap) {
+        /* the first key past the scan: the set starts with the members so far */
+        for (const cJSON *c = obj->child; c; c = c->next)
+            if (key_set_add(ks, key_hash(r, c->string), c->string) < 0)
+                return -1;
+    }
+    return key_set_add(ks, key_hash(r, key), key);
 }
 
 static void skip_ws(reader *r)
@@ -73,7 +227,7 @@ static size_t put_utf8(char *o, uint32_t cp)
     return 4;
 }
 
-/* Reads a string at r->p (on the opening quote); malloc'd result.  A
+/* Reads a string at r->p (on the opening quote); cJSON_malloc'd result.  A
  * \u0000 is kept as a NUL byte (the C string then ends early) and reported
  * through *has_nul; NULL has_nul refuses it (object keys). */
 static char *read_string(reader *r, bool *has_nul)
@@ -104,7 +258,7 @@ static char *read_string(reader *r, bool *has_nul)
         return NULL;
     }
     /* the output never grows: \uXXXX (6 bytes) -> at most 3 bytes, pairs 12 -> 4 */
-    char *out = malloc(raw + 1);
+    char *out = cJSON_malloc(raw + 1);
     if (!out) {
         fail(r, "out of memory");
         return NULL;
@@ -121,7 +275,7 @@ static char *read_string(reader *r, bool *has_nul)
             if (n == 0 || (size_t)(s - q) < n || !svc_utf8_valid(q, n, NULL)) {
                 r->p = q;
                 fail(r, "invalid UTF-8");
-                free(out);
+                cJSON_free(out);
                 return NULL;
             }
             memcpy(out + o, q, n);
@@ -145,7 +299,7 @@ static char *read_string(reader *r, bool *has_nul)
             if (s - q < 4 || hex4(q, &cp) < 0) {
                 r->p = q;
                 fail(r, "bad \\u escape");
-                free(out);
+                cJSON_free(out);
                 return NULL;
             }
             q += 4;
@@ -155,7 +309,7 @@ static char *read_string(reader *r, bool *has_nul)
                     lo < 0xDC00 || lo > 0xDFFF) {
                     r->p = q;
                     fail(r, "unpaired UTF-16 surrogate (invalid UTF-8)");
-                    free(out);
+                    cJSON_free(out);
                     return NULL;
                 }
                 q += 6;
@@ -163,14 +317,14 @@ static char *read_string(reader *r, bool *has_nul)
             } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
                 r->p = q;
                 fail(r, "unpaired UTF-16 surrogate (invalid UTF-8)");
-                free(out);
+                cJSON_free(out);
                 return NULL;
             }
             if (cp == 0) {
                 if (!has_nul) {
                     r->p = q;
                     fail(r, "a key contains U+0000");
-                    free(out);
+                    cJSON_free(out);
                     return NULL;
                 }
                 *has_nul = true;
@@ -181,7 +335,7 @@ static char *read_string(reader *r, bool *has_nul)
         default:
             r->p = q - 1;
             fail(r, "bad escape in string");
-            free(out);
+            cJSON_free(out);
             return NULL;
         }
     }
@@ -235,20 +389,21 @@ static cJSON *read_number(reader *r)
         fail(r, "number too long");
         return NULL;
     }
-    char *lit = malloc(n + 1);
-    if (!lit) {
+    /* the item and its literal in one block: cJSON_IsReference keeps
+     * cJSON_Delete from freeing the literal on its own (a number has no
+     * child); cJSON_Duplicate copies the literal and drops the flag */
+    cJSON *item = cJSON_malloc(sizeof *item + n + 1);
+    if (!item) {
         fail(r, "out of memory");
         return NULL;
     }
+    memset(item, 0, sizeof *item);
+    char *lit = (char *)(item + 1);
     memcpy(lit, s, n);
     lit[n] = '\0';
-    cJSON *item = cJSON_CreateNumber(strtod(lit, NULL));
-    if (!item) {
-        free(lit);
-        fail(r, "out of memory");
-        return NULL;
-    }
+    item->type = cJSON_Number | cJSON_IsReference;
     item->valuestring = lit;
+    cJSON_SetNumberHelper(item, strtod(lit, NULL));
     r->p = q;
     return item;
 }
@@ -287,6 +442,8 @@ static cJSON *read_object(reader *r)
         return NULL;
     }
     cJSON *last = NULL;
+    key_set keys = {NULL, 0, 0};
+    size_t n = 0;
     skip_ws(r);
     if (r->p < r->end && *r->p == '}') {
         r->p++;
@@ -298,32 +455,39 @@ static cJSON *read_object(reader *r)
             fail(r, "expected a string key");
             goto bad;
         }
+        if (n == SVC_JSON_MAX_MEMBERS) {
+            fail(r, "more than " SVC_JSON_STR(SVC_JSON_MAX_MEMBERS) " members in one object");
+            goto bad;
+        }
         const char *key_at = r->p;
         char *key = read_string(r, NULL);
         if (!key)
             goto bad;
-        if (cJSON_GetObjectItemCaseSensitive(obj, key)) {
+        int seen = seen_key(r, obj, n, &keys, key);
+        if (seen != 0) {
             r->p = key_at;
             char msg[160];
-            snprintf(msg, sizeof msg, "duplicate key \"%.100s\"", key);
-            fail(r, msg);
-            free(key);
+            if (seen > 0)
+                snprintf(msg, sizeof msg, "duplicate key \"%.100s\"", key);
+            fail(r, seen > 0 ? msg : "out of memory");
+            cJSON_free(key);
             goto bad;
         }
         skip_ws(r);
         if (r->p >= r->end || *r->p != ':') {
-            free(key);
+            cJSON_free(key);
             fail(r, "expected ':'");
             goto bad;
         }
         r->p++;
         cJSON *v = read_value(r);
         if (!v) {
-            free(key);
+            cJSON_free(key);
             goto bad;
         }
         v->string = key;
         append_child(obj, &last, v);
+        n++;
         skip_ws(r);
         if (r->p < r->end && *r->p == ',') {
             r->p++;
@@ -331,12 +495,14 @@ static cJSON *read_object(reader *r)
         }
         if (r->p < r->end && *r->p == '}') {
             r->p++;
+            cJSON_free(keys.slot);
             return obj;
         }
         fail(r, "expected ',' or '}'");
         goto bad;
     }
 bad:
+    cJSON_free(keys.slot);
     cJSON_Delete(obj);
     return NULL;
 }
@@ -350,16 +516,23 @@ static cJSON *read_array(reader *r)
         return NULL;
     }
     cJSON *last = NULL;
+    size_t n = 0;
     skip_ws(r);
     if (r->p < r->end && *r->p == ']') {
         r->p++;
         return arr;
     }
     for (;;) {
+        skip_ws(r);
+        if (n == SVC_JSON_MAX_ELEMENTS) {
+            fail(r, "more than " SVC_JSON_STR(SVC_JSON_MAX_ELEMENTS) " elements in one array");
+            goto bad;
+        }
         cJSON *v = read_value(r);
         if (!v)
             goto bad;
         append_child(arr, &last, v);
+        n++;
         skip_ws(r);
         if (r->p < r->end && *r->p == ',') {
             r->p++;
@@ -377,6 +550,21 @@ bad:
     return NULL;
 }
 
+/* A string item that owns s. */
+static cJSON *new_string(reader *r, char *s)
+{
+    cJSON *v = cJSON_malloc(sizeof *v);
+    if (!v) {
+        cJSON_free(s);
+        fail(r, "out of memory");
+        return NULL;
+    }
+    memset(v, 0, sizeof *v);
+    v->type = cJSON_String;
+    v->valuestring = s;
+    return v;
+}
+
 static cJSON *read_value(reader *r)
 {
     skip_ws(r);
@@ -384,6 +572,11 @@ static cJSON *read_value(reader *r)
         fail(r, "unexpected end of input");
         return NULL;
     }
+    if (r->values == SVC_JSON_MAX_VALUES) {
+        fail(r, "more than " SVC_JSON_STR(SVC_JSON_MAX_VALUES) " values in one document");
+        return NULL;
+    }
+    r->values++;
     cJSON *v = NULL;
     switch (*r->p) {
     case '{':
@@ -400,30 +593,23 @@ static cJSON *read_value(reader *r)
         char *s = read_string(r, &nul);
         if (!s)
             return NULL;
-        v = cJSON_CreateString("");
-        if (!v) {
-            free(s);
-            fail(r, "out of memory");
-            return NULL;
-        }
-        cJSON_free(v->valuestring);
-        v->valuestring = s;
-        if (nul)
+        v = new_string(r, s);
+        if (v && nul)
             v->type |= SVC_JSON_HAS_NUL;
         return v;
     }
     case 't':
-        if (literal(r, "true"))
-            return cJSON_CreateTrue();
-        break;
     case 'f':
-        if (literal(r, "false"))
-            return cJSON_CreateFalse();
-        break;
-    case 'n':
-        if (literal(r, "null"))
-            return cJSON_CreateNull();
-        break;
+    case 'n': {
+        const char *word = *r->p == 't' ? "true" : *r->p == 'f' ? "false" : "null";
+        if (!literal(r, word))
+            break;
+        v = *word == 't' ? cJSON_CreateTrue() : *word == 'f' ? cJSON_CreateFalse()
+                                                             : cJSON_CreateNull();
+        if (!v)
+            fail(r, "out of memory");
+        return v;
+    }
     default:
         if (*r->p == '-' || (*r->p >= '0' && *r->p <= '9'))
             return read_number(r);
@@ -437,7 +623,7 @@ cJSON *svc_json_parse(const char *buf, size_t len, char *err, size_t err_size)
 {
     if (err && err_size)
         err[0] = '\0';
-    reader r = {buf, buf + len, buf, err, err_size, 0};
+    reader r = {buf, buf + len, buf, err, err_size, 0, 0, false, 0, 0};
     if (!buf) {
         fail(&r, "empty body");
         return NULL;

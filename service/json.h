@@ -10,6 +10,15 @@
  * A string containing U+0000 is kept cut at the NUL and marked with
  * SVC_JSON_HAS_NUL in its type bits, so the field that reads it can refuse
  * it by name (C strings cannot hold it); keys containing it are refused.
+ *
+ * Bodies come from anyone who can reach the port and are read on the event
+ * loop, so a parse costs time linear in the body (duplicate keys are found
+ * through a keyed hash, not a search of the object) and the tree is bounded
+ * by the SVC_JSON_MAX_* limits below.  A number item's literal shares its
+ * item's allocation and the item carries cJSON_IsReference (cJSON_Delete
+ * frees both at once; cJSON_Duplicate makes an ordinary copy): do not free
+ * or replace a parsed number's valuestring.  All memory comes from
+ * cJSON_malloc, so cJSON_InitHooks sees it.
  */
 #ifndef SVC_JSON_H
 #define SVC_JSON_H
@@ -21,6 +30,37 @@
 #include <cjson/cJSON.h>
 
 #define SVC_JSON_MAX_DEPTH 64
+
+/* Bounds on what one document may hold, so that reading a body costs time
+ * linear in it and memory a small multiple of it (about 120 bytes a value
+ * plus the strings, which never grow when decoded).  A body past a bound is
+ * refused like any invalid JSON ("more than 4096 members in one object at
+ * byte 52130"): 400 invalid_json from every route.  Each bound leaves
+ * headroom over the largest document the API has a use for:
+ *
+ * Members of one object: the largest objects clients send are A1111's
+ * settings (POST /sdapi/v1/options: A1111 itself has several hundred, more
+ * with extensions, and tools that copy settings between servers send them
+ * all) and A1111 generation bodies (about 80 fields); a native job has
+ * about 20.  4096 is 5-10x the largest. */
+#define SVC_JSON_MAX_MEMBERS 4096
+/* Elements of one array: the longest array the API reads is a batch's
+ * `jobs` (at most 1,000, routes_batches.c); A1111's `styles`,
+ * `init_images` and `script_args` hold a handful.  10x the batch cap. */
+#define SVC_JSON_MAX_ELEMENTS 10000
+/* Values (objects, arrays, strings, numbers, literals) in one document: a
+ * 1,000-job batch setting every job field is about 21,000; 100,000 is 5x
+ * that, and caps the tree at about 12 MB beyond the body's own strings
+ * whatever shape a 32 MiB body takes (a 16 MiB body of [[0,0,...],...]
+ * would be 8 million values, 900 MB). */
+#define SVC_JSON_MAX_VALUES 100000
+/* Objects with at most this many members find duplicate keys by a scan of
+ * their members; larger ones through a hash set (json.c). */
+#define SVC_JSON_SCAN_KEYS 8
+
+#define SVC_JSON_STR_(x) #x
+/* A bound's value as a string literal, for messages. */
+#define SVC_JSON_STR(x) SVC_JSON_STR_(x)
 /* A type bit cJSON does not use: the string held U+0000. */
 #define SVC_JSON_HAS_NUL (1 << 12)
 
