@@ -261,6 +261,8 @@ struct tsr_backend {
     unsigned caps;          /* TSR_BACKEND_CAP_* */
     int n_threads;          /* host threads its ops use (CPU); 0 when not applicable */
     char name[64];      /* "cpu (2 threads)", "cuda:0 (NVIDIA H200)" */
+    size_t memory_bytes;    /* the device's memory in all: the GPU's, or the host's RAM
+                             * (its cgroup limit when lower) for the CPU; 0 = unknown */
 };
 
 /* Open a backend from a --device spec: "auto", "cpu", "cuda" or "cuda:N",

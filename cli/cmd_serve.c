@@ -47,6 +47,7 @@ int tsr_cmd_serve(int argc, char **argv)
     tsr_service_config_init(&c);
     const char *listen = NULL, *host = NULL, *level = NULL, *batching = NULL;
     int64_t port = -1, threads = 0, max_batch = c.max_batch, max_queue = c.max_queue;
+    int64_t max_memory = c.max_memory;
     int64_t max_wait = 0, drain = c.drain_timeout_s, max_body = c.max_body;
     int64_t max_bodies = c.max_bodies;
     int64_t tile_size = c.tile_size, preview_every = c.preview_every, tile_threads = c.tile_threads;
@@ -73,7 +74,12 @@ int tsr_cmd_serve(int argc, char **argv)
         {"max-batch", TSR_ARG_INT, &max_batch, "N",
          "images per UNet call, 1..32 (default 16; rows = 2N with guidance)", 1, 32, 0, 0},
         {"max-queue", TSR_ARG_INT, &max_queue, "N",
-         "images waiting before new work gets 429 (default 256)", 1, 1000000, 0, 0},
+         "images waiting before new work gets 429 (default 256); an image larger or longer "
+         "than the model's default size at 30 steps counts its pixels x steps over that",
+         1, 1000000, 0, 0},
+        {"max-memory", TSR_ARG_INT, &max_memory, "BYTES",
+         "working memory one batch of a request's images may need; larger requests get 422 "
+         "(default 0 = the device's memory)", 0, (int64_t)1 << 50, 0, 0},
         {"data-dir", TSR_ARG_STRING, &c.data_dir, "DIR",
          "journal, images and job records (default ./tessera-data)", 0, 0, 0, 0},
         {"token-file", TSR_ARG_STRING, &c.token_file, "FILE",
@@ -218,6 +224,7 @@ int tsr_cmd_serve(int argc, char **argv)
     c.threads = (int)threads;
     c.max_batch = (int)max_batch;
     c.max_queue = (int)max_queue;
+    c.max_memory = max_memory;
     c.max_wait_ms = (int)max_wait;
     c.drain_timeout_s = (int)drain;
     c.max_body = max_body;

@@ -347,9 +347,17 @@ void tsr_result_free(tsr_result *r);
  * top of the loaded engine: UNet workspace for those rows + the batch's
  * row buffers + VAE decode workspace for one decode chunk + per-image state.
  * The UNet and VAE terms come from their planning passes, so they are exact
- * for this engine's backend and model.  docs/api.md gives the formula. */
+ * for this engine's backend and model.  docs/api.md gives the formula.
+ * Reads only what is fixed at tsr_engine_open, so a server may call it on
+ * its own thread while a worker steps a batch of the same engine (as
+ * tsr_image_params_check). */
 int tsr_engine_memory_estimate(tsr_engine *e, const tsr_batch_options *o, int images, int width,
                                int height, int cfg, size_t *bytes);
+/* The memory of the engine's device in all, in bytes: the GPU's for CUDA;
+ * for the CPU the host's RAM, or its cgroup's limit when that is lower.
+ * 0 when unknown.  With tsr_engine_memory_estimate it tells a server what
+ * this device can never run (the estimate alone is larger). */
+size_t tsr_engine_device_memory(const tsr_engine *e);
 
 /* ------------------------------------------------------------------------
  * Utilities an embedder needs beside generation.

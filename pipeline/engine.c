@@ -263,6 +263,11 @@ const char *tsr_engine_model_hash(const tsr_engine *e)
     return e->model_hash;
 }
 
+size_t tsr_engine_device_memory(const tsr_engine *e)
+{
+    return e->backend->memory_bytes;
+}
+
 int tsr_engine_memory_estimate(tsr_engine *e, const tsr_batch_options *o, int images, int width,
                                int height, int cfg, size_t *bytes)
 {

@@ -32,6 +32,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 
+#include "admission.h"
 #include "http.h"
 #include "json.h"
 #include "log.h"
@@ -571,13 +572,14 @@ static void generate(svc_req *r, bool img2img)
             break;
         }
     }
-    int waiting = s->queue->ops->length(s->queue) + s->pending_images;
-    if (k == n && waiting + c->q.total > s->cfg.max_queue) {
-        svc_req_add_header(r, "Retry-After", "5");
-        svc_a1111_reply_error(r, 429, "queue_full", NULL,
-                              "the queue is full: %d image%s waiting, %d more would pass "
-                              "--max-queue %d",
-                              waiting, waiting == 1 ? "" : "s", c->q.total, s->cfg.max_queue);
+    svc_admit v;
+    if (k == n && !svc_admit_check(s, ps, n, &v)) {
+        if (v.retry_after > 0) {
+            char ra[16];
+            snprintf(ra, sizeof ra, "%d", v.retry_after);
+            svc_req_add_header(r, "Retry-After", ra);
+        }
+        svc_a1111_reply_error(r, v.status, v.code, NULL, "%s", v.message);
         k = -1;
     }
     double created = svc_now_unix();
@@ -605,7 +607,7 @@ static void generate(svc_req *r, bool img2img)
     free(ps);
     c->r = r;
     watch_conn(c);
-    svc_server_accept(s, c->jobs, n, on_accepted, c);
+    svc_admit_accept(s, c->jobs, n, on_accepted, c);
 }
 
 /* --------------------------------------------------------------- progress */

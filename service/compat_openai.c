@@ -25,6 +25,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 
+#include "admission.h"
 #include "json.h"
 #include "log.h"
 #include "multipart.h"
@@ -632,15 +633,18 @@ void oai_submit(oai_call *c, cJSON *nat)
     }
     c->width = p->width;
     c->height = p->height;
-    int waiting = s->queue->ops->length(s->queue) + s->pending_images;
-    if (waiting + p->n > s->cfg.max_queue) {
-        int n = p->n;
+    svc_admit v;
+    if (!svc_admit_check(s, &p, 1, &v)) {
         svc_params_unref(p);
         free(c);
-        svc_req_add_header(r, "Retry-After", "5");
-        oai_reply_error(r, 429, NULL, "rate_limit_exceeded", "the queue is full: %d image%s "
-                        "waiting, %d more would pass --max-queue %d", waiting,
-                        waiting == 1 ? "" : "s", n, s->cfg.max_queue);
+        if (v.retry_after > 0) {
+            char ra[16];
+            snprintf(ra, sizeof ra, "%d", v.retry_after);
+            svc_req_add_header(r, "Retry-After", ra);
+        }
+        /* OpenAI's names: rate_limit_exceeded for a full queue */
+        oai_reply_error(r, v.status, NULL,
+                        v.status == 429 ? "rate_limit_exceeded" : v.code, "%s", v.message);
         return;
     }
     svc_job *j = svc_job_new(svc_jobs_new_id(s->jobs), p, svc_now_unix());
@@ -656,7 +660,7 @@ void oai_submit(oai_call *c, cJSON *nat)
     }
     c->job = j;
     call_attach(c);
-    svc_server_accept(s, &j, 1, on_accepted, c);
+    svc_admit_accept(s, &j, 1, on_accepted, c);
 }
 
 bool oai_can_accept(svc_req *r)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admission.h"
 #include "http.h"
 #include "json.h"
 #include "log.h"
@@ -105,7 +106,6 @@ static void submit(svc_req *r)
     }
     svc_params_ctx ctx;
     svc_server_params_ctx(s, &ctx);
-    int images = 0;
     const cJSON *job;
     cJSON_ArrayForEach(job, jobs)
     {
@@ -126,16 +126,19 @@ static void submit(svc_req *r)
             svc_reply_error(r, 400, "invalid_parameter", field, "jobs[%d]: %s", n, pe.message);
             goto done;
         }
-        images += params[n]->n;
         n++;
     }
-    int waiting = s->queue->ops->length(s->queue) + s->pending_images;
-    if (waiting + images > s->cfg.max_queue) {
-        svc_req_add_header(r, "Retry-After", "5");
-        svc_reply_error(r, 429, "queue_full", NULL,
-                        "the queue is full: %d image%s waiting, this batch's %d would pass "
-                        "--max-queue %d",
-                        waiting, waiting == 1 ? "" : "s", images, s->cfg.max_queue);
+    svc_admit v;
+    if (!svc_admit_check(s, params, n, &v)) {
+        char field[32] = "";
+        if (v.job >= 0)
+            snprintf(field, sizeof field, "jobs[%d]", v.job);
+        if (v.job >= 0 && n > 1) { /* name the job the memory figure is about */
+            char msg[sizeof v.message];
+            snprintf(msg, sizeof msg, "jobs[%d]: %s", v.job, v.message);
+            snprintf(v.message, sizeof v.message, "%s", msg);
+        }
+        svc_admit_reply(r, &v, field[0] ? field : NULL);
         goto done;
     }
     svc_job **list = calloc((size_t)n, sizeof *list);
@@ -172,7 +175,7 @@ static void submit(svc_req *r)
     }
     c->r = r;
     c->batch = b;
-    svc_server_accept(s, list, n, on_accepted, c);
+    svc_admit_accept(s, list, n, on_accepted, c);
     free(list);
 done:
     if (params)

@@ -14,6 +14,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
+#include "admission.h"
 #include "http.h"
 #include "json.h"
 #include "log.h"
@@ -118,14 +119,10 @@ static void submit(svc_req *r)
         svc_reply_error(r, 400, "invalid_parameter", pe.field, "%s", pe.message);
         return;
     }
-    int waiting = s->queue->ops->length(s->queue) + s->pending_images;
-    if (waiting + p->n > s->cfg.max_queue) {
-        int n = p->n;
+    svc_admit v;
+    if (!svc_admit_check(s, &p, 1, &v)) {
         svc_params_unref(p);
-        svc_req_add_header(r, "Retry-After", "5");
-        svc_reply_error(r, 429, "queue_full", NULL,
-                        "the queue is full: %d image%s waiting, %d more would pass --max-queue %d",
-                        waiting, waiting == 1 ? "" : "s", n, s->cfg.max_queue);
+        svc_admit_reply(r, &v, NULL);
         return;
     }
     svc_job *j = svc_job_new(svc_jobs_new_id(s->jobs), p, svc_now_unix());
@@ -139,7 +136,7 @@ static void submit(svc_req *r)
     }
     c->r = r;
     c->job = j;
-    svc_server_accept(s, &j, 1, on_accepted, c);
+    svc_admit_accept(s, &j, 1, on_accepted, c);
 }
 
 /* ----------------------------------------------------------------- reads */

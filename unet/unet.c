@@ -75,7 +75,6 @@ struct tsr_unet {
     unet_resnet mid_res[2];
     unet_transformer mid_tr;
     tsr_arena ws;       /* owned workspace */
-    skip_stack skips;   /* per-call bookkeeping, kept here so a call allocates nothing */
     int plan[5];        /* B, H, W, L, n_time_ids of the last plan */
 };
 
@@ -356,7 +355,11 @@ static int unet_walk(tsr_unet *u, tsr_arena *ws, const tsr_unet_inputs *in, int6
     TSR_TRY(tsr_arena_upload_f32(ws, &r.context, in->context, in->batch));
     TSR_TRY(embed(u, &r, in, B));
 
-    skip_stack *s = &u->skips;
+    /* the skip stack lives on this call's stack (under 7 KiB), not in u: a
+     * measuring walk (tsr_unet_workspace_need, for the engine's memory
+     * estimate) may run on another thread while a forward uses u */
+    skip_stack stack;
+    skip_stack *s = &stack;
     s->n = 0;
     int rc;
 #define CK(expr) TSR_CHECK_GOTO(rc, (expr), done)

@@ -91,7 +91,7 @@ const tsr_unet_desc *tsr_unet_get_desc(const tsr_unet *u);
 /* Bytes of the workspace currently allocated (0 before the first plan). */
 size_t tsr_unet_workspace_bytes(const tsr_unet *u);
 /* The workspace a forward pass of this shape needs (a planning pass; holds
- * nothing). */
+ * nothing, writes nothing in u: safe while another thread runs a forward). */
 int tsr_unet_workspace_need(tsr_unet *u, const tsr_unet_inputs *in, size_t *bytes);
 /* Release the workspace (the next forward plans again). */
 void tsr_unet_trim(tsr_unet *u);

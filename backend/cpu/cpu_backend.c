@@ -23,10 +23,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/cpu/cpu_internal.h"
 #include "core/error.h"
 #include "core/pool.h"
+
+/* The RAM this process can ever have: physical memory, or the cgroup's
+ * limit (v2 memory.max, v1 memory.limit_in_bytes) when that is lower, as in
+ * a container.  0 when unknown. */
+static size_t host_memory_bytes(void)
+{
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    size_t total = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
+    static const char *const limits[] = {"/sys/fs/cgroup/memory.max",
+                                         "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    for (size_t i = 0; i < sizeof limits / sizeof *limits; i++) {
+        FILE *f = fopen(limits[i], "r");
+        unsigned long long v = 0;
+        const int got = f ? fscanf(f, "%llu", &v) : 0; /* "max": no number, no limit */
+        if (f)
+            fclose(f);
+        if (got == 1 && v > 0 && (total == 0 || v < total))
+            total = (size_t)v;
+    }
+    return total;
+}
 
 static void buf_free(cpu_buf *b)
 {
@@ -223,6 +245,7 @@ int tsr_backend_cpu_create_ex(const tsr_cpu_options *o, tsr_backend **out)
     b->act_dtype = o->storage;
     b->caps = o->round_rows ? TSR_BACKEND_CAP_ROUND_ROWS : 0;
     b->n_threads = c->n_threads;
+    b->memory_bytes = host_memory_bytes();
     if (o->bf16gemm)
         snprintf(b->name, sizeof b->name, "cpu-bf16gemm (%d threads, avx512bf16 6x32)",
                  c->n_threads);

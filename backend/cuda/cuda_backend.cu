@@ -361,6 +361,7 @@ static int cuda_create_impl(int device, cuda_ctx *c, tsr_backend *b)
     cudaDeviceProp prop;
     TSR_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     c->sm_count = prop.multiProcessorCount;
+    b->memory_bytes = prop.totalGlobalMem;
     tsr_cu_attention_config(c);
     snprintf(b->name, sizeof b->name, "cuda:%d (%s)", device, prop.name);
     TSR_INFO("%s: sm_%d%d, %d SMs, cuDNN %zu, cuBLASLt %zu", b->name, prop.major, prop.minor,
