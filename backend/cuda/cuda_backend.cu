@@ -33,6 +33,7 @@
 
 #include "cuda_internal.cuh"
 #include "ops_attention.cuh"
+#include "ops_attention_cudnn.cuh"
 #include "ops_conv.cuh"
 #include "ops_elementwise.cuh"
 #include "ops_gemm.cuh"
@@ -97,6 +98,7 @@ static void cuda_destroy(tsr_backend *b)
         cudaSetDevice(c->device);
         if (c->stream)
             cudaStreamSynchronize(c->stream);
+        tsr_cu_attention_cudnn_release(c); /* its plans hold the cuDNN handle */
         if (c->cudnn)
             cudnnDestroy(c->cudnn);
         if (c->lt)

@@ -3,6 +3,14 @@
  * three paths, tried in this order (TSR_CUDA_ATTENTION=wmma|gemm|flash
  * forces one where it applies):
  *
+ * 0. (before them, opt-in) TSR_CUDA_ATTENTION=cudnn: cuDNN's fused SDPA,
+ *    ops_attention_cudnn.cu, on every shape it takes (f16, head dims a
+ *    multiple of 8, not causal); a shape cuDNN builds no plan for falls
+ *    through to the order below.  Opt-in until a GPU run has checked it
+ *    (docs/perf.md); then the default for self-attention if it wins.
+ *    TSR_CUDA_ATTENTION=fa2 runs the FlashAttention-2-style mma.sync
+ *    kernel of ops_attention_fa2.cu instead (f16, head dims 40/64/80/160,
+ *    opt-in: unverified on a GPU so far).
  * 1. Tensor-core flash kernel (f16, head dims up to 160), for key sequences
  *    of at most 128 (cross-attention over the text, the text encoders):
  *    tiled over keys, online softmax, WMMA 16x16x16 products with f32
@@ -35,6 +43,8 @@
  * docs/perf.md.
  */
 #include "ops_attention.cuh"
+#include "ops_attention_cudnn.cuh"
+#include "ops_attention_fa2.cuh"
 #include "ops_gemm.cuh"
 
 #include <cuda_fp16.h>
@@ -392,6 +402,8 @@ void tsr_cu_attention_config(cuda_ctx *c)
                   : strcmp(e, "wmma") == 0  ? TSR_CU_ATT_WMMA
                   : strcmp(e, "gemm") == 0  ? TSR_CU_ATT_GEMM
                   : strcmp(e, "flash") == 0 ? TSR_CU_ATT_FLASH
+                  : strcmp(e, "cudnn") == 0 ? TSR_CU_ATT_CUDNN
+                  : strcmp(e, "fa2") == 0   ? TSR_CU_ATT_FA2
                                             : TSR_CU_ATT_AUTO;
     e = getenv("TSR_CUDA_ATTENTION_SCRATCH_MIB");
     long mib = e && *e ? strtol(e, NULL, 10) : 256;
@@ -472,11 +484,27 @@ int tsr_cu_attention(tsr_backend *b, const tsr_tensor *q, const tsr_tensor *k, c
     const float scale = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)d);
     const int causal = p->causal ? 1 : 0;
     const int path = tsr_cu_ctx(b)->att_path;
+    /* the FA2 kernel (ops_attention_fa2.cu), opt-in (TSR_CUDA_ATTENTION=fa2)
+     * until a GPU run has checked it; a shape it does not take runs on the
+     * GEMM path (or, with TSR_CUDA_ATTENTION_FA2_STRICT=1, fails) */
+    if (path == TSR_CU_ATT_FA2) {
+        rc = tsr_cu_attention_fa2(b, q, k, v, p, y, d, scale);
+        if (rc <= 0)
+            return rc;
+    }
+    /* cuDNN's fused SDPA (TSR_CUDA_ATTENTION=cudnn, opt-in until a GPU run
+     * has checked it) on every shape it takes, then the default order */
+    if (path == TSR_CU_ATT_CUDNN) {
+        rc = tsr_cu_attention_cudnn(b, q, k, v, p, y, d, scale);
+        if (rc <= 0)
+            return rc;
+    }
+    const bool auto_order = path == TSR_CU_ATT_AUTO || path == TSR_CU_ATT_CUDNN;
     /* the tensor-core flash kernel wins only over short key sequences (the
      * cross-attention's 77 text tokens, the text encoders): 0.108 against
      * the GEMM path's 0.181 ms at 4096x77, but 2.4 against 1.7 ms at
      * 4096x4096 on an H200 (docs/perf.md) */
-    if (path == TSR_CU_ATT_WMMA || (path == TSR_CU_ATT_AUTO && lk <= TSR_CU_ATTN_WMMA_MAX_LK)) {
+    if (path == TSR_CU_ATT_WMMA || (auto_order && lk <= TSR_CU_ATTN_WMMA_MAX_LK)) {
         rc = att_wmma(b, q, k, v, p, y, d, scale);
         if (rc <= 0)
             return rc;

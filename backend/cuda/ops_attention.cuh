@@ -12,10 +12,17 @@
 #define TSR_CU_ATTN_MAX_D 512
 
 /* Which attention path runs (ops_attention.cu): AUTO is the default order;
- * the others force one where it applies. */
-enum tsr_cu_att_path { TSR_CU_ATT_AUTO, TSR_CU_ATT_WMMA, TSR_CU_ATT_GEMM, TSR_CU_ATT_FLASH };
+ * the others force one where it applies (CUDNN: ops_attention_cudnn.cu). */
+enum tsr_cu_att_path {
+    TSR_CU_ATT_AUTO,
+    TSR_CU_ATT_WMMA,
+    TSR_CU_ATT_GEMM,
+    TSR_CU_ATT_FLASH,
+    TSR_CU_ATT_FA2, /* ops_attention_fa2.cu */
+    TSR_CU_ATT_CUDNN
+};
 
-/* Reads TSR_CUDA_ATTENTION (wmma|gemm|flash) and
+/* Reads TSR_CUDA_ATTENTION (cudnn|fa2|wmma|gemm|flash) and
  * TSR_CUDA_ATTENTION_SCRATCH_MIB (default 256) into the context, once, when
  * the backend is created. */
 void tsr_cu_attention_config(cuda_ctx *c);

@@ -11,7 +11,8 @@
 #   gpu      stop here, cleanly (exit 77), when there is no usable GPU
 #   build    cmake + ninja with the CUDA backend for this GPU's architecture
 #   gpu_unit ctest -L gpu: memory/events/auto, and every op at SD1.5/SD2.x/
-#            SDXL shapes against the CPU backend (gpu_ops_*, 3e-3, NaN fails)
+#            SDXL shapes against the CPU backend (gpu_ops_*, 3e-3, NaN fails);
+#            the nccl comm on one rank (gpu_comm_nccl_one_rank, tests/comm)
 #   ops      the op golden cases of tests/ops with TSR_TEST_DEVICE=cuda
 #   golden   tiny models of tests/data end to end on the GPU against their
 #            goldens (PSNR >= 35 dB)
@@ -22,12 +23,23 @@
 #            make_random_model.py): UNet s/call at 512^2/1024^2, 1 and 16
 #            images with CFG; VAE decode; peak GPU memory; PyTorch FP16 SDPA
 #            (and the diffusers UNet, if installed) at the same shapes;
-#            attention's ops under each path (TSR_CUDA_ATTENTION)
+#            attention's ops under each path (TSR_CUDA_ATTENTION=cudnn|wmma|
+#            gemm|flash: `bench ops --filter attention`; the cudnn run logs
+#            cuDNN's plan or refusal per shape), and the SD1.5 b16 UNet
+#            with TSR_CUDA_ATTENTION=cudnn and =fa2 beside the default
+#            (docs/perf.md's run 2, 0.284 s)
 #   serve    tessera serve on the GPU under load: tools/loadtest/bench.sh's
 #            "batch" scenario on the demo model (16 clients, max batch 1
 #            against 16), no job may fail
 #   serve_sd15 the same on the random full-size SD1.5 model at 512x512
 # Logs: every stage's full output under $OUT/gpu-logs (or build-gpu/logs).
+# cuDNN's fused SDPA attention (backend/cuda/ops_attention_cudnn.cu,
+# TSR_CUDA_ATTENTION=cudnn, opt-in) is unverified until this runs on a GPU:
+# gpu_unit's gpu_ops_attention_cudnn and gpu_ops_attention_sd_cudnn check it
+# at every SD shape (strict), timing's bench_ops_cudnn.log times it.
+# The FA2 kernel (backend/cuda/ops_attention_fa2.cu, TSR_CUDA_ATTENTION=fa2,
+# opt-in) likewise: gpu_ops_attention_fa2 and gpu_ops_attention_sd_fa2
+# (forced, strict), bench_ops_fa2.log and the "fa2-att" UNet rows.
 #
 # Environment: TSR_GPU_SKIP="timing demo" skips stages; TSR_GPU_BUILD_ONLY=1
 # (for a machine without a GPU) runs deps and build and then stops;
@@ -147,12 +159,20 @@ if ! ls "$CUDA_HOME"/lib64/libcublasLt.so* >/dev/null 2>&1; then
     CUBLAS_WHEEL=$("$PY" -c 'import nvidia.cublas as m; print(list(m.__path__)[0])' 2>/dev/null || true)
     [ -n "$CUBLAS_WHEEL" ] && export LD_LIBRARY_PATH=$CUBLAS_WHEEL/lib:$LD_LIBRARY_PATH
 fi
+# NCCL for the nccl comm (backend/comm/comm_nccl.c dlopens libnccl.so.2):
+# the toolkit's or the loader's, else the nvidia-nccl wheel's
+if [ -z "${TSR_NCCL_LIB:-}" ] && ! ls "$CUDA_HOME"/lib*/libnccl.so.2 >/dev/null 2>&1 &&
+    ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 '; then
+    NCCL_WHEEL=$("$PY" -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+    [ -f "$NCCL_WHEEL/lib/libnccl.so.2" ] && export TSR_NCCL_LIB=$NCCL_WHEEL/lib/libnccl.so.2
+fi
 {
     echo "deps: $DEPS"
     echo "nvcc: $(command -v nvcc || echo none) $(nvcc --version 2>/dev/null | tail -1)"
     echo "cmake: $(cmake --version 2>/dev/null | head -1)  ninja: $(ninja --version 2>/dev/null)"
     echo "cudnn: ${CUDNN_ROOT:-none}  $(grep -h -E '#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) ' "$CUDNN_ROOT"/include/cudnn_version.h 2>/dev/null | awk '{printf "%s ", $3}')"
     echo "torch: $("$PY" -c 'import torch; print(torch.__version__, torch.version.cuda)' 2>/dev/null || echo none)"
+    echo "nccl: ${TSR_NCCL_LIB:-the toolkit's or the loader's path}"
     for p in $PKGS; do echo "pkg-config $p: $(pkg-config --modversion $p 2>/dev/null || echo missing) $(pkg-config --variable=libdir $p 2>/dev/null)"; done
 } >"$LOGS/deps.log" 2>&1
 cat "$LOGS/deps.log"
@@ -374,20 +394,49 @@ if ! skipped timing 60; then
     : >"$LOGS/timing.table"
     if wait "$MODELS_PID"; then
         bench "sd15 unet 512 b1 cfg" 60 unet --model "$MODELS/sd15" --size 512 --batch 2 --iters 3
+        # one row (one image's cond or uncond half): CFG-parallel's call,
+        # which tools/sim/ can only extrapolate until this is measured
+        bench "sd15 unet 512 1 row" 60 unet --model "$MODELS/sd15" --size 512 --batch 1 --iters 3
         bench "sd15 unet 512 b16 cfg" 90 unet --model "$MODELS/sd15" --size 512 --batch 32 --iters 1
         bench "sd15 unet 1024 b1 cfg" 90 unet --model "$MODELS/sd15" --size 1024 --batch 2 --iters 1
         bench "sd15 vae decode 512" 60 vae --model "$MODELS/sd15" --size 512 --iters 2
         bench "sdxl unet 1024 b1 cfg" 90 unet --model "$MODELS/sdxl" --size 1024 --batch 2 --iters 2
         bench "sdxl unet 1024 b16 cfg" 120 unet --model "$MODELS/sdxl" --size 1024 --batch 32 --iters 1
+        bench "sdxl unet 1024 1 row" 60 unet --model "$MODELS/sdxl" --size 1024 --batch 1 --iters 2
         bench "sdxl vae decode 1024" 60 vae --model "$MODELS/sdxl" --size 1024 --iters 1
         timeout 60 "$BIN" --log-level warn bench ops --device $DEV >"$LOGS/bench_ops.log" 2>&1
-        # attention's other paths at the same shapes (backend/cuda/ops_attention.cu)
-        for path in gemm flash; do
-            TSR_CUDA_ATTENTION=$path timeout 60 "$BIN" --log-level warn bench ops --device $DEV 2>&1 |
-                grep -E '^(backend|attention)' >"$LOGS/bench_ops_$path.log"
+        # attention's paths one by one at the same shapes
+        # (backend/cuda/ops_attention.cu).  cudnn at debug level: its log
+        # says per shape which cuDNN engine runs it, or why cuDNN refused it
+        # (then the row is the fallback path's time; the VAE's 512-wide head
+        # is never cuDNN's); cuDNN builds a plan on a shape's first call
+        for path in cudnn fa2 wmma gemm flash; do
+            [ $(($(elapsed) + 40)) -le "$BUDGET" ] || { echo "skipped: no time left" >"$LOGS/bench_ops_$path.log"; continue; }
+            lvl=warn
+            [ $path = cudnn ] && lvl=debug
+            TSR_CUDA_ATTENTION=$path timeout 60 "$BIN" --log-level $lvl \
+                bench ops --device $DEV --filter attention 2>&1 |
+                grep -E '^(backend|attention)|cuDNN SDPA' >"$LOGS/bench_ops_$path.log"
         done
-        if "$PY" -c 'import torch' 2>/dev/null && [ $(($(elapsed) + 60)) -le "$BUDGET" ]; then
+        # PyTorch's SDPA at the same shapes, beside the rows above (before
+        # the extra UNet rows, so a tight budget drops those first)
+        : >"$LOGS/torch.log"
+        if "$PY" -c 'import torch' 2>/dev/null && [ $(($(elapsed) + 30)) -le "$BUDGET" ]; then
             timeout 60 "$PY" tests/gpu/torch_bench.py sdpa >"$LOGS/torch.log" 2>&1
+        fi
+        # the UNet with every attention cuDNN takes on its fused SDPA
+        # (opt-in until checked), in the same run as the default rows above
+        TSR_CUDA_ATTENTION=cudnn bench "sd15 unet 512 b16 cfg cudnn-att" 60 unet --model "$MODELS/sd15" \
+            --size 512 --batch 32 --iters 1
+        TSR_CUDA_ATTENTION=cudnn bench "sdxl unet 1024 b16 cfg cudnn-att" 90 unet --model "$MODELS/sdxl" \
+            --size 1024 --batch 32 --iters 1
+        # and with every f16 attention of head dim 40/64/80/160 on the FA2
+        # kernel (backend/cuda/ops_attention_fa2.cu, opt-in until checked)
+        TSR_CUDA_ATTENTION=fa2 bench "sd15 unet 512 b16 cfg fa2-att" 60 unet --model "$MODELS/sd15" \
+            --size 512 --batch 32 --iters 1
+        TSR_CUDA_ATTENTION=fa2 bench "sdxl unet 1024 b1 cfg fa2-att" 60 unet --model "$MODELS/sdxl" \
+            --size 1024 --batch 2 --iters 2
+        if "$PY" -c 'import torch' 2>/dev/null && [ $(($(elapsed) + 60)) -le "$BUDGET" ]; then
             # the same shapes as the tessera rows above (batch 2 = 1 image
             # with CFG, 32 = 16 images with CFG)
             for spec in "sd15 512 2" "sd15 512 32" "sd15 1024 2" "sdxl 1024 2" "sdxl 1024 32"; do
@@ -431,7 +480,10 @@ if [ -s "$LOGS/timing.table" ]; then
     cat "$LOGS/timing.table"
     grep -h '^torch: ' "$LOGS/torch.log" 2>/dev/null | sed 's/^torch: /torch /'
     grep -h '^attention' "$LOGS/bench_ops.log" 2>/dev/null | sed 's/^/default /'
-    grep -h '^attention' "$LOGS/bench_ops_gemm.log" 2>/dev/null | sed 's/^/gemm    /'
+    for path in cudnn fa2 wmma gemm flash; do
+        grep -h '^attention' "$LOGS/bench_ops_$path.log" 2>/dev/null | sed "s/^/$(printf '%-8s' $path)/"
+    done
+    grep -h 'cuDNN SDPA' "$LOGS/bench_ops_cudnn.log" 2>/dev/null | sed 's/^.*attention: /cudnn plan: /'
 fi
 grep -q -E ' FAIL ' "$SUMMARY" && exit 1
 exit 0

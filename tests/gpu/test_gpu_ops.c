@@ -258,6 +258,7 @@ static int test_attention(void)
         {"clip-L causal 77 h12 d64", 2, 77, 77, 12, 64, 1},
         {"bigG causal 77 h20 d64", 1, 77, 77, 20, 64, 1},
         {"causal lq<lk 50x77 d40", 1, 50, 77, 2, 40, 1},
+        {"causal lq>lk 77x50 d64", 1, 77, 50, 2, 64, 1}, /* rows 0..26 see no key: 0 */
         {"vae mid 64x64 h1 d512", 1, 4096, 4096, 1, 512, 0},
         {"vae mid 32x32 h1 d512 b2", 2, 1024, 1024, 1, 512, 0},
     };
@@ -278,6 +279,73 @@ static int test_attention(void)
                       .y = tsr_tensor_3d(TSR_F32, cs[i].b, cs[i].lq, hd, NULL), .tol = TOL,
                       .run = run_attn, .params = &p};
         finish(&t, "attention", cs[i].name, ops_check(&c));
+        release(&b);
+    }
+    return ops_tally_result(&t);
+}
+
+/* Every SD attention shape of a UNet call at 512^2 (SD1.5) and 1024^2 (SDXL),
+ * self and cross, at batch 2 (one image with CFG) and 32 (sixteen), plus
+ * SD1.5 at 1024^2: the shapes the cuDNN SDPA path (backend/cuda/
+ * ops_attention_cudnn.cu) is meant for.  Run with TSR_CUDA_ATTENTION=cudnn and
+ * TSR_CUDA_ATTENTION_CUDNN_STRICT=1 (tests/gpu/CMakeLists.txt), a shape
+ * cuDNN builds no plan for fails with cuDNN's reason instead of passing on
+ * another path.  The first shapes run a second time on fresh buffers: the
+ * cached plan with new pointers. */
+static int test_attention_sd(void)
+{
+    const struct {
+        const char *name;
+        int64_t lq, lk, heads, d;
+    } cs[] = {
+        {"sd15 self 4096 h8 d40", 4096, 4096, 8, 40},
+        {"sd15 self 1024 h8 d80", 1024, 1024, 8, 80},
+        {"sd15 self 256 h8 d160", 256, 256, 8, 160},
+        {"sd15 cross 4096x77 h8 d40", 4096, 77, 8, 40},
+        {"sd15 cross 1024x77 h8 d80", 1024, 77, 8, 80},
+        {"sd15 cross 256x77 h8 d160", 256, 77, 8, 160},
+        {"sdxl self 4096 h10 d64", 4096, 4096, 10, 64},
+        {"sdxl self 1024 h20 d64", 1024, 1024, 20, 64},
+        {"sdxl cross 4096x77 h10 d64", 4096, 77, 10, 64},
+        {"sdxl cross 1024x77 h20 d64", 1024, 77, 20, 64},
+    };
+    const size_t n = sizeof cs / sizeof cs[0];
+    if (!ops_device())
+        return OPS_SKIP; /* before making gigabytes of inputs for nothing */
+    const struct {
+        int64_t b;
+        size_t i; /* index into cs; n = SD1.5 at 1024^2 */
+        const char *tag;
+    } runs[] = {
+        {2, 0, "b2"},   {2, 1, "b2"},   {2, 2, "b2"},   {2, 3, "b2"},   {2, 4, "b2"},
+        {2, 5, "b2"},   {2, 6, "b2"},   {2, 7, "b2"},   {2, 8, "b2"},   {2, 9, "b2"},
+        {32, 0, "b32"}, {32, 1, "b32"}, {32, 2, "b32"}, {32, 3, "b32"}, {32, 4, "b32"},
+        {32, 5, "b32"}, {32, 6, "b32"}, {32, 7, "b32"}, {32, 8, "b32"}, {32, 9, "b32"},
+        {2, n, "b2"},   {2, 0, "b2 again"}, {2, 1, "b2 again"}, {2, 6, "b2 again"},
+    };
+    ops_tally t = {0};
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        const int big = runs[r].i == n;
+        const char *base = big ? "sd15 1024px self 16384 h8 d40" : cs[runs[r].i].name;
+        const int64_t bsz = runs[r].b, lq = big ? 16384 : cs[runs[r].i].lq;
+        const int64_t lk = big ? 16384 : cs[runs[r].i].lk;
+        const int64_t heads = big ? 8 : cs[runs[r].i].heads, d = big ? 40 : cs[runs[r].i].d;
+        char name[64];
+        snprintf(name, sizeof name, "%s %s", base, runs[r].tag);
+        bufs b = {0};
+        const int64_t hd = heads * d;
+        tsr_tensor q = tsr_tensor_3d(TSR_F32, bsz, lq, hd,
+                                     keep(&b, rnd((size_t)(bsz * lq * hd), 2.0f)));
+        tsr_tensor k = tsr_tensor_3d(TSR_F32, bsz, lk, hd,
+                                     keep(&b, rnd((size_t)(bsz * lk * hd), 2.0f)));
+        tsr_tensor v = tsr_tensor_3d(TSR_F32, bsz, lk, hd,
+                                     keep(&b, rnd((size_t)(bsz * lk * hd), 1.0f)));
+        tsr_attention_params p = {.heads = (int)heads, .scale = 0.0f, .causal = false};
+        ops_case c = {.op = "attention", .name = name, .n_src = 3, .src = {&q, &k, &v},
+                      .role = {OPS_ACT, OPS_ACT, OPS_ACT},
+                      .y = tsr_tensor_3d(TSR_F32, bsz, lq, hd, NULL), .tol = TOL,
+                      .run = run_attn, .params = &p};
+        finish(&t, "attention", name, ops_check(&c));
         release(&b);
     }
     return ops_tally_result(&t);
@@ -569,6 +637,7 @@ static int test_embedding_range_device(void)
 static const tsr_test_entry tests[] = {
     {"conv2d", test_conv2d},         {"linear", test_linear},       {"matmul", test_matmul},
     {"attention", test_attention},   {"norms", test_norms},         {"elementwise", test_elementwise},
+    {"attention_sd", test_attention_sd},
     {"embedding_range", test_embedding_range_device},
 };
 
