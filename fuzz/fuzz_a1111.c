@@ -1,6 +1,6 @@
 /*
  * fuzz/fuzz_a1111.c - libFuzzer target for the AUTOMATIC1111 request
- * translator (service/compat_a1111_params.c): an A1111 txt2img / img2img
+ * translator (service/api/a1111/a1111_params.c): an A1111 txt2img / img2img
  * body to native job objects, as /sdapi/v1 reads it before svc_params_parse.
  *
  * Why: the body comes from the network, carries base64 images that are
@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compat_a1111.h"
+#include "a1111.h"
 #include "json.h"
 #include "params.h"
 

@@ -1,6 +1,6 @@
 /*
  * fuzz/fuzz_json_cost.c - libFuzzer target for the COST of the strict JSON
- * reader (service/json.c), not only its crashes.
+ * reader (service/base/json.c), not only its crashes.
  *
  * Why: request bodies are parsed on the event loop, so a body that costs
  * time or memory out of proportion to its size stalls or starves every

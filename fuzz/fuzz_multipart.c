@@ -1,6 +1,6 @@
 /*
  * fuzz/fuzz_multipart.c - libFuzzer target for the multipart/form-data
- * parser of the OpenAI edits route (service/multipart.c).
+ * parser of the OpenAI edits route (service/http/multipart.c).
  *
  * Why: the edits route parses a form straight from the network.  Input: a
  * first line is the Content-Type header value (boundary parsing), the rest

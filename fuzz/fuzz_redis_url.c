@@ -1,5 +1,5 @@
 /*
- * fuzz/fuzz_redis_url.c - the --queue URL parser (service/redis_url.c):
+ * fuzz/fuzz_redis_url.c - the --queue URL parser (service/queue/redis/redis_url.c):
  * any bytes, no crash, and an accepted URL has a host and a port in range.
  */
 #include <assert.h>

@@ -4,7 +4,7 @@
  *
  * Start-up: data directory (locked first: one server per directory, see
  * store.h), finished jobs loaded from their job.json and the
- * journal replayed and compacted (both in server_journal.c), storage thread, HTTP listener, then one
+ * journal replayed and compacted (both in store/recovery.c), storage thread, HTTP listener, then one
  * worker per device, which open their engines while /readyz answers 503.
  * When every engine is open the jobs the journal left unfinished are
  * queued again and the "listening on" line is printed.
@@ -36,7 +36,7 @@
 #include "log.h"
 #include "redis_url.h"
 #include "server.h"
-#include "compat_a1111.h"
+#include "a1111.h"
 #include "sse.h"
 #include "util.h"
 

@@ -80,13 +80,13 @@ typedef struct svc_server {
     svc_jobs *jobs;
     svc_metrics metrics;
     struct svc_sse *sse;
-    struct svc_a1111 *a1111;   /* /sdapi/v1 state (compat_a1111.c); NULL until used */
+    struct svc_a1111 *a1111;   /* /sdapi/v1 state (a1111.c); NULL until used */
 
     char *token;               /* bearer token, NULL = open */
     size_t token_len;
-    char guard_secret[33];     /* marks requests the head guard rewrote (http_guard.c) */
+    char guard_secret[33];     /* marks requests the head guard rewrote (http/guard.c) */
 
-    unsigned long long body_bytes; /* request bodies held, at most cfg.max_bodies (http_guard.c) */
+    unsigned long long body_bytes; /* request bodies held, at most cfg.max_bodies (http/guard.c) */
     int pending_images;        /* accepted, waiting for the journal's fsync */
     int running_images;        /* taken by workers, not yet final */
     bool positions_dirty;
@@ -106,7 +106,7 @@ void svc_server_params_ctx(svc_server *s, svc_params_ctx *ctx);
 void svc_server_cancel_running(svc_server *s, uint64_t job);
 /* Journal a job's final state and write its job.json (async, in order). */
 void svc_server_persist_final(svc_server *s, svc_job *j);
-/* Start-up (server_journal.c): load the finished jobs' job.json files, then
+/* Start-up (store/recovery.c): load the finished jobs' job.json files, then
  * replay and compact the journal, keeping its unfinished accepts in
  * s->replay.  0, or -1 (logged) when the journal cannot be opened. */
 int svc_server_load_state(svc_server *s);

@@ -8,7 +8,7 @@ makes from its tables.
   cfg_pair          the same image split over a CFG pair: one row per call
                     plus the all_gather's latency + bytes / bandwidth
   batching          16 clients on one device fill its calls (~16 images)
-  fairness          sched.c's pop rule: a worker takes its running shape,
+  fairness          queue/local.c's pop rule: a worker takes its running shape,
                     but an entry passed over max_batch times goes next
   processor_sharing two busy CPU devices on one core take twice as long;
                     other processes' runnable threads share the cores too

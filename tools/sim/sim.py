@@ -8,7 +8,7 @@ at most, so how 2, 4 or 8 GPUs would serve (images/s, p50/p95 latency, data
 parallel against CFG-parallel) can only be predicted.  The prediction is
 only as good as its model of the server, so the model follows the code:
 
-  queue     service/sched.c: one queue of image entries in submission order;
+  queue     service/queue/local.c: one queue of image entries in submission order;
             a worker with a running shape takes the oldest entry of that
             shape unless an older one has been passed over max_batch times
             (then that one), and the head when nothing matches; a worker
@@ -372,7 +372,7 @@ class Sim:
             self.now = t
             fn(*args)
 
-    # the queue (service/sched.c)
+    # the queue (service/queue/local.c)
     def push(self, job):
         for i in range(job.n):
             self.queue.append(Image(job, i, self.next_seq))

@@ -1,0 +1,286 @@
+/*
+ * service/api/a1111/a1111_info.c - the read-only side of /sdapi/v1: samplers,
+ * schedulers, sd-models, options (GET and POST), cmd-flags, memory, and the
+ * empty lists A1111 clients probe at start (scripts, upscalers, styles,
+ * ...), so they find "nothing installed" instead of a 404
+ * (docs/compat-a1111.md).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sysinfo.h>
+
+#include "a1111.h"
+#include "http.h"
+#include "json.h"
+#include "server.h"
+#include "tessera.h"
+
+/* Paths answered with a fixed empty value (GET), or a no-op (POST). */
+static const struct {
+    const char *path, *value;
+    bool post;
+} k_fixed[] = {
+    {"/scripts", "{\"txt2img\":[],\"img2img\":[]}", false},
+    {"/script-info", "[]", false},
+    {"/upscalers", "[{\"name\":\"None\",\"model_name\":null,\"model_path\":null,"
+                   "\"model_url\":null,\"scale\":4}]", false},
+    {"/latent-upscale-modes", "[]", false},
+    {"/sd-vae", "[]", false},
+    {"/hypernetworks", "[]", false},
+    {"/face-restorers", "[]", false},
+    {"/realesrgan-models", "[]", false},
+    {"/prompt-styles", "[]", false},
+    {"/embeddings", "{\"loaded\":{},\"skipped\":{}}", false},
+    {"/loras", "[]", false},
+    {"/extensions", "[]", false},
+    {"/refresh-checkpoints", "null", true},
+    {"/refresh-vae", "null", true},
+    {"/refresh-loras", "null", true},
+};
+
+static const char *const k_info[] = {"/samplers", "/schedulers", "/sd-models", "/options",
+                                     "/cmd-flags", "/memory"};
+
+bool svc_a1111_is_info(const char *rest)
+{
+    for (size_t i = 0; i < sizeof k_info / sizeof k_info[0]; i++)
+        if (strcmp(rest, k_info[i]) == 0)
+            return true;
+    for (size_t i = 0; i < sizeof k_fixed / sizeof k_fixed[0]; i++)
+        if (strcmp(rest, k_fixed[i].path) == 0)
+            return true;
+    return false;
+}
+
+static cJSON *samplers(void)
+{
+    const tsr_sampler_desc *d = NULL;
+    int n = tsr_samplers(&d);
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; a && i < n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", d[i].a1111);
+        cJSON *al = cJSON_AddArrayToObject(o, "aliases");
+        char k[80];
+        snprintf(k, sizeof k, "k_%s", d[i].name);
+        cJSON_AddItemToArray(al, cJSON_CreateString(k));
+        cJSON_AddItemToArray(al, cJSON_CreateString(d[i].name));
+        cJSON_AddObjectToObject(o, "options");
+        cJSON_AddItemToArray(a, o);
+    }
+    return a;
+}
+
+static cJSON *schedulers(void)
+{
+    const tsr_schedule_desc *d = NULL;
+    int n = tsr_schedules(&d);
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; a && i < n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        char name[64];
+        size_t j = 0;
+        for (const char *p = d[i].a1111; *p && j + 1 < sizeof name; p++)
+            name[j++] = *p == ' ' ? '_' : (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
+        name[j] = '\0';
+        cJSON_AddStringToObject(o, "name", name);
+        cJSON_AddStringToObject(o, "label", d[i].a1111);
+        cJSON *al = cJSON_AddArrayToObject(o, "aliases");
+        cJSON_AddItemToArray(al, cJSON_CreateString(d[i].name));
+        cJSON_AddNumberToObject(o, "default_rho", -1);
+        cJSON_AddFalseToObject(o, "need_inner_model");
+        cJSON_AddItemToArray(a, o);
+    }
+    return a;
+}
+
+/* "demo [0123456789]" as A1111 titles a checkpoint (the hash when known). */
+static void model_title(svc_server *s, char *buf, size_t size)
+{
+    const char *hash = s->engine0 ? tsr_engine_model_hash(s->engine0) : "";
+    if (hash && hash[0])
+        snprintf(buf, size, "%s [%s]", s->model_name, hash);
+    else
+        snprintf(buf, size, "%s", s->model_name);
+}
+
+static cJSON *sd_models(svc_server *s)
+{
+    char title[300];
+    model_title(s, title, sizeof title);
+    const char *hash = s->engine0 ? tsr_engine_model_hash(s->engine0) : "";
+    cJSON *a = cJSON_CreateArray();
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "title", title);
+    cJSON_AddStringToObject(o, "model_name", s->model_name);
+    svc_json_add_string_or_null(o, "hash", hash && hash[0] ? hash : NULL);
+    cJSON_AddNullToObject(o, "sha256");
+    cJSON_AddStringToObject(o, "filename", s->cfg.model);
+    cJSON_AddNullToObject(o, "config");
+    cJSON_AddItemToArray(a, o);
+    return a;
+}
+
+static cJSON *options(svc_server *s)
+{
+    char title[300];
+    model_title(s, title, sizeof title);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "sd_model_checkpoint", title);
+    cJSON_AddNumberToObject(o, "CLIP_stop_at_last_layers", svc_a1111_clip_skip(s));
+    cJSON_AddStringToObject(o, "sd_vae", "Automatic");
+    cJSON_AddStringToObject(o, "samples_format", "png");
+    cJSON_AddTrueToObject(o, "samples_save");
+    cJSON_AddStringToObject(o, "outdir_samples", s->cfg.data_dir);
+    cJSON_AddTrueToObject(o, "live_previews_enable");
+    cJSON_AddStringToObject(o, "live_preview_content", "Prompt");
+    cJSON_AddNumberToObject(o, "show_progress_every_n_steps",
+                            s->cfg.preview_every > 0 ? s->cfg.preview_every : 1);
+    cJSON_AddNumberToObject(o, "eta_ddim", 0);
+    cJSON_AddNumberToObject(o, "eta_ancestral", 1);
+    cJSON_AddTrueToObject(o, "enable_pnginfo");
+    return o;
+}
+
+/* POST /options: CLIP_stop_at_last_layers is applied (the server-wide
+ * default of every later call); sd_model_checkpoint must name the loaded
+ * model; the rest is ignored and listed as such.  All or nothing. */
+static void set_options(svc_req *r)
+{
+    svc_server *s = r->srv;
+    size_t len = 0;
+    const char *body = svc_req_body(r, &len);
+    char why[256];
+    cJSON *o = svc_json_parse(body, len, why, sizeof why);
+    if (!o) {
+        svc_a1111_reply_error(r, 400, "invalid_json", NULL, "the body is not valid JSON: %s", why);
+        return;
+    }
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        svc_a1111_reply_error(r, 400, "invalid_json", NULL, "the body must be a JSON object");
+        return;
+    }
+    int clip = -1;
+    cJSON *applied = cJSON_CreateArray(), *ignored = cJSON_CreateArray();
+    for (const cJSON *it = o->child; it; it = it->next) {
+        if (strcmp(it->string, "CLIP_stop_at_last_layers") == 0) {
+            const char *lit = svc_json_literal(it);
+            long v = lit && svc_json_literal_is_integer(lit) ? strtol(lit, NULL, 10) : 0;
+            if (v < 1 || v > 12) {
+                cJSON_Delete(o);
+                cJSON_Delete(applied);
+                cJSON_Delete(ignored);
+                svc_a1111_reply_error(r, 422, "invalid_parameter", "CLIP_stop_at_last_layers",
+                                      "CLIP_stop_at_last_layers must be an integer between 1 "
+                                      "and 12");
+                return;
+            }
+            clip = (int)v;
+            cJSON_AddItemToArray(applied, cJSON_CreateString(it->string));
+        } else if (strcmp(it->string, "sd_model_checkpoint") == 0) {
+            char title[300];
+            model_title(s, title, sizeof title);
+            if (!cJSON_IsString(it) || (strcmp(it->valuestring, title) != 0 &&
+                                        strcmp(it->valuestring, s->model_name) != 0)) {
+                cJSON_Delete(o);
+                cJSON_Delete(applied);
+                cJSON_Delete(ignored);
+                svc_a1111_reply_error(r, 422, "invalid_parameter", "sd_model_checkpoint",
+                                      "sd_model_checkpoint: this server has one model, \"%s\"; "
+                                      "switching models is not supported",
+                                      title);
+                return;
+            }
+            cJSON_AddItemToArray(applied, cJSON_CreateString(it->string));
+        } else {
+            cJSON_AddItemToArray(ignored, cJSON_CreateString(it->string));
+        }
+    }
+    cJSON_Delete(o);
+    if (clip > 0)
+        svc_a1111_set_clip_skip(s, clip);
+    cJSON *res = cJSON_CreateObject();
+    cJSON_AddItemToObject(res, "applied", applied);
+    cJSON_AddItemToObject(res, "ignored", ignored);
+    svc_reply_json(r, 200, res);
+}
+
+static cJSON *cmd_flags(svc_server *s)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddTrueToObject(o, "api");
+    cJSON_AddTrueToObject(o, "nowebui");
+    cJSON_AddBoolToObject(o, "listen", strcmp(s->cfg.host, "127.0.0.1") != 0 &&
+                                           strcmp(s->cfg.host, "localhost") != 0);
+    cJSON_AddNumberToObject(o, "port", s->port);
+    cJSON_AddStringToObject(o, "ckpt", s->cfg.model);
+    cJSON_AddStringToObject(o, "data_dir", s->cfg.data_dir);
+    svc_json_add_string_or_null(o, "api_auth", s->token ? "<token file>" : NULL);
+    cJSON_AddStringToObject(o, "device", s->device_desc);
+    cJSON_AddNumberToObject(o, "max_batch", s->cfg.max_batch);
+    cJSON_AddNumberToObject(o, "max_queue", s->cfg.max_queue);
+    return o;
+}
+
+static cJSON *memory(svc_server *s)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *ram = cJSON_AddObjectToObject(o, "ram");
+    struct sysinfo si;
+    if (sysinfo(&si) == 0) {
+        double unit = si.mem_unit ? si.mem_unit : 1;
+        double total = (double)si.totalram * unit, free_b = (double)si.freeram * unit;
+        cJSON_AddNumberToObject(ram, "free", free_b);
+        cJSON_AddNumberToObject(ram, "used", total - free_b);
+        cJSON_AddNumberToObject(ram, "total", total);
+    } else {
+        cJSON_AddStringToObject(ram, "error", "sysinfo failed");
+    }
+    cJSON *cuda = cJSON_AddObjectToObject(o, "cuda");
+    char msg[600];
+    snprintf(msg, sizeof msg, "no CUDA memory statistics (device: %s)", s->device_desc);
+    cJSON_AddStringToObject(cuda, "error", msg);
+    return o;
+}
+
+void svc_a1111_route_info(svc_req *r, const char *rest)
+{
+    svc_server *s = r->srv;
+    bool get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
+    bool post = strcmp(r->method, "POST") == 0;
+    for (size_t i = 0; i < sizeof k_fixed / sizeof k_fixed[0]; i++) {
+        if (strcmp(rest, k_fixed[i].path) != 0)
+            continue;
+        if (k_fixed[i].post ? !post : !get) {
+            svc_reply_method_not_allowed(r, k_fixed[i].post ? "POST" : "GET, HEAD");
+            return;
+        }
+        svc_reply_json(r, 200, cJSON_Parse(k_fixed[i].value));
+        return;
+    }
+    if (strcmp(rest, "/options") == 0) {
+        if (post)
+            set_options(r);
+        else if (get)
+            svc_reply_json(r, 200, options(s));
+        else
+            svc_reply_method_not_allowed(r, "GET, HEAD, POST");
+        return;
+    }
+    if (!get) {
+        svc_reply_method_not_allowed(r, "GET, HEAD");
+        return;
+    }
+    if (strcmp(rest, "/samplers") == 0)
+        svc_reply_json(r, 200, samplers());
+    else if (strcmp(rest, "/schedulers") == 0)
+        svc_reply_json(r, 200, schedulers());
+    else if (strcmp(rest, "/sd-models") == 0)
+        svc_reply_json(r, 200, sd_models(s));
+    else if (strcmp(rest, "/cmd-flags") == 0)
+        svc_reply_json(r, 200, cmd_flags(s));
+    else
+        svc_reply_json(r, 200, memory(s));
+}

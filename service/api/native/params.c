@@ -1,0 +1,501 @@
+/*
+ * service/api/native/params.c - see params.h.
+ */
+#include "params.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+#include "images.h"
+#include "util.h"
+
+#define MAX_SOURCES 24
+
+typedef struct parser {
+    const cJSON *job, *defaults;
+    svc_param_error *err;
+    struct {
+        const char *name;
+        bool from_defaults;
+    } src[MAX_SOURCES];
+    int n_src;
+} parser;
+
+static void note_source(parser *ps, const char *name, bool from_defaults)
+{
+    if (ps->n_src < MAX_SOURCES) {
+        ps->src[ps->n_src].name = name;
+        ps->src[ps->n_src].from_defaults = from_defaults;
+        ps->n_src++;
+    }
+}
+
+static bool source_of(const parser *ps, const char *name)
+{
+    for (int i = 0; i < ps->n_src; i++)
+        if (strcmp(ps->src[i].name, name) == 0)
+            return ps->src[i].from_defaults;
+    return false;
+}
+
+static int fail(parser *ps, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(parser *ps, const char *field, const char *fmt, ...)
+{
+    svc_param_error *e = ps->err;
+    snprintf(e->field, sizeof e->field, "%s", field ? field : "");
+    e->from_defaults = field ? source_of(ps, field) : false;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* The item for `name`: the job's own, else the defaults'.  JSON null counts
+ * as absent (and a job's null hides the default). */
+static const cJSON *get(parser *ps, const char *name)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(ps->job, name);
+    bool from_defaults = false;
+    if (!it && ps->defaults) {
+        it = cJSON_GetObjectItemCaseSensitive(ps->defaults, name);
+        from_defaults = it != NULL;
+    }
+    note_source(ps, name, from_defaults);
+    if (!it || cJSON_IsNull(it))
+        return NULL;
+    return it;
+}
+
+/* "a string", "true", the number's literal, ... for messages. */
+static void describe(const cJSON *it, char *buf, size_t size)
+{
+    if (cJSON_IsString(it))
+        snprintf(buf, size, "a string");
+    else if (cJSON_IsBool(it))
+        snprintf(buf, size, "%s", cJSON_IsTrue(it) ? "true" : "false");
+    else if (cJSON_IsObject(it))
+        snprintf(buf, size, "an object");
+    else if (cJSON_IsArray(it))
+        snprintf(buf, size, "an array");
+    else if (cJSON_IsNumber(it))
+        snprintf(buf, size, "%.40s", svc_json_literal(it) ? svc_json_literal(it) : "a number");
+    else
+        snprintf(buf, size, "null");
+}
+
+static int get_int(parser *ps, const char *name, long long lo, long long hi, long long dflt,
+                   long long *out)
+{
+    const cJSON *it = get(ps, name);
+    if (!it) {
+        *out = dflt;
+        return 0;
+    }
+    char got[64];
+    describe(it, got, sizeof got);
+    const char *lit = svc_json_literal(it);
+    if (!cJSON_IsNumber(it) || !lit || !svc_json_literal_is_integer(lit))
+        return fail(ps, name, "%s must be an integer between %lld and %lld, got %s", name, lo, hi,
+                    got);
+    errno = 0;
+    long long v = strtoll(lit, NULL, 10);
+    if (errno == ERANGE || v < lo || v > hi)
+        return fail(ps, name, "%s must be an integer between %lld and %lld, got %s", name, lo, hi,
+                    got);
+    *out = v;
+    return 0;
+}
+
+/* A finite number in [lo, hi] ((lo, hi] when lo_open). */
+static int get_number(parser *ps, const char *name, double lo, double hi, bool lo_open,
+                      double dflt, double *out, bool *given)
+{
+    const cJSON *it = get(ps, name);
+    if (given)
+        *given = it != NULL;
+    if (!it) {
+        *out = dflt;
+        return 0;
+    }
+    char got[64];
+    describe(it, got, sizeof got);
+    double v = it->valuedouble;
+    if (!cJSON_IsNumber(it) || !isfinite(v) || (lo_open ? v <= lo : v < lo) || v > hi)
+        return fail(ps, name, "%s must be a number in %s%g, %g], got %s", name, lo_open ? "(" : "[",
+                    lo, hi, got);
+    *out = v;
+    return 0;
+}
+
+static int get_string(parser *ps, const char *name, size_t max_len, bool required, char **out)
+{
+    *out = NULL;
+    const cJSON *it = get(ps, name);
+    if (!it) {
+        if (required)
+            return fail(ps, name, "%s is required (a string)", name);
+        return 0;
+    }
+    if (!cJSON_IsString(it) || !it->valuestring) {
+        char got[64];
+        describe(it, got, sizeof got);
+        return fail(ps, name, "%s must be a string, got %s", name, got);
+    }
+    if (it->type & SVC_JSON_HAS_NUL)
+        return fail(ps, name, "%s must not contain U+0000 (NUL)", name);
+    size_t len = strlen(it->valuestring);
+    if (len > max_len)
+        return fail(ps, name, "%s is %zu bytes long; at most %zu", name, len, max_len);
+    *out = strdup(it->valuestring);
+    if (!*out)
+        return fail(ps, name, "out of memory");
+    return 0;
+}
+
+static int get_seed(parser *ps, uint64_t *seed, bool *random)
+{
+    const cJSON *it = get(ps, "seed");
+    *random = false;
+    if (it) {
+        char got[64];
+        describe(it, got, sizeof got);
+        const char *lit = svc_json_literal(it);
+        if (!cJSON_IsNumber(it) || !lit || !svc_json_literal_is_integer(lit))
+            return fail(ps, "seed",
+                        "seed must be an integer between 0 and 18446744073709551615, or -1 for "
+                        "random, got %s",
+                        got);
+        if (lit[0] == '-') {
+            if (strcmp(lit, "-1") == 0) {
+                *random = true;
+            } else if (strcmp(lit, "-0") == 0) {
+                *seed = 0;
+                return 0;
+            } else {
+                return fail(ps, "seed",
+                            "seed must be an integer between 0 and 18446744073709551615, or -1 "
+                            "for random, got %s",
+                            got);
+            }
+        } else {
+            uint64_t v = 0;
+            for (const char *p = lit; *p; p++) {
+                uint64_t d = (uint64_t)(*p - '0');
+                if (v > (UINT64_MAX - d) / 10)
+                    return fail(ps, "seed",
+                                "seed must be an integer between 0 and 18446744073709551615, or "
+                                "-1 for random, got %s",
+                                got);
+                v = v * 10 + d;
+            }
+            *seed = v;
+            return 0;
+        }
+    }
+    /* A1111 draws 32-bit seeds; so does `tessera generate` */
+    *random = true;
+    *seed = svc_random_u64() & 0xFFFFFFFFull;
+    return 0;
+}
+
+/* base64 (optionally a data: URL) -> file bytes -> pixels. */
+static int get_image(parser *ps, const char *name, int channels, uint8_t **file, size_t *file_len,
+                     uint8_t **pixels, int *w, int *h)
+{
+    *file = NULL;
+    *pixels = NULL;
+    const cJSON *it = get(ps, name);
+    if (!it)
+        return 0;
+    if (!cJSON_IsString(it) || !it->valuestring) {
+        char got[64];
+        describe(it, got, sizeof got);
+        return fail(ps, name, "%s must be a base64 PNG or JPEG string, got %s", name, got);
+    }
+    if (it->type & SVC_JSON_HAS_NUL)
+        return fail(ps, name, "%s is not valid base64: it contains U+0000", name);
+    const char *s = it->valuestring;
+    size_t len = strlen(s);
+    if (strncmp(s, "data:", 5) == 0) {
+        const char *comma = memchr(s, ',', len);
+        if (!comma)
+            return fail(ps, name, "%s: a data URL needs a ',' before its data", name);
+        const char *semi = memchr(s, ';', (size_t)(comma - s));
+        if (!semi || (size_t)(comma - semi) != 7 || strncmp(semi, ";base64", 7) != 0)
+            return fail(ps, name, "%s: only base64 data URLs are accepted (data:...;base64,...)",
+                        name);
+        len -= (size_t)(comma + 1 - s);
+        s = comma + 1;
+    }
+    if (len == 0)
+        return fail(ps, name, "%s is empty", name);
+    char why[128];
+    if (!svc_base64_decode(s, len, file, file_len, why, sizeof why))
+        return fail(ps, name, "%s is not valid base64: %s", name, why);
+    if (svc_image_decode(*file, *file_len, channels, pixels, w, h, why, sizeof why) < 0)
+        return fail(ps, name, "%s: %s", name, why);
+    return 0;
+}
+
+static void params_free(svc_params *p)
+{
+    if (!p)
+        return;
+    free(p->prompt);
+    free(p->negative_prompt);
+    free(p->sampler);
+    free(p->scheduler);
+    free(p->rng);
+    free(p->init_rgb);
+    free(p->mask_gray);
+    free(p->init_file);
+    free(p->mask_file);
+    free(p);
+}
+
+svc_params *svc_params_ref(svc_params *p)
+{
+    atomic_fetch_add(&p->refs, 1);
+    return p;
+}
+
+void svc_params_unref(svc_params *p)
+{
+    if (p && atomic_fetch_sub(&p->refs, 1) == 1)
+        params_free(p);
+}
+
+static int side_ok(long long v, int max_size)
+{
+    return v >= TSR_MIN_SIZE && v <= max_size && v % 8 == 0;
+}
+
+/* width / height: an integer, a multiple of 8 within TSR_MIN_SIZE..max. */
+static int get_side(parser *ps, const char *name, int max_size, long long *out, bool *given)
+{
+    const cJSON *it = get(ps, name);
+    *given = it != NULL;
+    *out = 0;
+    if (!it)
+        return 0;
+    char got[64];
+    describe(it, got, sizeof got);
+    const char *lit = svc_json_literal(it);
+    long long v = 0;
+    if (cJSON_IsNumber(it) && lit && svc_json_literal_is_integer(lit)) {
+        errno = 0;
+        v = strtoll(lit, NULL, 10);
+        if (errno == ERANGE)
+            v = 0;
+    }
+    if (!side_ok(v, max_size))
+        return fail(ps, name, "%s must be an integer multiple of 8 between %d and %d, got %s", name,
+                    TSR_MIN_SIZE, max_size, got);
+    *out = v;
+    return 0;
+}
+
+int svc_params_parse(const cJSON *job, const cJSON *defaults, const svc_params_ctx *ctx,
+                     svc_params **out, svc_param_error *err)
+{
+    parser ps;
+    memset(&ps, 0, sizeof ps);
+    ps.job = job;
+    ps.defaults = defaults && cJSON_IsObject(defaults) ? defaults : NULL;
+    ps.err = err;
+    memset(err, 0, sizeof *err);
+    *out = NULL;
+    if (!job || !cJSON_IsObject(job)) {
+        fail(&ps, NULL, "a job must be a JSON object");
+        return -1;
+    }
+    const int max_size = ctx && ctx->max_size ? ctx->max_size : TSR_MAX_SIZE;
+    const int default_size = ctx && ctx->default_size ? ctx->default_size : 512;
+    svc_params *p = calloc(1, sizeof *p);
+    if (!p) {
+        fail(&ps, NULL, "out of memory");
+        return -1;
+    }
+    atomic_init(&p->refs, 1);
+    long long n, width, height, steps, clip_skip;
+    bool strength_given = false, w_given = false, h_given = false;
+    int iw = 0, ih = 0, mw = 0, mh = 0;
+    if (get_string(&ps, "prompt", SVC_MAX_PROMPT_BYTES, true, &p->prompt) < 0 ||
+        get_string(&ps, "negative_prompt", SVC_MAX_PROMPT_BYTES, false, &p->negative_prompt) < 0 ||
+        get_int(&ps, "n", 1, SVC_MAX_IMAGES_PER_JOB, 1, &n) < 0 ||
+        get_side(&ps, "width", max_size, &width, &w_given) < 0 ||
+        get_side(&ps, "height", max_size, &height, &h_given) < 0 ||
+        get_int(&ps, "steps", 1, TSR_MAX_STEPS, 30, &steps) < 0 ||
+        get_number(&ps, "cfg_scale", 0, 100, false, 7.5, &p->cfg_scale, NULL) < 0 ||
+        get_number(&ps, "guidance_rescale", 0, 1, false, 0, &p->guidance_rescale, NULL) < 0 ||
+        get_string(&ps, "sampler", 64, false, &p->sampler) < 0 ||
+        get_string(&ps, "scheduler", 64, false, &p->scheduler) < 0 ||
+        get_seed(&ps, &p->seed, &p->seed_random) < 0 ||
+        get_string(&ps, "rng", 16, false, &p->rng) < 0 ||
+        get_int(&ps, "clip_skip", 1, 12, 1, &clip_skip) < 0 ||
+        get_number(&ps, "strength", 0, 1, true, 0.75, &p->strength, &strength_given) < 0 ||
+        get_image(&ps, "init_image", 3, &p->init_file, &p->init_file_len, &p->init_rgb, &iw,
+                  &ih) < 0 ||
+        get_image(&ps, "mask", 1, &p->mask_file, &p->mask_file_len, &p->mask_gray, &mw, &mh) < 0)
+        goto bad;
+    (void)strength_given; /* without init_image, strength is checked and unused */
+    /* sides: given ones must be valid; absent ones come from the init image
+     * or the model */
+    const bool wi = w_given, hi = h_given;
+    if (p->init_rgb) {
+        if (!side_ok(iw, max_size) || !side_ok(ih, max_size)) {
+            fail(&ps, "init_image",
+                 "init_image is %dx%d; its sides must be multiples of 8 between %d and %d", iw, ih,
+                 TSR_MIN_SIZE, max_size);
+            goto bad;
+        }
+        if ((wi && width != iw) || (hi && height != ih)) {
+            fail(&ps, wi && width != iw ? "width" : "height",
+                 "init_image is %dx%d but width/height ask for %lldx%lld (resize the image, or "
+                 "leave width and height out)",
+                 iw, ih, wi ? width : iw, hi ? height : ih);
+            goto bad;
+        }
+        width = iw;
+        height = ih;
+    }
+    if (p->mask_gray) {
+        if (!p->init_rgb) {
+            fail(&ps, "mask", "mask needs init_image (the image to inpaint)");
+            goto bad;
+        }
+        if (mw != iw || mh != ih) {
+            fail(&ps, "mask", "mask is %dx%d but init_image is %dx%d", mw, mh, iw, ih);
+            goto bad;
+        }
+    }
+    if (p->rng && strcmp(p->rng, "cpu") != 0 && strcmp(p->rng, "cuda") != 0) {
+        fail(&ps, "rng", "rng must be \"cpu\" or \"cuda\", got \"%.32s\"", p->rng);
+        goto bad;
+    }
+    if (!p->rng && !(p->rng = strdup("cpu"))) {
+        fail(&ps, NULL, "out of memory");
+        goto bad;
+    }
+    if (p->sampler && !p->sampler[0]) {
+        fail(&ps, "sampler", "sampler must not be empty (leave it out for the model's own)");
+        goto bad;
+    }
+    if (p->scheduler && !p->scheduler[0]) {
+        fail(&ps, "scheduler", "scheduler must not be empty (leave it out for the default)");
+        goto bad;
+    }
+    p->n = (int)n;
+    p->width = wi || p->init_rgb ? (int)width : default_size;
+    p->height = hi || p->init_rgb ? (int)height : default_size;
+    p->steps = (int)steps;
+    p->clip_skip = (int)clip_skip;
+    if (!p->init_rgb)
+        p->strength = 0.75;
+    if (ctx && ctx->check) {
+        tsr_image_params ep;
+        svc_params_to_engine(p, 0, &ep);
+        const char *field = NULL;
+        int rc = ctx->check(ctx->check_user, &ep, &field);
+        if (rc < 0) {
+            const char *detail = tsr_last_error();
+            fail(&ps, field, "%s", detail && detail[0] ? detail : tsr_strerror(rc));
+            goto bad;
+        }
+    }
+    *out = p;
+    return 0;
+bad:
+    params_free(p);
+    return -1;
+}
+
+void svc_params_to_engine(const svc_params *p, int index, tsr_image_params *o)
+{
+    tsr_image_params_init(o);
+    o->prompt = p->prompt;
+    o->negative_prompt = p->negative_prompt;
+    o->width = p->width;
+    o->height = p->height;
+    o->steps = p->steps;
+    o->cfg_scale = p->cfg_scale;
+    o->guidance_rescale = p->guidance_rescale;
+    o->sampler = p->sampler;
+    o->schedule = p->scheduler;
+    o->seed = p->seed + (uint64_t)index;
+    o->rng = p->rng;
+    o->clip_skip = p->clip_skip;
+    o->init_image = p->init_rgb;
+    o->mask = p->mask_gray;
+    if (p->init_rgb)
+        o->strength = p->strength;
+}
+
+static cJSON *common(const svc_params *p)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddStringToObject(o, "prompt", p->prompt);
+    svc_json_add_string_or_null(o, "negative_prompt", p->negative_prompt);
+    cJSON_AddNumberToObject(o, "width", p->width);
+    cJSON_AddNumberToObject(o, "height", p->height);
+    cJSON_AddNumberToObject(o, "steps", p->steps);
+    svc_json_add_double(o, "cfg_scale", p->cfg_scale);
+    svc_json_add_string_or_null(o, "sampler", p->sampler);
+    svc_json_add_string_or_null(o, "scheduler", p->scheduler);
+    cJSON_AddItemToObject(o, "seed", svc_json_u64(p->seed));
+    cJSON_AddNumberToObject(o, "n", p->n);
+    cJSON_AddStringToObject(o, "rng", p->rng);
+    cJSON_AddNumberToObject(o, "clip_skip", p->clip_skip);
+    svc_json_add_double(o, "guidance_rescale", p->guidance_rescale);
+    return o;
+}
+
+cJSON *svc_params_view(const svc_params *p)
+{
+    cJSON *o = common(p);
+    if (!o)
+        return NULL;
+    svc_json_add_number_or_null(o, "strength", p->strength, p->init_rgb != NULL);
+    cJSON_AddBoolToObject(o, "init_image", p->init_rgb != NULL);
+    cJSON_AddBoolToObject(o, "mask", p->mask_gray != NULL);
+    return o;
+}
+
+cJSON *svc_params_request(const svc_params *p)
+{
+    cJSON *o = common(p);
+    if (!o)
+        return NULL;
+    if (p->init_file) {
+        svc_json_add_double(o, "strength", p->strength);
+        char *b = svc_base64_encode(p->init_file, p->init_file_len);
+        if (!b) {
+            cJSON_Delete(o);
+            return NULL;
+        }
+        cJSON_AddStringToObject(o, "init_image", b);
+        free(b);
+        /* width/height come from the image */
+        cJSON_DeleteItemFromObjectCaseSensitive(o, "width");
+        cJSON_DeleteItemFromObjectCaseSensitive(o, "height");
+    }
+    if (p->mask_file) {
+        char *b = svc_base64_encode(p->mask_file, p->mask_file_len);
+        if (!b) {
+            cJSON_Delete(o);
+            return NULL;
+        }
+        cJSON_AddStringToObject(o, "mask", b);
+        free(b);
+    }
+    return o;
+}

@@ -1,0 +1,304 @@
+/*
+ * service/api/native/routes_batches.c - /v1/batches: many jobs in one request
+ * (all-or-nothing validation), their combined state and event stream.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "admission.h"
+#include "http.h"
+#include "json.h"
+#include "log.h"
+#include "server.h"
+#include "sse.h"
+#include "util.h"
+
+#define MAX_BATCH_JOBS 1000
+
+typedef struct batch_ctx {
+    svc_req *r;
+    svc_batch *batch;
+} batch_ctx;
+
+static void on_accepted(void *user, int status)
+{
+    batch_ctx *c = user;
+    svc_req *r = c->r;
+    svc_batch *b = c->batch;
+    free(c);
+    if (status == -EAGAIN) {
+        svc_reply_queue_unreachable(r);
+        return;
+    }
+    if (status < 0) {
+        svc_reply_error(r, 500, "internal", NULL, "the batch could not be journaled: %s",
+                        strerror(-status));
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", b->ids);
+    cJSON *jobs = cJSON_AddArrayToObject(o, "jobs");
+    for (int i = 0; i < b->n; i++) {
+        cJSON *jo = cJSON_CreateObject();
+        cJSON_AddStringToObject(jo, "id", b->jobs[i]->ids);
+        cJSON_AddNumberToObject(jo, "position", b->jobs[i]->position < 0 ? 0
+                                                                         : b->jobs[i]->position);
+        cJSON_AddItemToArray(jobs, jo);
+    }
+    cJSON_AddNumberToObject(o, "count", b->n);
+    char loc[64];
+    snprintf(loc, sizeof loc, "/v1/batches/%s", b->ids);
+    svc_req_add_header(r, "Location", loc);
+    svc_reply_json(r, 202, o);
+}
+
+static void submit(svc_req *r)
+{
+    svc_server *s = r->srv;
+    if (s->phase != SVC_PHASE_READY) {
+        svc_reply_unavailable(r);
+        return;
+    }
+    if (s->cluster && (s->cfg.role == TSR_ROLE_WORKER || !svc_cluster_reachable(s->cluster))) {
+        svc_reply_queue_unreachable(r);
+        return;
+    }
+    size_t len = 0;
+    const char *body = svc_req_body(r, &len);
+    char err[256];
+    cJSON *obj = svc_json_parse(body, len, err, sizeof err);
+    if (!obj) {
+        svc_reply_error(r, 400, "invalid_json", NULL, "the body is not valid JSON: %s", err);
+        return;
+    }
+    svc_params **params = NULL;
+    int n = 0;
+    if (!cJSON_IsObject(obj)) {
+        svc_reply_error(r, 400, "invalid_json", NULL, "the body must be a JSON object");
+        goto done;
+    }
+    const cJSON *defaults = cJSON_GetObjectItemCaseSensitive(obj, "defaults");
+    const cJSON *jobs = cJSON_GetObjectItemCaseSensitive(obj, "jobs");
+    if (defaults && cJSON_IsNull(defaults))
+        defaults = NULL;
+    if (defaults && !cJSON_IsObject(defaults)) {
+        svc_reply_error(r, 400, "invalid_parameter", "defaults",
+                        "defaults must be an object of job parameters");
+        goto done;
+    }
+    if (!cJSON_IsArray(jobs)) {
+        svc_reply_error(r, 400, "invalid_parameter", "jobs",
+                        "jobs must be an array of 1 to %d job objects", MAX_BATCH_JOBS);
+        goto done;
+    }
+    int count = cJSON_GetArraySize(jobs);
+    if (count < 1 || count > MAX_BATCH_JOBS) {
+        svc_reply_error(r, 400, "invalid_parameter", "jobs",
+                        "jobs must hold 1 to %d job objects, got %d", MAX_BATCH_JOBS, count);
+        goto done;
+    }
+    params = calloc((size_t)count, sizeof *params);
+    if (!params) {
+        svc_reply_error(r, 500, "internal", NULL, "out of memory");
+        goto done;
+    }
+    svc_params_ctx ctx;
+    svc_server_params_ctx(s, &ctx);
+    const cJSON *job;
+    cJSON_ArrayForEach(job, jobs)
+    {
+        char field[96];
+        if (!cJSON_IsObject(job)) {
+            snprintf(field, sizeof field, "jobs[%d]", n);
+            svc_reply_error(r, 400, "invalid_parameter", field, "jobs[%d] must be an object", n);
+            goto done;
+        }
+        svc_param_error pe;
+        if (svc_params_parse(job, defaults, &ctx, &params[n], &pe) < 0) {
+            if (pe.field[0] && pe.from_defaults)
+                snprintf(field, sizeof field, "defaults.%s", pe.field);
+            else if (pe.field[0])
+                snprintf(field, sizeof field, "jobs[%d].%s", n, pe.field);
+            else
+                snprintf(field, sizeof field, "jobs[%d]", n);
+            svc_reply_error(r, 400, "invalid_parameter", field, "jobs[%d]: %s", n, pe.message);
+            goto done;
+        }
+        n++;
+    }
+    svc_admit v;
+    if (!svc_admit_check(s, params, n, &v)) {
+        char field[32] = "";
+        if (v.job >= 0)
+            snprintf(field, sizeof field, "jobs[%d]", v.job);
+        if (v.job >= 0 && n > 1) { /* name the job the memory figure is about */
+            char msg[sizeof v.message];
+            snprintf(msg, sizeof msg, "jobs[%d]: %s", v.job, v.message);
+            snprintf(v.message, sizeof v.message, "%s", msg);
+        }
+        svc_admit_reply(r, &v, field[0] ? field : NULL);
+        goto done;
+    }
+    svc_job **list = calloc((size_t)n, sizeof *list);
+    batch_ctx *c = calloc(1, sizeof *c);
+    svc_batch *b = list && c ? svc_batch_new(s->jobs, svc_jobs_new_batch_id(s->jobs),
+                                             svc_now_unix())
+                             : NULL;
+    if (!b) {
+        free(list);
+        free(c);
+        svc_reply_error(r, 500, "internal", NULL, "out of memory");
+        goto done;
+    }
+    const double now = svc_now_unix();
+    for (int i = 0; i < n; i++) {
+        list[i] = svc_job_new(svc_jobs_new_id(s->jobs), params[i], now);
+        if (!list[i]) {
+            for (int k = 0; k < i; k++) {
+                list[k]->params = NULL; /* params[] still holds those references */
+                svc_job_free(list[k]);
+            }
+            free(list);
+            free(c);
+            svc_reply_error(r, 500, "internal", NULL, "out of memory");
+            goto done; /* the empty batch stays; it is harmless */
+        }
+        list[i]->batch = b;
+        list[i]->batch_index = i;
+    }
+    /* the jobs own their parameters now */
+    for (int i = 0; i < n; i++) {
+        svc_batch_add(b, list[i], i);
+        params[i] = NULL;
+    }
+    c->r = r;
+    c->batch = b;
+    svc_admit_accept(s, list, n, on_accepted, c);
+    free(list);
+done:
+    if (params)
+        for (int i = 0; i < n; i++)
+            svc_params_unref(params[i]);
+    free(params);
+    cJSON_Delete(obj);
+}
+
+/* --queue: the waits of routes_jobs.c (a batch accepted by another api
+ * node is known once the follower has read its jobs' accept events). */
+static void route_batches(svc_req *r, const char *rest, bool may_wait);
+
+static bool batch_known(svc_server *s, const char *rest, uint64_t id)
+{
+    (void)rest;
+    return svc_jobs_find_batch(s->jobs, id) != NULL;
+}
+
+static bool batch_final(svc_server *s, const char *rest, uint64_t id)
+{
+    (void)rest;
+    svc_batch *b = svc_jobs_find_batch(s->jobs, id);
+    for (int i = 0; b && i < b->n; i++)
+        if (!svc_state_final(b->jobs[i]->state))
+            return false;
+    return true;
+}
+
+static void route_batches_again(svc_req *r, const char *rest)
+{
+    route_batches(r, rest, false);
+}
+
+/* A cluster cancel of a batch, once the follower has applied its jobs'
+ * `cancel` events (or 2 s later: cancelled here alone). */
+static void batch_cancel_done(svc_req *r, const char *rest)
+{
+    svc_server *s = r->srv;
+    uint64_t bid = 0;
+    svc_route_id(rest, 'b', &bid);
+    svc_batch *b = bid ? svc_jobs_find_batch(s->jobs, bid) : NULL;
+    if (!b) {
+        svc_reply_error(r, 404, "not_found", NULL, "no batch %.40s", rest + 1);
+        return;
+    }
+    for (int i = 0; i < b->n; i++)
+        svc_job_cancel(s, b->jobs[i]); /* Redis away: here alone */
+    svc_jobs_update_positions(s);
+    svc_reply_json(r, 200, svc_batch_json(s, b));
+}
+
+void svc_route_batches(svc_req *r, const char *rest)
+{
+    route_batches(r, rest, true);
+}
+
+static void route_batches(svc_req *r, const char *rest, bool may_wait)
+{
+    svc_server *s = r->srv;
+    if (rest[0] == '\0') {
+        if (strcmp(r->method, "POST") == 0)
+            submit(r);
+        else
+            svc_reply_method_not_allowed(r, "POST");
+        return;
+    }
+    uint64_t bid;
+    const char *sub = svc_route_id(rest, 'b', &bid);
+    svc_batch *b = bid ? svc_jobs_find_batch(s->jobs, bid) : NULL;
+    const bool get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
+    if (!b && bid && may_wait && s->cluster && s->cfg.role != TSR_ROLE_WORKER &&
+        svc_route_wait(r, rest, bid, 1.0, batch_known, route_batches_again))
+        return;
+    if (sub[0] == '\0') {
+        if (!get && strcmp(r->method, "DELETE") != 0) {
+            svc_reply_method_not_allowed(r, "GET, HEAD, DELETE");
+            return;
+        }
+        if (!b) {
+            svc_reply_error(r, 404, "not_found", NULL, "no batch %.40s", rest + 1);
+            return;
+        }
+        if (strcmp(r->method, "DELETE") == 0 && s->cluster && s->cfg.role != TSR_ROLE_WORKER &&
+            !batch_final(s, rest, b->id)) {
+            /* every api node cancels them when its follower reads the cancels */
+            for (int i = 0; i < b->n; i++)
+                if (!svc_state_final(b->jobs[i]->state))
+                    svc_cluster_cancel(s->cluster, b->jobs[i]->id);
+            if (svc_route_wait(r, rest, b->id, 2.0, batch_final, batch_cancel_done))
+                return;
+        }
+        if (strcmp(r->method, "DELETE") == 0) {
+            for (int i = 0; i < b->n; i++)
+                if (svc_job_cancel(s, b->jobs[i]) && s->cluster)
+                    svc_cluster_cancel(s->cluster, b->jobs[i]->id);
+            svc_jobs_update_positions(s);
+        }
+        svc_reply_json(r, 200, svc_batch_json(s, b));
+        return;
+    }
+    if (strcmp(sub, "/events") == 0) {
+        if (strcmp(r->method, "GET") != 0) {
+            svc_reply_method_not_allowed(r, "GET");
+            return;
+        }
+        if (!b) {
+            svc_reply_error(r, 404, "not_found", NULL, "no batch %.40s", rest + 1);
+            return;
+        }
+        const char *h = svc_req_header(r, "Last-Event-ID");
+        unsigned long long last = 0;
+        if (h && *h) {
+            char *end = NULL;
+            last = strtoull(h, &end, 10);
+            if (*end || h[0] == '-' || last > 0xFFFFFFFFull) {
+                svc_reply_error(r, 400, "invalid_parameter", "Last-Event-ID",
+                                "Last-Event-ID must be a non-negative integer event id");
+                return;
+            }
+        }
+        svc_sse_open_batch(s, r, b, (uint32_t)last);
+        return;
+    }
+    svc_reply_error(r, 404, "not_found", NULL, "no such path: %s", r->path);
+}

@@ -1,0 +1,618 @@
+/*
+ * service/api/native/routes_jobs.c - /v1/jobs: submit, read, cancel, follow, and fetch
+ * images (docs/service-design.md, "Endpoints").
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+
+#include "admission.h"
+#include "http.h"
+#include "json.h"
+#include "log.h"
+#include "server.h"
+#include "sse.h"
+#include "tiles.h"
+#include "util.h"
+
+#define IMAGE_FILE_MAX (256u << 20)
+
+/* ---------------------------------------------------------------- submit */
+
+typedef struct submit_ctx {
+    svc_req *r;
+    svc_job *job;
+} submit_ctx;
+
+static cJSON *accepted_json(const svc_job *j)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", j->ids);
+    cJSON_AddStringToObject(o, "state", svc_state_name(j->state));
+    cJSON_AddNumberToObject(o, "position", j->position < 0 ? 0 : j->position);
+    cJSON_AddNumberToObject(o, "images", j->n);
+    cJSON_AddItemToObject(o, "seed", svc_json_u64(j->images[0].seed));
+    cJSON_AddNumberToObject(o, "created", j->created);
+    cJSON *urls = cJSON_AddObjectToObject(o, "urls");
+    char buf[96];
+    snprintf(buf, sizeof buf, "/v1/jobs/%s", j->ids);
+    cJSON_AddStringToObject(urls, "self", buf);
+    snprintf(buf, sizeof buf, "/v1/jobs/%s/events", j->ids);
+    cJSON_AddStringToObject(urls, "events", buf);
+    return o;
+}
+
+static void on_accepted(void *user, int status)
+{
+    submit_ctx *c = user;
+    svc_req *r = c->r;
+    svc_job *j = c->job;
+    free(c);
+    if (status == -EAGAIN) {
+        svc_reply_queue_unreachable(r);
+        return;
+    }
+    if (status < 0) {
+        svc_reply_error(r, 500, "internal", NULL, "the job could not be journaled: %s",
+                        strerror(-status));
+        return;
+    }
+    char loc[64];
+    snprintf(loc, sizeof loc, "/v1/jobs/%s", j->ids);
+    svc_req_add_header(r, "Location", loc);
+    svc_reply_json(r, 202, accepted_json(j));
+}
+
+/* Shared by jobs and batches: refuse work outside READY. */
+static bool can_accept(svc_req *r)
+{
+    if (r->srv->phase != SVC_PHASE_READY) {
+        svc_reply_unavailable(r);
+        return false;
+    }
+    if (r->srv->cluster && r->srv->cfg.role == TSR_ROLE_WORKER) {
+        svc_req_add_header(r, "Retry-After", "30");
+        svc_reply_error(r, 503, "unavailable", NULL,
+                        "this node is a worker (--role worker); submit work to an api node");
+        return false;
+    }
+    if (r->srv->cluster && !svc_cluster_reachable(r->srv->cluster)) {
+        svc_reply_queue_unreachable(r);
+        return false;
+    }
+    return true;
+}
+
+static void submit(svc_req *r)
+{
+    svc_server *s = r->srv;
+    if (!can_accept(r))
+        return;
+    size_t len = 0;
+    const char *body = svc_req_body(r, &len);
+    char err[256];
+    cJSON *obj = svc_json_parse(body, len, err, sizeof err);
+    if (!obj) {
+        svc_reply_error(r, 400, "invalid_json", NULL, "the body is not valid JSON: %s", err);
+        return;
+    }
+    if (!cJSON_IsObject(obj)) {
+        cJSON_Delete(obj);
+        svc_reply_error(r, 400, "invalid_json", NULL, "the body must be a JSON object");
+        return;
+    }
+    svc_params_ctx ctx;
+    svc_server_params_ctx(s, &ctx);
+    svc_params *p = NULL;
+    svc_param_error pe;
+    int rc = svc_params_parse(obj, NULL, &ctx, &p, &pe);
+    cJSON_Delete(obj);
+    if (rc < 0) {
+        svc_reply_error(r, 400, "invalid_parameter", pe.field, "%s", pe.message);
+        return;
+    }
+    svc_admit v;
+    if (!svc_admit_check(s, &p, 1, &v)) {
+        svc_params_unref(p);
+        svc_admit_reply(r, &v, NULL);
+        return;
+    }
+    svc_job *j = svc_job_new(svc_jobs_new_id(s->jobs), p, svc_now_unix());
+    submit_ctx *c = j ? calloc(1, sizeof *c) : NULL;
+    if (!c) {
+        svc_job_free(j);
+        if (!j)
+            svc_params_unref(p);
+        svc_reply_error(r, 500, "internal", NULL, "out of memory");
+        return;
+    }
+    c->r = r;
+    c->job = j;
+    svc_admit_accept(s, &j, 1, on_accepted, c);
+}
+
+/* ----------------------------------------------------------------- reads */
+
+static void send_job(svc_req *r, svc_job *j, int status)
+{
+    svc_reply_json(r, status, svc_job_json(r->srv, j));
+}
+
+static bool parse_last_event_id(svc_req *r, uint32_t *out)
+{
+    const char *h = svc_req_header(r, "Last-Event-ID");
+    *out = 0;
+    if (!h || !*h)
+        return true;
+    unsigned long long v = 0;
+    for (const char *p = h; *p; p++) {
+        if (*p < '0' || *p > '9' || v > 0xFFFFFFFFull)
+            return false;
+        v = v * 10 + (unsigned)(*p - '0');
+    }
+    if (v > 0xFFFFFFFFull)
+        return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+static bool etag_matches(const char *header, const char *quoted)
+{
+    if (!header)
+        return false;
+    if (strstr(header, "*"))
+        return true;
+    return strstr(header, quoted) != NULL;
+}
+
+static void send_image(svc_req *r, svc_job *j, int index)
+{
+    svc_server *s = r->srv;
+    const svc_image *img = &j->images[index];
+    if (img->state != SVC_DONE || !img->etag[0]) {
+        svc_reply_error(r, 404, "not_found", NULL, "image %d of %s is not done (it is %s)", index,
+                        j->ids, svc_state_name(img->state));
+        return;
+    }
+    char etag[40];
+    snprintf(etag, sizeof etag, "\"%s\"", img->etag);
+    svc_req_add_header(r, "ETag", etag);
+    svc_req_add_header(r, "Cache-Control", "public, max-age=31536000, immutable");
+    if (etag_matches(svc_req_header(r, "If-None-Match"), etag)) {
+        svc_reply_buffer(r, 304, NULL, NULL);
+        return;
+    }
+    char path[PATH_MAX];
+    svc_store_image_path(s->cfg.data_dir, j->ids, index, path, sizeof path);
+    char *data = NULL;
+    size_t len = 0;
+    int rc = svc_read_file(path, &data, &len, IMAGE_FILE_MAX);
+    if (rc < 0) {
+        SVC_WARN("image %s: %s", path, strerror(-rc));
+        svc_reply_error(r, 404, "not_found", NULL, "image %d of %s is missing from the data "
+                        "directory", index, j->ids);
+        return;
+    }
+    struct evbuffer *buf = evbuffer_new();
+    if (!buf || evbuffer_add(buf, data, len) < 0) {
+        free(data);
+        if (buf)
+            evbuffer_free(buf);
+        svc_reply_error(r, 500, "internal", NULL, "out of memory");
+        return;
+    }
+    svc_reply_buffer(r, 200, "image/png", buf);
+    evbuffer_free(buf);
+    free(data);
+}
+
+/* ----------------------------------------------------------------- tiles */
+
+static bool is_get(const svc_req *r)
+{
+    return strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
+}
+
+static void send_tile(svc_req *r, svc_job *j, int index, int version, int row, int col)
+{
+    const svc_tilemap *m = svc_image_tiles(r->srv, j, index);
+    const svc_tile_blob *b = svc_tilemap_find(m, version, row, col);
+    if (!b) {
+        svc_reply_error(r, 404, "not_found", NULL, "no tile %d_%d version %d of image %d of %s",
+                        row, col, version, index, j->ids);
+        return;
+    }
+    char etag[40];
+    snprintf(etag, sizeof etag, "\"%s\"", b->etag);
+    svc_req_add_header(r, "ETag", etag);
+    svc_req_add_header(r, "Cache-Control", "public, max-age=31536000, immutable");
+    if (etag_matches(svc_req_header(r, "If-None-Match"), etag)) {
+        svc_reply_buffer(r, 304, NULL, NULL);
+        return;
+    }
+    struct evbuffer *buf = evbuffer_new();
+    if (!buf || evbuffer_add(buf, b->jpeg, b->len) < 0) {
+        if (buf)
+            evbuffer_free(buf);
+        svc_reply_error(r, 500, "internal", NULL, "out of memory");
+        return;
+    }
+    svc_reply_buffer(r, 200, "image/jpeg", buf);
+    evbuffer_free(buf);
+}
+
+static void send_manifest(svc_req *r, svc_job *j, int index)
+{
+    const svc_tilemap *m = svc_image_tiles(r->srv, j, index);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "image", index);
+    cJSON_AddStringToObject(o, "state", svc_state_name(j->images[index].state));
+    cJSON_AddBoolToObject(o, "final", m && m->final);
+    cJSON_AddNumberToObject(o, "step", m ? m->step : 0);
+    cJSON_AddNumberToObject(o, "tile_size", m ? m->tile_size : r->srv->cfg.tile_size);
+    const cJSON *pw = cJSON_GetObjectItemCaseSensitive(j->view, "width");
+    const cJSON *ph = cJSON_GetObjectItemCaseSensitive(j->view, "height");
+    int w = m ? m->width : cJSON_IsNumber(pw) ? (int)pw->valuedouble : 0;
+    int h = m ? m->height : cJSON_IsNumber(ph) ? (int)ph->valuedouble : 0;
+    int ts = m ? m->tile_size : r->srv->cfg.tile_size;
+    cJSON_AddNumberToObject(o, "width", w);
+    cJSON_AddNumberToObject(o, "height", h);
+    cJSON_AddNumberToObject(o, "rows", m ? m->rows : (h + ts - 1) / ts);
+    cJSON_AddNumberToObject(o, "cols", m ? m->cols : (w + ts - 1) / ts);
+    cJSON *arr = cJSON_AddArrayToObject(o, "tiles");
+    for (int rr = 0; m && rr < m->rows; rr++) {
+        for (int cc = 0; cc < m->cols; cc++) {
+            const svc_tile_blob *b = svc_tilemap_current(m, rr, cc);
+            if (!b)
+                continue;
+            cJSON *t = cJSON_CreateObject();
+            cJSON_AddNumberToObject(t, "row", rr);
+            cJSON_AddNumberToObject(t, "col", cc);
+            cJSON_AddNumberToObject(t, "version", b->version);
+            char url[160];
+            svc_tile_url(j, index, b->version, rr, cc, url, sizeof url);
+            cJSON_AddStringToObject(t, "url", url);
+            cJSON_AddItemToArray(arr, t);
+        }
+    }
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!text) {
+        svc_reply_error(r, 500, "internal", NULL, "out of memory");
+        return;
+    }
+    char hex[65], etag[40];
+    svc_sha256_hex(text, strlen(text), hex);
+    snprintf(etag, sizeof etag, "\"%.32s\"", hex);
+    svc_req_add_header(r, "ETag", etag);
+    svc_req_add_header(r, "Cache-Control", "no-cache");
+    if (etag_matches(svc_req_header(r, "If-None-Match"), etag)) {
+        cJSON_free(text);
+        svc_reply_buffer(r, 304, NULL, NULL);
+        return;
+    }
+    struct evbuffer *buf = evbuffer_new();
+    if (buf)
+        evbuffer_add(buf, text, strlen(text));
+    cJSON_free(text);
+    svc_reply_buffer(r, 200, "application/json", buf);
+    if (buf)
+        evbuffer_free(buf);
+}
+
+/* A number as the server writes it in URLs: decimal digits, no sign, no
+ * leading zero, at most max.  Advances *p past it.  One spelling per
+ * number, so every image and tile has one URL (a CDN's cache rule and
+ * its cache key match the URL as written). */
+static bool url_number(const char **p, long max, long *out)
+{
+    const char *s = *p;
+    if (*s < '0' || *s > '9' || (s[0] == '0' && s[1] >= '0' && s[1] <= '9'))
+        return false;
+    long v = 0;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        v = v * 10 + (*s - '0');
+        if (v > max)
+            return false;
+    }
+    *out = v;
+    *p = s;
+    return true;
+}
+
+/* "<i>/tiles" (manifest) or "<i>/tiles/<version>/<row>_<col>.jpg" after
+ * /images/; false when name has neither shape. */
+static bool parse_tile_path(const char *name, long *index, long *version, long *row, long *col,
+                            bool *manifest)
+{
+    *version = *row = *col = 0;
+    const char *p = name;
+    if (!url_number(&p, 1000000, index) || strncmp(p, "/tiles", 6) != 0)
+        return false;
+    p += 6;
+    *manifest = p[0] == '\0';
+    if (*manifest)
+        return true;
+    if (*p++ != '/' || !url_number(&p, 1000000000, version) || *p++ != '/' ||
+        !url_number(&p, 100000, row) || *p++ != '_' || !url_number(&p, 100000, col))
+        return false;
+    return strcmp(p, ".jpg") == 0;
+}
+
+/* --queue: what a tile or image request waits for on an api node whose
+ * follower is a few events behind the node that announced the URL: the
+ * resource, or the job's end. */
+static bool resource_ready(svc_server *s, const char *rest, uint64_t id)
+{
+    svc_job *j = svc_jobs_find(s->jobs, id);
+    if (!j || svc_state_final(j->state))
+        return true;
+    const char *name = strstr(rest, "/images/");
+    if (!name)
+        return true;
+    name += 8;
+    long index = 0, version = 0, row = 0, col = 0;
+    bool manifest = false;
+    if (parse_tile_path(name, &index, &version, &row, &col, &manifest)) {
+        if (manifest || index < 0 || index >= j->n)
+            return true;
+        return svc_tilemap_find(j->images[index].tiles, (int)version, (int)row, (int)col) != NULL;
+    }
+    index = strtol(name, NULL, 10);
+    return index < 0 || index >= j->n || svc_state_final(j->images[index].state);
+}
+
+/* "<i>/tiles" or "<i>/tiles/<version>/<row>_<col>.jpg" after /images/ */
+static bool route_tiles(svc_req *r, svc_job *j, const char *name, const char *rest_id)
+{
+    long index = 0, version = 0, row = 0, col = 0;
+    bool manifest = false;
+    if (!parse_tile_path(name, &index, &version, &row, &col, &manifest))
+        return false;
+    if (!is_get(r)) {
+        svc_reply_method_not_allowed(r, "GET, HEAD");
+        return true;
+    }
+    if (!j) {
+        svc_reply_error(r, 404, "not_found", NULL, "no job %.40s", rest_id);
+        return true;
+    }
+    if (index < 0 || index >= j->n) {
+        svc_reply_error(r, 404, "not_found", NULL, "job %s has %d image%s; no image %ld", j->ids,
+                        j->n, j->n == 1 ? "" : "s", index);
+        return true;
+    }
+    if (manifest)
+        send_manifest(r, j, (int)index);
+    else
+        send_tile(r, j, (int)index, (int)version, (int)row, (int)col);
+    return true;
+}
+
+
+/* --queue: a job another api node accepted is known here once the
+ * follower has read its accept event (docs/scale-out.md), normally within
+ * a millisecond of its 202.  A request for an unknown job (or batch) waits
+ * for it up to LOOKUP_WAIT_S, looking again every 10 ms, before the 404;
+ * a cancel waits for its own `cancel` event the same way (CANCEL_WAIT_S). */
+#define LOOKUP_WAIT_S 1.0
+#define CANCEL_WAIT_S 2.0
+
+static void route_jobs(svc_req *r, const char *rest, bool may_wait);
+
+typedef struct lookup_wait {
+    svc_req *r;
+    const char *rest; /* in r's path */
+    uint64_t id;
+    double deadline;
+    bool (*ready)(svc_server *s, const char *rest, uint64_t id);
+    void (*again)(svc_req *r, const char *rest);
+    struct event *ev;
+} lookup_wait;
+
+static void on_lookup_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    lookup_wait *w = arg;
+    if (!w->ready(w->r->srv, w->rest, w->id) && svc_now_mono() < w->deadline) {
+        struct timeval tv = {0, 10000};
+        evtimer_add(w->ev, &tv);
+        return;
+    }
+    event_free(w->ev);
+    svc_req *r = w->r;
+    const char *rest = w->rest;
+    void (*again)(svc_req *, const char *) = w->again;
+    free(w);
+    again(r, rest);
+}
+
+bool svc_route_wait(svc_req *r, const char *rest, uint64_t id, double seconds,
+                    bool (*ready)(svc_server *s, const char *rest, uint64_t id),
+                    void (*again)(svc_req *r, const char *rest))
+{
+    lookup_wait *w = calloc(1, sizeof *w);
+    if (!w)
+        return false;
+    w->r = r;
+    w->rest = rest;
+    w->id = id;
+    w->deadline = svc_now_mono() + seconds;
+    w->ready = ready;
+    w->again = again;
+    w->ev = evtimer_new(r->srv->base, on_lookup_timer, w);
+    struct timeval tv = {0, 10000};
+    if (!w->ev || evtimer_add(w->ev, &tv) < 0) {
+        if (w->ev)
+            event_free(w->ev);
+        free(w);
+        return false;
+    }
+    return true;
+}
+
+static bool job_known(svc_server *s, const char *rest, uint64_t id)
+{
+    (void)rest;
+    return svc_jobs_find(s->jobs, id) != NULL;
+}
+
+static void route_jobs_again(svc_req *r, const char *rest)
+{
+    route_jobs(r, rest, false);
+}
+
+static bool job_final(svc_server *s, const char *rest, uint64_t id)
+{
+    (void)rest;
+    svc_job *j = svc_jobs_find(s->jobs, id);
+    return !j || svc_state_final(j->state);
+}
+
+/* A cluster cancel's answer, once this node's follower has applied the
+ * `cancel` event (so the job's `cancelled` event has the same id on every
+ * api node), or CANCEL_WAIT_S later (Redis away: cancelled here alone). */
+static void cancel_done(svc_req *r, const char *rest)
+{
+    svc_server *s = r->srv;
+    uint64_t jid = 0;
+    svc_route_id(rest, 'j', &jid);
+    svc_job *j = jid ? svc_jobs_find(s->jobs, jid) : NULL;
+    if (!j) {
+        svc_reply_error(r, 404, "not_found", NULL, "no job %.40s", rest + 1);
+        return;
+    }
+    if (!svc_state_final(j->state)) {
+        SVC_WARN("job %s: the cluster's cancel did not come back in %.0f s; cancelled on this "
+                 "node only",
+                 j->ids, CANCEL_WAIT_S);
+        svc_job_cancel(s, j);
+        svc_jobs_update_positions(s);
+    }
+    if (j->state != SVC_CANCELLED) {
+        svc_reply_error(r, 409, "conflict", NULL, "job %s is already %s", j->ids,
+                        svc_state_name(j->state));
+        return;
+    }
+    send_job(r, j, 200);
+}
+
+void svc_route_jobs(svc_req *r, const char *rest)
+{
+    route_jobs(r, rest, true);
+}
+
+static void route_jobs(svc_req *r, const char *rest, bool may_wait)
+{
+    svc_server *s = r->srv;
+    if (rest[0] == '\0') {
+        if (strcmp(r->method, "POST") == 0)
+            submit(r);
+        else
+            svc_reply_method_not_allowed(r, "POST");
+        return;
+    }
+    /* rest = "/<id>[/...]" */
+    uint64_t jid;
+    const char *sub = svc_route_id(rest, 'j', &jid);
+    svc_job *j = jid ? svc_jobs_find(s->jobs, jid) : NULL;
+    if (!j && jid && may_wait && s->cluster && s->cfg.role != TSR_ROLE_WORKER &&
+        svc_route_wait(r, rest, jid, LOOKUP_WAIT_S, job_known, route_jobs_again))
+        return;
+    /* 405 needs the path to exist; 404 first for unknown shapes */
+    if (sub[0] == '\0') {
+        if (!is_get(r) && strcmp(r->method, "DELETE") != 0) {
+            svc_reply_method_not_allowed(r, "GET, HEAD, DELETE");
+            return;
+        }
+        if (!j) {
+            svc_reply_error(r, 404, "not_found", NULL, "no job %.40s", rest + 1);
+            return;
+        }
+        if (strcmp(r->method, "DELETE") == 0 && s->cluster && !svc_state_final(j->state) &&
+            s->cfg.role != TSR_ROLE_WORKER) {
+            /* every api node cancels it when its follower reads the cancel */
+            svc_cluster_cancel(s->cluster, j->id);
+            if (svc_route_wait(r, rest, j->id, CANCEL_WAIT_S, job_final, cancel_done))
+                return;
+        }
+        if (strcmp(r->method, "DELETE") == 0) {
+            if (!svc_job_cancel(s, j)) {
+                svc_reply_error(r, 409, "conflict", NULL, "job %s is already %s", j->ids,
+                                svc_state_name(j->state));
+                return;
+            }
+            if (s->cluster)
+                svc_cluster_cancel(s->cluster, j->id);
+            svc_jobs_update_positions(s);
+        }
+        send_job(r, j, 200);
+        return;
+    }
+    if (strcmp(sub, "/events") == 0) {
+        if (strcmp(r->method, "GET") != 0) {
+            svc_reply_method_not_allowed(r, "GET");
+            return;
+        }
+        if (!j) {
+            svc_reply_error(r, 404, "not_found", NULL, "no job %.40s", rest + 1);
+            return;
+        }
+        uint32_t last = 0;
+        if (!parse_last_event_id(r, &last)) {
+            svc_reply_error(r, 400, "invalid_parameter", "Last-Event-ID",
+                            "Last-Event-ID must be a non-negative integer event id");
+            return;
+        }
+        svc_sse_open_job(s, r, j, last);
+        return;
+    }
+    if (strncmp(sub, "/images/", 8) == 0) {
+        const char *name = sub + 8;
+        if (r->encoded) {
+            /* the server never writes these URLs percent-encoded */
+            svc_reply_error(r, 404, "not_found", NULL, "no such path (not the image's URL)");
+            return;
+        }
+        if (j && may_wait && s->cluster && s->cfg.role != TSR_ROLE_WORKER && is_get(r) &&
+            !resource_ready(s, rest, j->id) &&
+            svc_route_wait(r, rest, j->id, LOOKUP_WAIT_S, resource_ready, route_jobs_again))
+            return;
+        if (strstr(name, "/tiles") && route_tiles(r, j, name, rest + 1))
+            return;
+        char *end = NULL;
+        errno = 0;
+        long index = strtol(name, &end, 10);
+        bool shape = name[0] >= '0' && name[0] <= '9' && end && strcmp(end, ".png") == 0 &&
+                     errno == 0 && (name[0] != '0' || end == name + 1);
+        if (!shape) {
+            svc_reply_error(r, 404, "not_found", NULL, "no such image: %.60s", name);
+            return;
+        }
+        if (!is_get(r)) {
+            svc_reply_method_not_allowed(r, "GET, HEAD");
+            return;
+        }
+        if (!j) {
+            svc_reply_error(r, 404, "not_found", NULL, "no job %.40s", rest + 1);
+            return;
+        }
+        if (index < 0 || index >= j->n) {
+            svc_reply_error(r, 404, "not_found", NULL, "job %s has %d image%s; no image %ld",
+                            j->ids, j->n, j->n == 1 ? "" : "s", index);
+            return;
+        }
+        send_image(r, j, (int)index);
+        return;
+    }
+    svc_reply_error(r, 404, "not_found", NULL, "no such path: %s", r->path);
+}

@@ -1,0 +1,138 @@
+/*
+ * service/api/native/routes_ops.c - what operators and clients ask about the server:
+ * GET /healthz, /readyz, /metrics, /v1/models, /v1/samplers,
+ * /v1/schedulers.
+ */
+#include <string.h>
+
+#include <event2/buffer.h>
+
+#include "http.h"
+#include "json.h"
+#include "queue.h"
+#include "server.h"
+#include "sse.h"
+
+static const char *const ops_paths[] = {"/healthz",   "/readyz",      "/metrics",
+                                        "/v1/models", "/v1/samplers", "/v1/schedulers"};
+
+bool svc_route_is_ops(const char *path)
+{
+    for (size_t i = 0; i < sizeof ops_paths / sizeof ops_paths[0]; i++)
+        if (strcmp(path, ops_paths[i]) == 0)
+            return true;
+    return false;
+}
+
+static cJSON *status_json(const char *status)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "status", status);
+    return o;
+}
+
+static void readyz(svc_req *r)
+{
+    svc_server *s = r->srv;
+    if (s->phase == SVC_PHASE_READY) {
+        svc_reply_json(r, 200, status_json("ready"));
+        return;
+    }
+    svc_reply_unavailable(r); /* the 503 error object, with Retry-After */
+}
+
+static void metrics(svc_req *r)
+{
+    svc_server *s = r->srv;
+    struct evbuffer *buf = evbuffer_new();
+    if (!buf) {
+        svc_reply_error(r, 500, "internal", NULL, "out of memory");
+        return;
+    }
+    svc_gauges g = {s->queue->ops->length(s->queue), s->running_images, s->n_workers,
+                    svc_sse_count(s->sse), s->body_bytes, s->accept_errors};
+    svc_metrics_render(&s->metrics, &g, buf);
+    svc_cluster_metrics(s->cluster, buf);
+    svc_reply_buffer(r, 200, "text/plain; version=0.0.4; charset=utf-8", buf);
+    evbuffer_free(buf);
+}
+
+static void models(svc_req *r)
+{
+    svc_server *s = r->srv;
+    if (s->phase == SVC_PHASE_LOADING) {
+        svc_reply_unavailable(r);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(o, "data");
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", s->model_name);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)(long long)s->model_created);
+    cJSON_AddStringToObject(m, "owned_by", "tessera");
+    cJSON_AddStringToObject(m, "family", s->family);
+    cJSON_AddNumberToObject(m, "default_size", s->default_size);
+    cJSON_AddStringToObject(m, "device", s->device_desc);
+    cJSON_AddBoolToObject(m, "inpainting", s->inpainting);
+    cJSON_AddItemToArray(data, m);
+    svc_reply_json(r, 200, o);
+}
+
+static void samplers(svc_req *r)
+{
+    const tsr_sampler_desc *sd = NULL;
+    const tsr_schedule_desc *sc = NULL;
+    int n = tsr_samplers(&sd), ns = tsr_schedules(&sc);
+    cJSON *o = cJSON_CreateObject();
+    cJSON *arr = cJSON_AddArrayToObject(o, "samplers");
+    for (int i = 0; i < n; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", sd[i].name);
+        svc_json_add_string_or_null(e, "a1111", sd[i].a1111);
+        svc_json_add_string_or_null(e, "diffusers", sd[i].diffusers);
+        cJSON *sched = cJSON_AddArrayToObject(e, "schedules");
+        for (int k = 0; k < ns && k < 32; k++)
+            if (sd[i].schedules & (1u << k))
+                cJSON_AddItemToArray(sched, cJSON_CreateString(sc[k].name));
+        cJSON_AddItemToArray(arr, e);
+    }
+    svc_reply_json(r, 200, o);
+}
+
+static void schedulers(svc_req *r)
+{
+    const tsr_schedule_desc *sc = NULL;
+    int n = tsr_schedules(&sc);
+    cJSON *o = cJSON_CreateObject();
+    cJSON *arr = cJSON_AddArrayToObject(o, "schedulers");
+    for (int i = 0; i < n; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", sc[i].name);
+        svc_json_add_string_or_null(e, "a1111", sc[i].a1111);
+        cJSON_AddItemToArray(arr, e);
+    }
+    svc_reply_json(r, 200, o);
+}
+
+void svc_route_ops(svc_req *r)
+{
+    if (strcmp(r->method, "GET") != 0 && strcmp(r->method, "HEAD") != 0) {
+        svc_reply_method_not_allowed(r, "GET, HEAD");
+        return;
+    }
+    const char *p = r->path;
+    if (strcmp(p, "/healthz") == 0)
+        svc_reply_json(r, 200, status_json("ok"));
+    else if (strcmp(p, "/readyz") == 0)
+        readyz(r);
+    else if (strcmp(p, "/metrics") == 0)
+        metrics(r);
+    else if (strcmp(p, "/v1/models") == 0)
+        models(r);
+    else if (strcmp(p, "/v1/samplers") == 0)
+        samplers(r);
+    else
+        schedulers(r);
+}

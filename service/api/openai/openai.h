@@ -1,0 +1,112 @@
+/*
+ * service/api/openai/openai.h - what the OpenAI images routes share between
+ * openai.c (requests, replies, waiting) and openai_stream.c
+ * (the `stream: true` responses).  docs/compat-openai.md is the contract.
+ *
+ * A call (oai_call) lives from the request until its reply ends: it owns
+ * the svc_req, watches its native job (svc_job_watch) and the client's
+ * socket (EOF: the client went away, the job is cancelled).  Owner: the
+ * event loop.  Calls are freed at a safe point (a zero-delay event), never
+ * inside evhttp's or the job's callbacks.
+ */
+#ifndef SVC_COMPAT_OPENAI_H
+#define SVC_COMPAT_OPENAI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "http.h"
+#include "jobs.h"
+
+struct svc_server;
+struct event;
+struct evbuffer;
+struct evhttp_connection;
+
+#define OAI_MAX_N 10
+#define OAI_MAX_PARTIAL 3
+
+typedef struct oai_call {
+    struct svc_server *srv;
+    svc_req *r;                 /* owned until the reply ends (NULL once freed by evhttp) */
+    svc_job *job;               /* borrowed; watched while `watching` */
+    svc_watch watch;
+    bool watching;
+    bool edit;                  /* /edits: image_edit.* stream events */
+    bool url;                   /* response_format url */
+    bool stream;
+    int partial_images;         /* 0..3 */
+    int width, height;
+    char quality[16], background[16];
+    int text_tokens;            /* usage: an estimate (words of the prompt) */
+    int image_tokens;           /* usage: input images (edits) */
+    double created;
+    int *partials_sent;         /* per image (stream) */
+    /* connection */
+    struct evhttp_connection *evcon;
+    struct event *fdwatch;      /* EOF of the client's socket */
+    struct event *keepalive;    /* streams: a comment every 15 s */
+    struct evbuffer *pending;   /* streams: bytes not yet handed to evhttp */
+    bool started;               /* streams: reply started */
+    bool inflight;              /* streams: a chunk waits for its flush callback */
+    bool closing;               /* streams: end once pending is sent */
+    bool accepted;              /* the job is journaled and in the table */
+    bool gone;                  /* the client went away (EOF or closed connection) */
+    bool evcon_dead;            /* evhttp closed the connection (its close callback ran) */
+    bool req_detached;          /* evhttp let go of the request: we free it */
+    bool done;                  /* finished: waiting for the deferred free */
+    struct oai_call *prev, *next; /* every live call (close_all) */
+} oai_call;
+
+/* Errors in OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
+ * type follows the status (400/404/405/413 invalid_request_error, 401
+ * authentication_error... see the .c).  Ends r. */
+void oai_reply_error(svc_req *r, int status, const char *param, const char *code,
+                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Stop watching the connection (before a reply ends it normally). */
+void oai_call_detach_conn(oai_call *c);
+/* Unwatch, drop the socket watch, and free c at a safe point (r must have
+ * been answered or be NULL). */
+void oai_call_finish(oai_call *c);
+
+/* A request error: status, OpenAI's param and code, a message. */
+typedef struct oai_err {
+    int status;
+    char param[64];
+    char code[32];
+    char msg[600];
+} oai_err;
+
+/* Fill e (status 400); returns -1. */
+int oai_bad(oai_err *e, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* A call answering r (not attached yet), NULL on out of memory. */
+oai_call *oai_call_new(svc_req *r, bool edit);
+/* Refuse work outside READY (503, answered): false. */
+bool oai_can_accept(svc_req *r);
+/* Check OpenAI's fields of `in` into c; move what the native parser reads
+ * (prompt, n, size as width/height, the extensions) into `nat`. */
+int oai_take_fields(oai_call *c, cJSON *in, cJSON *nat, oai_err *e);
+/* Parse `nat` into a job, check the queue, accept it: takes c over and
+ * ends in a reply (error) or in the job's watch. */
+void oai_submit(oai_call *c, cJSON *nat);
+/* The routes. */
+void oai_generations(svc_req *r);
+void oai_edits(svc_req *r);                 /* openai_edits.c */
+
+/* ---- openai_stream.c ---- */
+
+/* Start the event-stream reply of c (after the job was accepted). */
+void oai_stream_start(oai_call *c);
+/* A job event for a streaming call. */
+void oai_stream_event(oai_call *c, const svc_event *ev);
+/* The client went away or the server stops: end the stream now. */
+void oai_stream_abort(oai_call *c);
+/* The server stops: an error event, then the end. */
+void oai_stream_shutdown(oai_call *c);
+/* The usage object of the completed events and responses. */
+cJSON *oai_usage_json(const oai_call *c);
+/* The PNG (base64) of a finished image of c's job, NULL on failure (logged). */
+char *oai_image_b64(oai_call *c, int index);
+
+#endif

@@ -1,0 +1,210 @@
+/*
+ * service/queue/local.c - the in-process image queue (svc_queue, see queue.h).
+ *
+ * State: a doubly linked list of entries in submission order, owned by this
+ * file and guarded by `mu`; idle workers wait on `cv`.  Pushed from the
+ * loop, popped by workers.
+ *
+ * Pop rule (docs/service-design.md, "Scheduling"): a worker whose batch
+ * runs shape WxH takes the oldest entry of that shape, unless an older
+ * entry has already been passed over max_batch times - then it takes the
+ * oldest such entry, whatever its shape.  Every entry skipped by a pop
+ * counts one pass, so no entry waits behind more than max_batch younger
+ * ones.  A worker with an empty batch takes the oldest entry.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "queue.h"
+
+typedef struct local_queue {
+    svc_queue base;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    svc_entry *head, *tail;
+    int length;
+    int max_batch;
+    uint64_t next_seq;
+    bool closed;
+} local_queue;
+
+svc_entry *svc_entry_new(uint64_t job, int index, svc_params *params)
+{
+    svc_entry *e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    e->job = job;
+    e->index = index;
+    e->width = params->width;
+    e->height = params->height;
+    e->params = svc_params_ref(params);
+    return e;
+}
+
+void svc_entry_free(svc_entry *e)
+{
+    if (!e)
+        return;
+    svc_params_unref(e->params);
+    free(e);
+}
+
+static void unlink_entry(local_queue *q, svc_entry *e)
+{
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        q->head = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    else
+        q->tail = e->prev;
+    e->prev = e->next = NULL;
+    q->length--;
+}
+
+static void q_push(svc_queue *base, svc_entry **entries, int n)
+{
+    local_queue *q = (local_queue *)base;
+    pthread_mutex_lock(&q->mu);
+    for (int i = 0; i < n; i++) {
+        svc_entry *e = entries[i];
+        e->seq = q->next_seq++;
+        e->passed = 0;
+        e->next = NULL;
+        e->prev = q->tail;
+        if (q->tail)
+            q->tail->next = e;
+        else
+            q->head = e;
+        q->tail = e;
+        q->length++;
+    }
+    pthread_cond_broadcast(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+}
+
+static int q_remove_job(svc_queue *base, uint64_t job)
+{
+    local_queue *q = (local_queue *)base;
+    int removed = 0;
+    pthread_mutex_lock(&q->mu);
+    for (svc_entry *e = q->head, *next; e; e = next) {
+        next = e->next;
+        if (e->job == job) {
+            unlink_entry(q, e);
+            svc_entry_free(e);
+            removed++;
+        }
+    }
+    pthread_mutex_unlock(&q->mu);
+    return removed;
+}
+
+/* The pop rule, under q->mu. */
+static svc_entry *choose(local_queue *q, bool have_shape, int width, int height)
+{
+    if (!q->head)
+        return NULL;
+    if (!have_shape)
+        return q->head;
+    svc_entry *pick = NULL;
+    for (svc_entry *e = q->head; e; e = e->next) {
+        if (e->passed >= q->max_batch || (e->width == width && e->height == height)) {
+            pick = e;
+            break;
+        }
+    }
+    if (!pick)
+        pick = q->head;
+    for (svc_entry *e = q->head; e != pick; e = e->next)
+        e->passed++;
+    return pick;
+}
+
+static svc_entry *q_pop(svc_queue *base, bool have_shape, int width, int height, int wait_ms)
+{
+    local_queue *q = (local_queue *)base;
+    struct timespec deadline;
+    if (wait_ms > 0) {
+        clock_gettime(CLOCK_MONOTONIC, &deadline);
+        deadline.tv_sec += wait_ms / 1000;
+        deadline.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+        if (deadline.tv_nsec >= 1000000000L) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&q->mu);
+    svc_entry *e = NULL;
+    for (;;) {
+        if (q->closed)
+            break;
+        e = choose(q, have_shape, width, height);
+        if (e) {
+            unlink_entry(q, e);
+            break;
+        }
+        if (wait_ms == 0)
+            break;
+        if (wait_ms < 0) {
+            pthread_cond_wait(&q->cv, &q->mu);
+        } else if (pthread_cond_timedwait(&q->cv, &q->mu, &deadline) == ETIMEDOUT) {
+            break;
+        }
+    }
+    pthread_mutex_unlock(&q->mu);
+    return e;
+}
+
+static int q_length(svc_queue *base)
+{
+    local_queue *q = (local_queue *)base;
+    pthread_mutex_lock(&q->mu);
+    int n = q->length;
+    pthread_mutex_unlock(&q->mu);
+    return n;
+}
+
+static void q_close(svc_queue *base)
+{
+    local_queue *q = (local_queue *)base;
+    pthread_mutex_lock(&q->mu);
+    q->closed = true;
+    pthread_cond_broadcast(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+}
+
+static void q_destroy(svc_queue *base)
+{
+    local_queue *q = (local_queue *)base;
+    if (!q)
+        return;
+    for (svc_entry *e = q->head, *next; e; e = next) {
+        next = e->next;
+        svc_entry_free(e);
+    }
+    pthread_cond_destroy(&q->cv);
+    pthread_mutex_destroy(&q->mu);
+    free(q);
+}
+
+static const svc_queue_ops local_ops = {q_push, q_remove_job, q_pop, q_length, q_close, q_destroy};
+
+svc_queue *svc_queue_local_new(int max_batch)
+{
+    local_queue *q = calloc(1, sizeof *q);
+    if (!q)
+        return NULL;
+    q->base.ops = &local_ops;
+    q->max_batch = max_batch > 0 ? max_batch : 1;
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&q->cv, &attr);
+    pthread_condattr_destroy(&attr);
+    return &q->base;
+}
