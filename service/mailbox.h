@@ -28,7 +28,6 @@ typedef enum svc_msg_type {
     SVC_MSG_IMAGE_FAILED,   /* worker/storage: (job, index, status, text=message) */
     SVC_MSG_IMAGE_CANCELLED,/* worker: left its batch cancelled (job, index) */
     SVC_MSG_UNET_CALL,      /* worker: one UNet call (images, seconds) */
-    SVC_MSG_WORKER_IDLE,    /* worker: batch empty (worker) */
     SVC_MSG_WORKER_EXIT,    /* worker: thread ending (worker) */
     SVC_MSG_TASK_DONE,      /* storage: a task with a cookie finished (cookie, status) */
     SVC_MSG_TILES,          /* tile encoder: tiles published (job, index, step, tiles) */

@@ -523,7 +523,6 @@ static void on_msg(void *user, svc_msg *m)
         svc_hist_observe(&s->metrics.unet_images, m->images);
         svc_hist_observe(&s->metrics.unet_seconds, m->seconds);
         break;
-    case SVC_MSG_WORKER_IDLE: break;
     case SVC_MSG_WORKER_EXIT:
         s->n_exited++;
         maybe_finish_drain(s);

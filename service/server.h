@@ -91,7 +91,7 @@ typedef struct svc_server {
     int running_images;        /* taken by workers, not yet final */
     bool positions_dirty;
 
-    struct event *ev_sigterm, *ev_sigint, *ev_drain, *ev_keepalive;
+    struct event *ev_sigterm, *ev_sigint, *ev_drain;
     bool drain_aborted;        /* workers told to cancel what runs */
     bool store_flushed;
     int exit_code;

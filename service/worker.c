@@ -286,16 +286,10 @@ static void *worker_main(void *arg)
 
     tsr_batch_stats last;
     tsr_batch_stats_get(w->batch, &last);
-    bool busy = false;
     for (;;) {
         apply_cancels(w);
-        if (w->n_slots == 0 && busy) {
-            busy = false;
-            post(w, svc_msg_new(SVC_MSG_WORKER_IDLE));
-        }
         if (!fill(w))
             break; /* queue closed (drain) and nothing to run */
-        busy = true;
         apply_cancels(w);
         if (w->n_slots == 0)
             continue;
@@ -341,8 +335,6 @@ static void *worker_main(void *arg)
                 finish(w, w->n_slots - 1, TSR_JOB_FAILED, TSR_ERR_INTERNAL);
         }
     }
-    if (busy)
-        post(w, svc_msg_new(SVC_MSG_WORKER_IDLE));
     post(w, svc_msg_new(SVC_MSG_WORKER_EXIT));
     return NULL;
 }

@@ -104,7 +104,6 @@ void svc_route_openai_model(svc_req *r, const char *id);
 bool svc_openai_path(const char *path);
 void svc_openai_unauthorized(svc_req *r);
 /* Answer every OpenAI call still waiting (shutdown). */
-struct svc_server;
 void svc_openai_close_all(struct svc_server *s);
 
 /* The head guard (http/guard.c): a bufferevent that checks request heads. */

@@ -65,7 +65,6 @@ struct svc_store {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     task *head, *tail; /* guarded by mu */
-    int pending;       /* guarded by mu */
 };
 
 int svc_store_prepare(const char *data_dir)
@@ -346,9 +345,6 @@ static void *store_main(void *arg)
         case TASK_STOP: break;
         }
         task_free(t);
-        pthread_mutex_lock(&s->mu);
-        s->pending--;
-        pthread_mutex_unlock(&s->mu);
         if (stop)
             break;
     }
@@ -383,7 +379,6 @@ static void enqueue(svc_store *s, task *t)
     else
         s->head = t;
     s->tail = t;
-    s->pending++;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
@@ -520,12 +515,4 @@ void svc_store_barrier(svc_store *s, void *cookie)
     t->type = TASK_BARRIER;
     t->cookie = cookie;
     enqueue(s, t);
-}
-
-int svc_store_pending(svc_store *s)
-{
-    pthread_mutex_lock(&s->mu);
-    int n = s->pending;
-    pthread_mutex_unlock(&s->mu);
-    return n;
 }

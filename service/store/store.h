@@ -84,7 +84,5 @@ void svc_store_tiles(svc_store *s, uint64_t job, int index, uint8_t *data, size_
 void svc_store_remove_job(svc_store *s, uint64_t job);
 /* Post TASK_DONE(cookie) once every task queued before it is done. */
 void svc_store_barrier(svc_store *s, void *cookie);
-/* Tasks waiting (for /metrics and drain). */
-int svc_store_pending(svc_store *s);
 
 #endif

@@ -57,7 +57,6 @@ struct svc_tiles {
     bool stopping;
     img_state *states;
     img_state *qhead, *qtail;
-    svc_tiles_stats stats;
 };
 
 static void task_free(tile_task *t)
@@ -139,7 +138,6 @@ static svc_tileset *encode(svc_tiles *t, tjhandle tj, img_state *st, tile_task *
         st->width = w;
         st->height = h;
     }
-    uint64_t skipped = 0;
     /* debug log: every tile's MAD (tools/tiles/measure_mad.py reads it) */
     char madlog[1024];
     size_t madlen = 0;
@@ -153,10 +151,8 @@ static svc_tileset *encode(svc_tiles *t, tjhandle tj, img_state *st, tile_task *
                 if (madlen < sizeof madlog - 16)
                     madlen += (size_t)snprintf(madlog + madlen, sizeof madlog - madlen, " %.2f",
                                                mad);
-                if (mad <= t->cfg.threshold) {
-                    skipped++;
+                if (mad <= t->cfg.threshold)
                     continue;
-                }
             }
             unsigned char *jpeg = NULL;
             unsigned long jlen = 0;
@@ -192,17 +188,6 @@ static svc_tileset *encode(svc_tiles *t, tjhandle tj, img_state *st, tile_task *
     out->encode_seconds = cpu_now() - c0;
     if (madlen)
         SVC_DEBUG("tiles: mad step %d version %d:%s", task->step, task->version, madlog);
-    pthread_mutex_lock(&t->mu);
-    t->stats.tiles_encoded += (uint64_t)out->n;
-    t->stats.tiles_skipped += skipped;
-    for (int i = 0; i < out->n; i++)
-        t->stats.bytes += out->tiles[i].len;
-    t->stats.encode_seconds += out->encode_seconds;
-    if (task->final)
-        t->stats.finals++;
-    else
-        t->stats.previews++;
-    pthread_mutex_unlock(&t->mu);
     return out;
 }
 
@@ -400,13 +385,10 @@ static void submit(svc_tiles *t, uint64_t job, int index, tile_task *task)
         if (st->preview) {
             task_free(st->preview);
             st->preview = NULL;
-            t->stats.dropped++;
         }
     } else {
-        if (st->preview) {
+        if (st->preview)
             task_free(st->preview); /* stale: the encoder fell behind */
-            t->stats.dropped++;
-        }
         st->preview = task;
     }
     enqueue_locked(t, st);
@@ -491,13 +473,6 @@ void svc_tiles_flush(svc_tiles *t)
             break;
         pthread_cond_wait(&t->idle_cv, &t->mu);
     }
-    pthread_mutex_unlock(&t->mu);
-}
-
-void svc_tiles_stats_get(svc_tiles *t, svc_tiles_stats *out)
-{
-    pthread_mutex_lock(&t->mu);
-    *out = t->stats;
     pthread_mutex_unlock(&t->mu);
 }
 

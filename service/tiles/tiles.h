@@ -17,7 +17,7 @@
  * before the PNG and job.json (the storage thread keeps order).
  *
  * Stale previews are dropped: an image has at most one preview waiting; a
- * newer one replaces it (counted in svc_tiles_stats.dropped), and a final
+ * newer one replaces it, and a final
  * image replaces any waiting preview.  One image is encoded by one thread at
  * a time, so its versions are published in order.
  *
@@ -81,11 +81,6 @@ typedef struct svc_tiles_config {
 
 typedef struct svc_tiles svc_tiles;
 
-typedef struct svc_tiles_stats {
-    uint64_t previews, dropped, finals, tiles_encoded, tiles_skipped, bytes;
-    double encode_seconds;
-} svc_tiles_stats;
-
 svc_tiles *svc_tiles_start(const svc_tiles_config *cfg);
 /* Encode what is queued (finals; previews are dropped), end the threads, free. */
 void svc_tiles_stop(svc_tiles *t);
@@ -102,7 +97,6 @@ void svc_tiles_forget(svc_tiles *t, uint64_t job, int index);
 /* Block until every final image handed over has gone on to the store
  * (drain: before the storage thread's last barrier).  Milliseconds. */
 void svc_tiles_flush(svc_tiles *t);
-void svc_tiles_stats_get(svc_tiles *t, svc_tiles_stats *out);
 
 /* ------------------------------------------- the loop's view of an image */
 
