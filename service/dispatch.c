@@ -1,0 +1,124 @@
+/*
+ * service/dispatch.c - what the loop does with each mailbox message
+ * (mailbox.h): the one place where other threads' news (engines, images,
+ * storage, tiles, the cluster) reaches the job table, the metrics and the
+ * drain.  Worker roles get a second mailbox whose image messages go on to
+ * Redis instead (svc_server_on_work_msg).
+ */
+#include <stdint.h>
+
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
+#include "log.h"
+#include "server_int.h"
+
+/* Worker roles: what the local workers and their store say goes to Redis;
+ * the rest is the loop's as usual. */
+void svc_server_on_work_msg(void *user, svc_msg *m)
+{
+    svc_server *s = user;
+    switch (m->type) {
+    case SVC_MSG_IMAGE_STARTED:
+    case SVC_MSG_IMAGE_STEP:
+    case SVC_MSG_IMAGE_STORED:
+    case SVC_MSG_IMAGE_FAILED:
+    case SVC_MSG_IMAGE_CANCELLED:
+    case SVC_MSG_TILES:
+        if (m->type == SVC_MSG_IMAGE_STORED)
+            s->metrics.images++;
+        if (m->type == SVC_MSG_TILES && m->tiles && s->cfg.role == TSR_ROLE_WORKER) {
+            s->metrics.tile_encode_seconds += m->tiles->encode_seconds;
+            s->metrics.tiles_published += (uint64_t)m->tiles->n;
+            for (int i = 0; i < m->tiles->n; i++)
+                s->metrics.tile_bytes += m->tiles->tiles[i].len;
+        }
+        svc_cluster_forward(s->cluster, m);
+        break;
+    default: svc_server_on_msg(user, m); break;
+    }
+}
+
+/* The last running image just ended and nothing is queued: hand the pages
+ * that the work freed back to the system.  glibc keeps freed memory in each
+ * thread's arena (the workers' activations, the encoders' buffers), so
+ * without this an idle server holds its busiest moment's high-water mark:
+ * service_soak measured idle RSS steps of 7-9 MiB with the 64 px demo model.
+ * malloc_trim walks every arena; it runs once per busy period, on the loop,
+ * and costs about a millisecond. */
+static void release_idle_memory(svc_server *s)
+{
+#ifdef __GLIBC__
+    if (s->running_images == 0 && s->queue->ops->length(s->queue) == 0)
+        malloc_trim(0);
+#else
+    (void)s;
+#endif
+}
+
+void svc_server_on_msg(void *user, svc_msg *m)
+{
+    svc_server *s = user;
+    if (s->cluster && s->accepting && svc_server_defer_for_accept(s, m))
+        return;
+    switch (m->type) {
+    case SVC_MSG_ENGINE_READY:
+        s->n_ready++;
+        SVC_INFO("worker %d: engine ready (%s)", m->worker,
+                 tsr_engine_device(svc_worker_engine(s->workers[m->worker])));
+        if (s->n_ready == s->n_workers)
+            svc_server_become_ready(s);
+        break;
+    case SVC_MSG_ENGINE_FAILED:
+        s->n_failed++;
+        SVC_ERROR("worker %d: cannot open the model %s on %s: %s", m->worker, s->cfg.model,
+                  s->cfg.device, m->text ? m->text : "unknown error");
+        s->exit_code = TSR_ERR_IO;
+        if (s->phase == SVC_PHASE_LOADING)
+            svc_server_begin_drain(s, "start-up failed");
+        break;
+    case SVC_MSG_IMAGE_STARTED: svc_jobs_on_started(s, m->job, m->index); break;
+    case SVC_MSG_IMAGE_STEP: svc_jobs_on_step(s, m->job, m->index, m->step, m->steps); break;
+    case SVC_MSG_IMAGE_STORED:
+        svc_jobs_on_stored(s, m->job, m->index, m->etag, m->bytes, &m->text);
+        break;
+    case SVC_MSG_IMAGE_FAILED: svc_jobs_on_failed(s, m->job, m->index, m->status, m->text); break;
+    case SVC_MSG_IMAGE_CANCELLED: svc_jobs_on_cancelled(s, m->job, m->index); break;
+    case SVC_MSG_UNET_CALL:
+        s->metrics.unet_calls++;
+        svc_hist_observe(&s->metrics.unet_images, m->images);
+        svc_hist_observe(&s->metrics.unet_seconds, m->seconds);
+        break;
+    case SVC_MSG_WORKER_EXIT:
+        s->n_exited++;
+        svc_server_maybe_finish_drain(s);
+        break;
+    case SVC_MSG_TILES:
+        svc_jobs_on_tiles(s, m->job, m->index, &m->tiles);
+        break;
+    case SVC_MSG_CLUSTER_ACCEPT: svc_server_cluster_accept(s, m->job, m->text, m->images); break;
+    case SVC_MSG_CLUSTER_CANCEL: {
+        /* from the follower (api roles) and the publisher (worker roles) */
+        svc_job *j = svc_jobs_find(s->jobs, m->job);
+        if (j)
+            svc_job_cancel(s, j); /* false when already final */
+        if (s->work_store)
+            svc_server_cancel_running(s, m->job);
+        break;
+    }
+    case SVC_MSG_TASK_DONE:
+        if (m->cookie == &s->store_flushed) {
+            if (--s->flushes_waiting <= 0)
+                svc_server_stop_loop(s);
+        } else
+            svc_server_accept_done(s, m->cookie, m->status);
+        break;
+    }
+    svc_jobs_update_positions(s);
+    if (m->type == SVC_MSG_IMAGE_STORED || m->type == SVC_MSG_IMAGE_CANCELLED ||
+        m->type == SVC_MSG_IMAGE_FAILED) {
+        svc_jobs_gc(s); /* never inside a route: the job may be in use there */
+        release_idle_memory(s);
+    }
+}
