@@ -23,7 +23,7 @@ typedef struct tsr_service_config {
     const char *precision;   /* NULL/"f32" (default) or "bf16" (tsr_engine_options.precision) */
     int max_batch;           /* images per UNet call, 1..32 (default 16) */
     int max_queue;           /* images waiting, at most (default 256), counted in queue units:
-                              * images at the default size and 30 steps (service/jobs/admission.h) */
+                              * images at the default size and 30 steps (service/jobs/gate.h) */
     long long max_memory;    /* working memory one image batch may need, bytes (0 = the
                               * device's memory, the default) */
     const char *data_dir;    /* default "./tessera-data" */

@@ -8,39 +8,22 @@
  * streams (and its batch's).  Final states are persisted through the
  * storage thread (job.json, then the journal's final record).
  *
- * Memory of finished jobs: the job itself (a few hundred bytes plus its
- * event history) is bounded by --keep-jobs (default 10000); its tiles, by
- * far the larger part, by --tile-cache-mb through a least-recently-used
- * list of images (finalize adds them, svc_image_tiles moves them to the
- * end, tile_evict drops the oldest).  Eviction runs only where no route
- * holds a tile pointer: in svc_jobs_gc and at the start of svc_image_tiles.
+ * The table itself (ids, batches, garbage collection) is table.c's, the
+ * finished images' tiles in RAM tile_cache.c's (jobs_int.h).  Memory of
+ * finished jobs: the job itself (a few hundred bytes plus its event
+ * history) is bounded by --keep-jobs; its tiles, by far the larger part,
+ * by --tile-cache-mb.
  */
-#include "jobs.h"
-
-#include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
+#include "jobs_int.h"
 #include "log.h"
 #include "server.h"
 #include "sse.h"
 #include "tiles.h"
 #include "util.h"
-
-struct svc_jobs {
-    svc_job **buckets;
-    size_t n_buckets, count;
-    svc_job *first, *last;          /* every job, oldest first */
-    svc_batch **bbuckets;
-    size_t n_bbuckets, bcount;
-    svc_batch *bfirst;
-    svc_job *qhead, *qtail;         /* jobs with queued images, in submission order */
-    svc_image *tl_head, *tl_tail;   /* finished images holding tile bytes, LRU first */
-    size_t tl_bytes;
-};
 
 const char *svc_state_name(svc_state s)
 {
@@ -62,253 +45,6 @@ bool svc_history_add(svc_history *h, svc_event ev)
     }
     h->ev[h->n++] = ev;
     return true;
-}
-
-static size_t hash_id(uint64_t id, size_t n)
-{
-    id ^= id >> 33;
-    id *= 0xff51afd7ed558ccdull;
-    id ^= id >> 33;
-    return (size_t)(id & (n - 1));
-}
-
-svc_jobs *svc_jobs_new(void)
-{
-    svc_jobs *t = calloc(1, sizeof *t);
-    if (!t)
-        return NULL;
-    t->n_buckets = 1024;
-    t->buckets = calloc(t->n_buckets, sizeof *t->buckets);
-    t->n_bbuckets = 256;
-    t->bbuckets = calloc(t->n_bbuckets, sizeof *t->bbuckets);
-    if (!t->buckets || !t->bbuckets) {
-        free(t->buckets);
-        free(t->bbuckets);
-        free(t);
-        return NULL;
-    }
-    return t;
-}
-
-void svc_job_free(svc_job *j)
-{
-    if (!j)
-        return;
-    svc_params_unref(j->params);
-    cJSON_Delete(j->view);
-    if (j->images)
-        for (int i = 0; i < j->n; i++) {
-            free(j->images[i].infotext);
-            svc_tilemap_free(j->images[i].tiles);
-        }
-    free(j->images);
-    free(j->error_code);
-    free(j->error_message);
-    free(j->hist.ev);
-    free(j);
-}
-
-void svc_jobs_free(svc_jobs *t)
-{
-    if (!t)
-        return;
-    for (svc_job *j = t->first, *next; j; j = next) {
-        next = j->next;
-        svc_job_free(j);
-    }
-    for (svc_batch *b = t->bfirst, *next; b; b = next) {
-        next = b->next;
-        free(b->jobs);
-        free(b->hist.ev);
-        free(b);
-    }
-    free(t->buckets);
-    free(t->bbuckets);
-    free(t);
-}
-
-svc_job *svc_jobs_find(svc_jobs *t, uint64_t id)
-{
-    for (svc_job *j = t->buckets[hash_id(id, t->n_buckets)]; j; j = j->hnext)
-        if (j->id == id)
-            return j;
-    return NULL;
-}
-
-svc_batch *svc_jobs_find_batch(svc_jobs *t, uint64_t id)
-{
-    for (svc_batch *b = t->bbuckets[hash_id(id, t->n_bbuckets)]; b; b = b->hnext)
-        if (b->id == id)
-            return b;
-    return NULL;
-}
-
-uint64_t svc_jobs_new_id(svc_jobs *t)
-{
-    uint64_t id;
-    do
-        id = svc_random_u64();
-    while (id == 0 || svc_jobs_find(t, id));
-    return id;
-}
-
-uint64_t svc_jobs_new_batch_id(svc_jobs *t)
-{
-    uint64_t id;
-    do
-        id = svc_random_u64();
-    while (id == 0 || svc_jobs_find_batch(t, id));
-    return id;
-}
-
-static void grow(svc_jobs *t)
-{
-    size_t n = t->n_buckets * 2;
-    svc_job **nb = calloc(n, sizeof *nb);
-    if (!nb)
-        return; /* longer chains, still correct */
-    for (size_t i = 0; i < t->n_buckets; i++) {
-        for (svc_job *j = t->buckets[i], *next; j; j = next) {
-            next = j->hnext;
-            size_t h = hash_id(j->id, n);
-            j->hnext = nb[h];
-            nb[h] = j;
-        }
-    }
-    free(t->buckets);
-    t->buckets = nb;
-    t->n_buckets = n;
-}
-
-void svc_jobs_insert(svc_jobs *t, svc_job *j)
-{
-    if (t->count + 1 > t->n_buckets * 2)
-        grow(t);
-    size_t h = hash_id(j->id, t->n_buckets);
-    j->hnext = t->buckets[h];
-    t->buckets[h] = j;
-    j->next = NULL;
-    if (t->last)
-        t->last->next = j;
-    else
-        t->first = j;
-    t->last = j;
-    t->count++;
-}
-
-svc_batch *svc_batch_new(svc_jobs *t, uint64_t id, double created)
-{
-    svc_batch *b = calloc(1, sizeof *b);
-    if (!b)
-        return NULL;
-    b->id = id;
-    svc_id_format('b', id, b->ids);
-    b->created = created;
-    if (t->bcount + 1 > t->n_bbuckets * 2) {
-        size_t n = t->n_bbuckets * 2;
-        svc_batch **nb = calloc(n, sizeof *nb);
-        if (nb) {
-            for (size_t i = 0; i < t->n_bbuckets; i++) {
-                for (svc_batch *x = t->bbuckets[i], *next; x; x = next) {
-                    next = x->hnext;
-                    size_t h = hash_id(x->id, n);
-                    x->hnext = nb[h];
-                    nb[h] = x;
-                }
-            }
-            free(t->bbuckets);
-            t->bbuckets = nb;
-            t->n_bbuckets = n;
-        }
-    }
-    size_t h = hash_id(id, t->n_bbuckets);
-    b->hnext = t->bbuckets[h];
-    t->bbuckets[h] = b;
-    b->next = t->bfirst;
-    t->bfirst = b;
-    t->bcount++;
-    return b;
-}
-
-void svc_batch_add(svc_batch *b, svc_job *j, int index)
-{
-    if (b->n == b->cap) {
-        int cap = b->cap ? 2 * b->cap : 16;
-        svc_job **nj = realloc(b->jobs, (size_t)cap * sizeof *nj);
-        if (!nj) {
-            SVC_ERROR("jobs: out of memory adding %s to batch %s", j->ids, b->ids);
-            return;
-        }
-        b->jobs = nj;
-        b->cap = cap;
-    }
-    /* keep batch order (a restart may add them out of order) */
-    int at = b->n;
-    while (at > 0 && b->jobs[at - 1]->batch_index > index) {
-        b->jobs[at] = b->jobs[at - 1];
-        at--;
-    }
-    b->jobs[at] = j;
-    b->n++;
-    j->batch = b;
-    j->batch_index = index;
-    if (svc_state_final(j->state))
-        b->final_jobs++;
-}
-
-void svc_jobs_rebuild_batches(svc_jobs *t)
-{
-    svc_batch *first_new = t->bfirst;
-    for (svc_job *j = t->first; j; j = j->next) {
-        if (!j->batch_id || j->batch)
-            continue;
-        svc_batch *b = svc_jobs_find_batch(t, j->batch_id);
-        if (!b && !(b = svc_batch_new(t, j->batch_id, j->created)))
-            continue;
-        svc_batch_add(b, j, j->batch_index);
-    }
-    /* the batches made here (pushed in front of the list) get histories */
-    for (svc_batch *b = t->bfirst; b && b != first_new; b = b->next) {
-        for (int i = 0; i < b->n; i++) {
-            svc_job *j = b->jobs[i];
-            if (!svc_state_final(j->state))
-                continue;
-            for (int k = 0; k < j->n; k++)
-                if (j->images[k].state == SVC_DONE)
-                    svc_history_add(&b->hist, (svc_event){SVC_EV_B_IMAGE, i, k, 0, 0, 0});
-            svc_history_add(&b->hist, (svc_event){SVC_EV_B_JOB, i, 0, 0, 0, 0});
-        }
-        if (b->final_jobs == b->n)
-            svc_history_add(&b->hist, (svc_event){SVC_EV_B_DONE, 0, 0, 0, 0, 0});
-    }
-}
-
-svc_job *svc_job_new(uint64_t id, svc_params *params, double created)
-{
-    svc_job *j = calloc(1, sizeof *j);
-    if (!j)
-        return NULL;
-    j->id = id;
-    svc_id_format('j', id, j->ids);
-    j->params = params;
-    j->n = params->n;
-    j->steps = params->steps;
-    j->created = created;
-    j->created_mono = svc_now_mono();
-    j->position = -1;
-    j->batch_index = -1;
-    j->view = svc_params_view(params);
-    j->images = calloc((size_t)j->n, sizeof *j->images);
-    if (!j->view || !j->images) {
-        j->params = NULL; /* the caller keeps its reference on failure */
-        svc_job_free(j);
-        return NULL;
-    }
-    for (int i = 0; i < j->n; i++) {
-        j->images[i].seed = params->seed + (uint64_t)i;
-        j->images[i].steps = params->steps;
-    }
-    return j;
 }
 
 /* ---------------------------------------------------------------- events */
@@ -425,57 +161,6 @@ void svc_job_queued_event(svc_server *s, svc_job *j, int position)
         emit(s, j, SVC_EV_QUEUED, position, 0, 0, 0);
 }
 
-/* ------------------------------------------------- finished jobs' tiles */
-
-static void tile_lru_remove(svc_jobs *t, svc_image *img)
-{
-    if (!img->in_tile_lru)
-        return;
-    if (img->tile_prev)
-        img->tile_prev->tile_next = img->tile_next;
-    else
-        t->tl_head = img->tile_next;
-    if (img->tile_next)
-        img->tile_next->tile_prev = img->tile_prev;
-    else
-        t->tl_tail = img->tile_prev;
-    img->tile_prev = img->tile_next = NULL;
-    t->tl_bytes -= img->tile_lru_bytes;
-    img->tile_lru_bytes = 0;
-    img->in_tile_lru = false;
-}
-
-/* At the end (most recently used); only maps that hold bytes. */
-static void tile_lru_push(svc_jobs *t, svc_image *img)
-{
-    tile_lru_remove(t, img);
-    if (!img->tiles || img->tiles->dropped || img->tiles->bytes == 0)
-        return;
-    img->tile_lru_bytes = img->tiles->bytes;
-    img->tile_prev = t->tl_tail;
-    img->tile_next = NULL;
-    if (t->tl_tail)
-        t->tl_tail->tile_next = img;
-    else
-        t->tl_head = img;
-    t->tl_tail = img;
-    t->tl_bytes += img->tile_lru_bytes;
-    img->in_tile_lru = true;
-}
-
-/* Drop the least recently used finished images' tile bytes past the budget. */
-static void tile_evict(svc_server *s)
-{
-    svc_jobs *t = s->jobs;
-    const size_t budget =
-        s->cfg.tile_cache_mb > 0 ? (size_t)s->cfg.tile_cache_mb << 20 : (size_t)0;
-    while (t->tl_bytes > budget && t->tl_head) {
-        svc_image *img = t->tl_head;
-        tile_lru_remove(t, img);
-        svc_tilemap_drop(img->tiles);
-    }
-}
-
 /* ------------------------------------------------------------- finishing */
 
 static void finalize(svc_server *s, svc_job *j, svc_state state)
@@ -508,7 +193,7 @@ static void finalize(svc_server *s, svc_job *j, svc_state state)
     }
     svc_server_persist_final(s, j);
     for (int i = 0; i < j->n; i++)
-        tile_lru_push(s->jobs, &j->images[i]); /* dropped later, never inside a route */
+        svc_jobs_tile_lru_push(s->jobs, &j->images[i]); /* dropped later, never inside a route */
     SVC_INFO("job %s %s (%d image%s)", j->ids, svc_state_name(state), j->n, j->n == 1 ? "" : "s");
 }
 
@@ -674,8 +359,6 @@ void svc_jobs_on_cancelled(svc_server *s, uint64_t job, int index)
     maybe_finish(s, j);
 }
 
-/* ---------------------------------------------------------------- tiles */
-
 void svc_jobs_on_tiles(svc_server *s, uint64_t job, int index, svc_tileset **tsp)
 {
     svc_job *j;
@@ -695,164 +378,4 @@ void svc_jobs_on_tiles(svc_server *s, uint64_t job, int index, svc_tileset **tsp
     }
     if (img->tiles->pubs[pub].n > 0)
         emit(s, j, SVC_EV_TILES, index, pub, ts->step, 0);
-}
-
-svc_tilemap *svc_image_tiles(svc_server *s, svc_job *j, int index)
-{
-    svc_image *img = &j->images[index];
-    svc_tilemap *m = img->tiles;
-    if (m && !m->dropped) {
-        if (img->in_tile_lru)
-            tile_lru_push(s->jobs, img); /* used: to the end */
-        return m;
-    }
-    /* not in RAM (after a restart, or dropped past --tile-cache-mb): the
-     * final versions from <i>.tiles, for a done image only */
-    if (img->state != SVC_DONE || img->tiles_unreadable)
-        return m;
-    tile_evict(s); /* make room first: nothing else is handed out now */
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/jobs/%s/%d.tiles", s->cfg.data_dir, j->ids, index);
-    char *data = NULL;
-    size_t len = 0;
-    int rc = svc_read_file(path, &data, &len, 256u << 20);
-    if (rc == 0 && svc_tilemap_reload(&img->tiles, (const uint8_t *)data, len) < 0) {
-        SVC_WARN("%s: not a tile file (or out of memory); ignored", path);
-        rc = -EINVAL;
-    }
-    free(data);
-    if (rc < 0) {
-        img->tiles_unreadable = rc != -ENOMEM;
-        return img->tiles;
-    }
-    if (svc_state_final(j->state))
-        tile_lru_push(s->jobs, img);
-    return img->tiles;
-}
-
-/* ------------------------------------------------------------------- gc */
-
-static void unlink_job(svc_jobs *t, svc_job *j, svc_job *prev)
-{
-    for (int i = 0; i < j->n; i++)
-        tile_lru_remove(t, &j->images[i]);
-    svc_job **h = &t->buckets[hash_id(j->id, t->n_buckets)];
-    while (*h && *h != j)
-        h = &(*h)->hnext;
-    if (*h)
-        *h = j->hnext;
-    if (prev)
-        prev->next = j->next;
-    else
-        t->first = j->next;
-    if (t->last == j)
-        t->last = prev;
-    t->count--;
-}
-
-/* A batch goes as a whole, once every job in it is final, persisted and
- * unwatched and no client follows the batch stream.  Its finishing time is
- * its last job's. */
-static bool batch_evictable(const svc_batch *b, double *finished)
-{
-    if (b->clients || b->final_jobs < b->n)
-        return false;
-    double last = 0;
-    for (int i = 0; i < b->n; i++) {
-        const svc_job *j = b->jobs[i];
-        if (!svc_state_final(j->state) || j->clients || j->watches || !j->persisted)
-            return false;
-        if (j->finished > last)
-            last = j->finished;
-    }
-    *finished = last;
-    return true;
-}
-
-static void unlink_batch(svc_jobs *t, svc_batch *b)
-{
-    svc_batch **h = &t->bbuckets[hash_id(b->id, t->n_bbuckets)];
-    while (*h && *h != b)
-        h = &(*h)->hnext;
-    if (*h)
-        *h = b->hnext;
-    for (svc_batch **p = &t->bfirst; *p; p = &(*p)->next) {
-        if (*p == b) {
-            *p = b->next;
-            break;
-        }
-    }
-    t->bcount--;
-}
-
-/* Oldest first: a job (or a whole batch, counted as its jobs) goes when it
- * finished before the --keep-hours cutoff, or while more than --keep-jobs
- * finished jobs remain.  Mark, then sweep, since a batch's jobs are spread
- * through the job list. */
-void svc_jobs_gc(svc_server *s)
-{
-    const int keep = s->cfg.keep_jobs;
-    const double hours = s->cfg.keep_hours;
-    tile_evict(s);
-    if (keep <= 0 && hours <= 0)
-        return;
-    svc_jobs *t = s->jobs;
-    int finished = 0;
-    for (svc_job *j = t->first; j; j = j->next)
-        finished += svc_state_final(j->state) && !j->batch_id;
-    const double cutoff = hours > 0 ? svc_now_unix() - hours * 3600.0 : -1.0;
-    /* mark: jobs (and batches, through their first job) in age order */
-    for (svc_job *j = t->first; j; j = j->next) {
-        j->doomed = false;
-        if (j->batch) {
-            svc_batch *b = j->batch;
-            if (j != b->jobs[0])
-                continue; /* decided with the batch's first job */
-            b->doomed = false;
-            double last;
-            if (!batch_evictable(b, &last))
-                continue;
-            bool old = cutoff > 0 && last > 0 && last < cutoff;
-            bool over = keep > 0 && finished > keep;
-            if (old || over) {
-                b->doomed = true;
-                finished -= b->n;
-            }
-            continue;
-        }
-        if (j->batch_id)
-            continue; /* names a batch not rebuilt: keep */
-        bool evictable = svc_state_final(j->state) && !j->clients && !j->watches &&
-                         j->persisted;
-        bool old = evictable && cutoff > 0 && j->finished > 0 && j->finished < cutoff;
-        bool over = evictable && keep > 0 && finished > keep;
-        if (old || over) {
-            j->doomed = true;
-            finished--;
-        }
-    }
-    /* sweep */
-    for (svc_job *j = t->first, *prev = NULL, *next; j; j = next) {
-        next = j->next;
-        if (!j->doomed && !(j->batch && j->batch->doomed)) {
-            prev = j;
-            continue;
-        }
-        unlink_job(t, j, prev);
-        svc_store_remove_job(s->store, j->id);
-        if (!j->batch)
-            SVC_INFO("job %s: garbage-collected (%s)", j->ids,
-                     cutoff > 0 && j->finished < cutoff ? "--keep-hours" : "--keep-jobs");
-        svc_job_free(j);
-    }
-    for (svc_batch *b = t->bfirst, *next; b; b = next) {
-        next = b->next;
-        if (!b->doomed)
-            continue;
-        SVC_INFO("batch %s: garbage-collected with its %d jobs", b->ids, b->n);
-        unlink_batch(t, b);
-        free(b->jobs);
-        free(b->hist.ev);
-        free(b);
-    }
 }

@@ -2,7 +2,7 @@
  * service/jobs/jobs.h - jobs, their images and event histories, and batches.
  *
  * Owner: the event loop, alone.  Workers and the storage thread report
- * through the mailbox (mailbox.h) and server.c hands each message to the
+ * through the mailbox (mailbox.h) and dispatch.c hands each message to the
  * svc_jobs_on_* function here, which changes states, appends events and
  * wakes the SSE clients of that job.
  *
@@ -49,6 +49,13 @@ static inline bool svc_state_final(svc_state s)
 {
     return s >= SVC_DONE;
 }
+
+/* A job's or batch's link in the table's hash by id: one hash for both
+ * (table.c), the entry found again from its link by offsetof. */
+typedef struct svc_idlink {
+    uint64_t id;
+    struct svc_idlink *next;
+} svc_idlink;
 
 typedef enum svc_event_kind {
     SVC_EV_QUEUED,    /* a = position */
@@ -133,7 +140,7 @@ typedef struct svc_job {
     bool first_step_seen;
     bool persisted;           /* final state journaled */
     bool doomed;              /* gc: marked for removal */
-    struct svc_job *hnext;    /* hash chain */
+    svc_idlink hlink;         /* the table's hash by id (table.c) */
     struct svc_job *next;     /* every job, oldest first */
 } svc_job;
 
@@ -147,7 +154,8 @@ struct svc_batch {
     bool doomed;              /* gc: marked for removal with its jobs */
     svc_history hist;
     struct svc_sse_client *clients;
-    struct svc_batch *hnext, *next;
+    svc_idlink hlink;         /* the table's hash by id (table.c) */
+    struct svc_batch *next;
 };
 
 typedef struct svc_jobs svc_jobs;

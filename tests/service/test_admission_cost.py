@@ -2,7 +2,7 @@
 """tests/service/test_admission_cost.py - admission by cost (issue 61, defect
 10; ctest: service_admission_cost).
 
-The submit gate (service/jobs/admission.c) is one function for every dialect:
+The submit gate (service/jobs/gate.c) is one function for every dialect:
 native /v1/jobs and /v1/batches, A1111 /sdapi/v1/txt2img and img2img,
 OpenAI /v1/images/generations and edits.  It refuses at once, with the
 engine's memory estimate in the message, a request whose image batch no

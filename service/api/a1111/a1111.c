@@ -32,7 +32,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 
-#include "admission.h"
+#include "gate.h"
 #include "http.h"
 #include "json.h"
 #include "log.h"
@@ -452,17 +452,24 @@ static void on_job_event(svc_server *s, svc_job *j, const svc_event *ev, void *a
         finish(c);
 }
 
+/* The A1111 shape for the gate's decisions (svc_gate_reply). */
+static void render(svc_req *r, int status, const char *code, const char *field,
+                   const char *message)
+{
+    svc_a1111_reply_error(r, status, code, field, "%s", message);
+}
+
 static void on_accepted(void *user, int status)
 {
     a1111_call *c = user;
     svc_server *s = c->s;
-    if (status < 0) {
+    svc_gate g;
+    if (!svc_gate_accepted(status, "the jobs", &g)) {
         /* the jobs were freed by svc_server_accept */
         c->n_jobs = 0;
         if (c->r) {
             detach_conn(c);
-            svc_a1111_reply_error(c->r, 500, "internal", NULL,
-                                  "the jobs could not be journaled: %s", strerror(-status));
+            svc_gate_reply(c->r, &g, NULL, render);
             c->r = NULL;
         }
         call_free(c);
@@ -499,11 +506,13 @@ static void on_accepted(void *user, int status)
         finish(c);
 }
 
+/* parse -> gate -> accept (service/jobs/gate.h) */
 static void generate(svc_req *r, bool img2img)
 {
     svc_server *s = r->srv;
-    if (s->phase != SVC_PHASE_READY) {
-        svc_reply_unavailable(r);
+    svc_gate g;
+    if (!svc_gate_open(s, &g)) {
+        svc_gate_reply(r, &g, NULL, render);
         return;
     }
     svc_a1111 *a = svc_a1111_state(s);
@@ -572,14 +581,8 @@ static void generate(svc_req *r, bool img2img)
             break;
         }
     }
-    svc_admit v;
-    if (k == n && !svc_admit_check(s, ps, n, &v)) {
-        if (v.retry_after > 0) {
-            char ra[16];
-            snprintf(ra, sizeof ra, "%d", v.retry_after);
-            svc_req_add_header(r, "Retry-After", ra);
-        }
-        svc_a1111_reply_error(r, v.status, v.code, NULL, "%s", v.message);
+    if (k == n && !svc_gate_check(s, ps, n, &g)) {
+        svc_gate_reply(r, &g, NULL, render);
         k = -1;
     }
     double created = svc_now_unix();
@@ -607,7 +610,7 @@ static void generate(svc_req *r, bool img2img)
     free(ps);
     c->r = r;
     watch_conn(c);
-    svc_admit_accept(s, c->jobs, n, on_accepted, c);
+    svc_gate_accept(s, c->jobs, n, on_accepted, c);
 }
 
 /* --------------------------------------------------------------- progress */

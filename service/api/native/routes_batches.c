@@ -7,10 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "admission.h"
+#include "gate.h"
 #include "http.h"
 #include "json.h"
 #include "log.h"
+#include "routes.h"
 #include "server.h"
 #include "sse.h"
 #include "util.h"
@@ -28,13 +29,9 @@ static void on_accepted(void *user, int status)
     svc_req *r = c->r;
     svc_batch *b = c->batch;
     free(c);
-    if (status == -EAGAIN) {
-        svc_reply_queue_unreachable(r);
-        return;
-    }
-    if (status < 0) {
-        svc_reply_error(r, 500, "internal", NULL, "the batch could not be journaled: %s",
-                        strerror(-status));
+    svc_gate g;
+    if (!svc_gate_accepted(status, "the batch", &g)) {
+        svc_gate_reply(r, &g, NULL, svc_native_render);
         return;
     }
     cJSON *o = cJSON_CreateObject();
@@ -54,15 +51,13 @@ static void on_accepted(void *user, int status)
     svc_reply_json(r, 202, o);
 }
 
+/* parse -> gate -> accept (service/jobs/gate.h) */
 static void submit(svc_req *r)
 {
     svc_server *s = r->srv;
-    if (s->phase != SVC_PHASE_READY) {
-        svc_reply_unavailable(r);
-        return;
-    }
-    if (s->cluster && (s->cfg.role == TSR_ROLE_WORKER || !svc_cluster_reachable(s->cluster))) {
-        svc_reply_queue_unreachable(r);
+    svc_gate g;
+    if (!svc_gate_open(s, &g)) {
+        svc_gate_reply(r, &g, NULL, svc_native_render);
         return;
     }
     size_t len = 0;
@@ -128,17 +123,16 @@ static void submit(svc_req *r)
         }
         n++;
     }
-    svc_admit v;
-    if (!svc_admit_check(s, params, n, &v)) {
+    if (!svc_gate_check(s, params, n, &g)) {
         char field[32] = "";
-        if (v.job >= 0)
-            snprintf(field, sizeof field, "jobs[%d]", v.job);
-        if (v.job >= 0 && n > 1) { /* name the job the memory figure is about */
-            char msg[sizeof v.message];
-            snprintf(msg, sizeof msg, "jobs[%d]: %s", v.job, v.message);
-            snprintf(v.message, sizeof v.message, "%s", msg);
+        if (g.job >= 0)
+            snprintf(field, sizeof field, "jobs[%d]", g.job);
+        if (g.job >= 0 && n > 1) { /* name the job the memory figure is about */
+            char msg[sizeof g.message];
+            snprintf(msg, sizeof msg, "jobs[%d]: %s", g.job, g.message);
+            snprintf(g.message, sizeof g.message, "%s", msg);
         }
-        svc_admit_reply(r, &v, field[0] ? field : NULL);
+        svc_gate_reply(r, &g, field[0] ? field : NULL, svc_native_render);
         goto done;
     }
     svc_job **list = calloc((size_t)n, sizeof *list);
@@ -175,7 +169,7 @@ static void submit(svc_req *r)
     }
     c->r = r;
     c->batch = b;
-    svc_admit_accept(s, list, n, on_accepted, c);
+    svc_gate_accept(s, list, n, on_accepted, c);
     free(list);
 done:
     if (params)

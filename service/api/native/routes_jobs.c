@@ -14,10 +14,11 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
-#include "admission.h"
+#include "gate.h"
 #include "http.h"
 #include "json.h"
 #include "log.h"
+#include "routes.h"
 #include "server.h"
 #include "sse.h"
 #include "tiles.h"
@@ -56,13 +57,9 @@ static void on_accepted(void *user, int status)
     svc_req *r = c->r;
     svc_job *j = c->job;
     free(c);
-    if (status == -EAGAIN) {
-        svc_reply_queue_unreachable(r);
-        return;
-    }
-    if (status < 0) {
-        svc_reply_error(r, 500, "internal", NULL, "the job could not be journaled: %s",
-                        strerror(-status));
+    svc_gate g;
+    if (!svc_gate_accepted(status, "the job", &g)) {
+        svc_gate_reply(r, &g, NULL, svc_native_render);
         return;
     }
     char loc[64];
@@ -71,31 +68,22 @@ static void on_accepted(void *user, int status)
     svc_reply_json(r, 202, accepted_json(j));
 }
 
-/* Shared by jobs and batches: refuse work outside READY. */
-static bool can_accept(svc_req *r)
+/* The native error shape for the gate's decisions (svc_gate_reply). */
+void svc_native_render(svc_req *r, int status, const char *code, const char *field,
+                       const char *message)
 {
-    if (r->srv->phase != SVC_PHASE_READY) {
-        svc_reply_unavailable(r);
-        return false;
-    }
-    if (r->srv->cluster && r->srv->cfg.role == TSR_ROLE_WORKER) {
-        svc_req_add_header(r, "Retry-After", "30");
-        svc_reply_error(r, 503, "unavailable", NULL,
-                        "this node is a worker (--role worker); submit work to an api node");
-        return false;
-    }
-    if (r->srv->cluster && !svc_cluster_reachable(r->srv->cluster)) {
-        svc_reply_queue_unreachable(r);
-        return false;
-    }
-    return true;
+    svc_reply_error(r, status, code, field, "%s", message);
 }
 
+/* parse -> gate -> accept (service/jobs/gate.h) */
 static void submit(svc_req *r)
 {
     svc_server *s = r->srv;
-    if (!can_accept(r))
+    svc_gate g;
+    if (!svc_gate_open(s, &g)) {
+        svc_gate_reply(r, &g, NULL, svc_native_render);
         return;
+    }
     size_t len = 0;
     const char *body = svc_req_body(r, &len);
     char err[256];
@@ -119,10 +107,9 @@ static void submit(svc_req *r)
         svc_reply_error(r, 400, "invalid_parameter", pe.field, "%s", pe.message);
         return;
     }
-    svc_admit v;
-    if (!svc_admit_check(s, &p, 1, &v)) {
+    if (!svc_gate_check(s, &p, 1, &g)) {
         svc_params_unref(p);
-        svc_admit_reply(r, &v, NULL);
+        svc_gate_reply(r, &g, NULL, svc_native_render);
         return;
     }
     svc_job *j = svc_job_new(svc_jobs_new_id(s->jobs), p, svc_now_unix());
@@ -136,7 +123,7 @@ static void submit(svc_req *r)
     }
     c->r = r;
     c->job = j;
-    svc_admit_accept(s, &j, 1, on_accepted, c);
+    svc_gate_accept(s, &j, 1, on_accepted, c);
 }
 
 /* ----------------------------------------------------------------- reads */

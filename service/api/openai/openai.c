@@ -25,7 +25,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 
-#include "admission.h"
+#include "gate.h"
 #include "json.h"
 #include "log.h"
 #include "multipart.h"
@@ -370,11 +370,10 @@ static void on_accepted(void *user, int status)
 {
     oai_call *c = user;
     c->accepted = true;
-    if (status < 0) {
+    svc_gate g;
+    if (!svc_gate_accepted(status, "the job", &g)) {
         c->job = NULL; /* not inserted: svc_server_accept freed it */
-        char msg[160];
-        snprintf(msg, sizeof msg, "the job could not be journaled: %s", strerror(-status));
-        call_fail(c, 500, "internal", msg);
+        call_fail(c, g.status, g.code, g.message);
         return;
     }
     c->watch.on_event = on_job_event;
@@ -615,6 +614,15 @@ static const char *openai_param(const char *native)
     return native;
 }
 
+/* The OpenAI shape for the gate's decisions (svc_gate_reply); OpenAI's
+ * name for a full queue is rate_limit_exceeded. */
+static void render(svc_req *r, int status, const char *code, const char *field,
+                   const char *message)
+{
+    oai_reply_error(r, status, field, status == 429 ? "rate_limit_exceeded" : code, "%s",
+                    message);
+}
+
 /* Parse `nat`, check the queue, create and accept the job; ends in a reply
  * (error) or in on_accepted.  Takes c over. */
 void oai_submit(oai_call *c, cJSON *nat)
@@ -633,18 +641,11 @@ void oai_submit(oai_call *c, cJSON *nat)
     }
     c->width = p->width;
     c->height = p->height;
-    svc_admit v;
-    if (!svc_admit_check(s, &p, 1, &v)) {
+    svc_gate g;
+    if (!svc_gate_check(s, &p, 1, &g)) {
         svc_params_unref(p);
         free(c);
-        if (v.retry_after > 0) {
-            char ra[16];
-            snprintf(ra, sizeof ra, "%d", v.retry_after);
-            svc_req_add_header(r, "Retry-After", ra);
-        }
-        /* OpenAI's names: rate_limit_exceeded for a full queue */
-        oai_reply_error(r, v.status, NULL,
-                        v.status == 429 ? "rate_limit_exceeded" : v.code, "%s", v.message);
+        svc_gate_reply(r, &g, NULL, render);
         return;
     }
     svc_job *j = svc_job_new(svc_jobs_new_id(s->jobs), p, svc_now_unix());
@@ -660,17 +661,15 @@ void oai_submit(oai_call *c, cJSON *nat)
     }
     c->job = j;
     call_attach(c);
-    svc_admit_accept(s, &j, 1, on_accepted, c);
+    svc_gate_accept(s, &j, 1, on_accepted, c);
 }
 
 bool oai_can_accept(svc_req *r)
 {
-    if (r->srv->phase == SVC_PHASE_READY)
+    svc_gate g;
+    if (svc_gate_open(r->srv, &g))
         return true;
-    bool loading = r->srv->phase == SVC_PHASE_LOADING;
-    svc_req_add_header(r, "Retry-After", loading ? "5" : "30");
-    oai_reply_error(r, 503, NULL, "unavailable", "%s",
-                    loading ? "the model is still loading" : "the server is shutting down");
+    svc_gate_reply(r, &g, NULL, render);
     return false;
 }
 

@@ -1,14 +1,15 @@
 /*
- * service/jobs/admission.c - what a request costs, and whether the server takes
- * it now (see admission.h for the model and docs/service-design.md,
- * "Limits: admission by cost").
+ * service/jobs/gate.c - the submit gate: whether the server takes a
+ * request's work now, and the accept (see gate.h for the order of the
+ * checks, and docs/service-design.md, "Limits: admission by cost").
  *
  * Why it is built this way:
  *
  * - One function decides for every dialect.  The four submit paths used to
- *   carry their own copy of the 429 check (issue 56); a cost model written
- *   four times would drift at once.  The routes keep their error shapes and
- *   only render the svc_admit they get back.
+ *   carry their own copies of the phase, role, reachability and 429 checks
+ *   (issue 56), and the copies drifted.  The routes keep their error shapes
+ *   and only render the svc_gate they get back; the decision carries the
+ *   native code, the status and Retry-After, never a body.
  * - Memory comes from the engine, not from a formula kept here.
  *   tsr_engine_memory_estimate walks the UNet's and the VAE's planners for
  *   the exact shape (the same passes that size the arenas a step
@@ -23,7 +24,7 @@
  *   images queued by other nodes too); every image counts at least one
  *   unit, so the queue's units are its images plus what its larger images
  *   add beyond one each.  Only that surplus is kept here: per job accepted
- *   through svc_admit_accept whose images count more than one, by id, and
+ *   through svc_gate_accept whose images count more than one, by id, and
  *   counted while its images are still queued (a job that started, ended or
  *   left the table drops out at the next check; ids, not pointers, so a job
  *   freed meanwhile is never touched).  Jobs this node did not accept
@@ -35,7 +36,9 @@
  * Threads: the loop's only.  The book is the process's (one server per
  * process, as openai.c's live calls).
  */
-#include "admission.h"
+#include "gate.h"
+
+#include <errno.h>
 
 #include <math.h>
 #include <stdint.h>
@@ -77,7 +80,7 @@ static void book_add(uint64_t job, double extra)
         int cap = book.cap ? book.cap * 2 : 64;
         tracked *v = realloc(book.v, (size_t)cap * sizeof *v);
         if (!v) {
-            SVC_WARN("admission: out of memory; job %016llx counts one unit per image",
+            SVC_WARN("gate: out of memory; job %016llx counts one unit per image",
                      (unsigned long long)job);
             return;
         }
@@ -109,13 +112,13 @@ static double queued_extra(svc_server *s)
 
 /* --------------------------------------------------------------- figures */
 
-double svc_admit_image_units(svc_server *s, const svc_params *p)
+double svc_gate_image_units(svc_server *s, const svc_params *p)
 {
     svc_params_ctx ctx;
     svc_server_params_ctx(s, &ctx);
     const double side = ctx.default_size > 0 ? ctx.default_size : 512;
     const double u =
-        (double)p->width * p->height * p->steps / (side * side * SVC_ADMIT_UNIT_STEPS);
+        (double)p->width * p->height * p->steps / (side * side * SVC_GATE_UNIT_STEPS);
     return u > 1.0 ? u : 1.0;
 }
 
@@ -151,7 +154,7 @@ static bool batch_bytes(const svc_server *s, tsr_engine *e, const svc_params *p,
     const int images = p->n < max_batch ? p->n : max_batch;
     if (tsr_engine_memory_estimate(e, &bo, images, p->width, p->height, p->cfg_scale > 1.0,
                                    bytes) < 0) {
-        SVC_DEBUG("admission: no memory estimate for %dx%d: %s", p->width, p->height,
+        SVC_DEBUG("gate: no memory estimate for %dx%d: %s", p->width, p->height,
                   tsr_last_error());
         return false;
     }
@@ -187,10 +190,52 @@ static bool fits_a_device(svc_server *s, const svc_params *p, size_t *need, size
 
 /* ------------------------------------------------------------------ gate */
 
-bool svc_admit_check(svc_server *s, svc_params *const *jobs, int n, svc_admit *out)
+/* A refusal of checks 1-3 (503), or of the accept. */
+static bool refuse(svc_gate *out, svc_gate_why why, int status, int retry_after, const char *msg)
+{
+    out->why = why;
+    out->status = status;
+    out->code = status == 503 ? "unavailable" : "internal";
+    out->retry_after = retry_after;
+    snprintf(out->message, sizeof out->message, "%s", msg);
+    return false;
+}
+
+bool svc_gate_open(svc_server *s, svc_gate *out)
 {
     memset(out, 0, sizeof *out);
     out->job = -1;
+    if (s->phase == SVC_PHASE_LOADING)
+        return refuse(out, SVC_GATE_LOADING, 503, 5, "the model is still loading");
+    if (s->phase != SVC_PHASE_READY)
+        return refuse(out, SVC_GATE_DRAINING, 503, 30, "the server is shutting down");
+    if (s->cluster && s->cfg.role == TSR_ROLE_WORKER)
+        return refuse(out, SVC_GATE_WORKER, 503, 30,
+                      "this node is a worker (--role worker); submit work to an api node");
+    if (s->cluster && !svc_cluster_reachable(s->cluster))
+        return refuse(out, SVC_GATE_QUEUE_AWAY, 503, 5,
+                      "the job queue (Redis, --queue) cannot be reached; nothing was accepted");
+    return true;
+}
+
+bool svc_gate_accepted(int status, const char *what, svc_gate *out)
+{
+    memset(out, 0, sizeof *out);
+    out->job = -1;
+    if (status >= 0)
+        return true;
+    if (status == -EAGAIN)
+        return refuse(out, SVC_GATE_QUEUE_AWAY, 503, 5,
+                      "the job queue (Redis, --queue) cannot be reached; nothing was accepted");
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s could not be journaled: %s", what, strerror(-status));
+    return refuse(out, SVC_GATE_FAILED, 500, 0, msg);
+}
+
+bool svc_gate_check(svc_server *s, svc_params *const *jobs, int n, svc_gate *out)
+{
+    if (!svc_gate_open(s, out))
+        return false;
     book_for(s);
     svc_params_ctx ctx;
     svc_server_params_ctx(s, &ctx);
@@ -198,7 +243,7 @@ bool svc_admit_check(svc_server *s, svc_params *const *jobs, int n, svc_admit *o
     char a[32], b[32], c[32];
     for (int i = 0; i < n; i++) {
         out->images += jobs[i]->n;
-        out->units += jobs[i]->n * svc_admit_image_units(s, jobs[i]);
+        out->units += jobs[i]->n * svc_gate_image_units(s, jobs[i]);
     }
     /* 1. what no device here can ever hold: refused for good (422).  A job
      * of the shape the previous one had fits as it did (a batch of 1,000
@@ -223,6 +268,7 @@ bool svc_admit_check(svc_server *s, svc_params *const *jobs, int n, svc_admit *o
         else
             snprintf(limit, sizeof limit, "the device has %s (%.100s)",
                      fmt_bytes(c, sizeof c, out->limit_bytes), device);
+        out->why = SVC_GATE_TOO_COSTLY;
         out->status = 422;
         out->code = "too_costly";
         out->job = i;
@@ -233,7 +279,7 @@ bool svc_admit_check(svc_server *s, svc_params *const *jobs, int n, svc_admit *o
                  "images per job or a smaller size",
                  fmt_bytes(a, sizeof a, out->need_bytes), together, together == 1 ? "" : "s",
                  p->width, p->height, p->cfg_scale > 1.0 ? " with guidance" : "", limit,
-                 fmt_units(b, sizeof b, out->units), side, side, SVC_ADMIT_UNIT_STEPS);
+                 fmt_units(b, sizeof b, out->units), side, side, SVC_GATE_UNIT_STEPS);
         return false;
     }
     /* 2. the queue, in units (429: later may do).  A request that finds
@@ -247,6 +293,7 @@ bool svc_admit_check(svc_server *s, svc_params *const *jobs, int n, svc_admit *o
     if (out->waiting_units + out->units > s->cfg.max_queue + 1e-9 &&
         !(idle && out->images <= s->cfg.max_queue)) {
         const bool alone = out->images > s->cfg.max_queue;
+        out->why = SVC_GATE_QUEUE_FULL;
         out->status = 429;
         out->code = "queue_full";
         out->retry_after = 5;
@@ -259,21 +306,21 @@ bool svc_admit_check(svc_server *s, svc_params *const *jobs, int n, svc_admit *o
                  out->waiting_images, out->waiting_images == 1 ? "" : "s", a,
                  strcmp(a, "1") == 0 ? "" : "s", out->images, out->images == 1 ? "" : "s", b,
                  strcmp(b, "1") == 0 ? "" : "s",
-                 s->cfg.max_queue, side, side, SVC_ADMIT_UNIT_STEPS,
+                 s->cfg.max_queue, side, side, SVC_GATE_UNIT_STEPS,
                  alone ? "; it alone has more images than --max-queue" : "");
         return false;
     }
     return true;
 }
 
-void svc_admit_reply(svc_req *r, const svc_admit *v, const char *field)
+void svc_gate_reply(svc_req *r, const svc_gate *g, const char *field, svc_gate_renderer *render)
 {
-    if (v->retry_after > 0) {
+    if (g->retry_after > 0) {
         char ra[16];
-        snprintf(ra, sizeof ra, "%d", v->retry_after);
+        snprintf(ra, sizeof ra, "%d", g->retry_after);
         svc_req_add_header(r, "Retry-After", ra);
     }
-    svc_reply_error(r, v->status, v->code, field, "%s", v->message);
+    render(r, g->status, g->code, field, g->message);
 }
 
 /* ---------------------------------------------------------------- accept */
@@ -300,17 +347,17 @@ static void on_accepted(void *user, int status)
     done(u, status);
 }
 
-void svc_admit_accept(svc_server *s, svc_job **jobs, int n, void (*done)(void *user, int status),
-                      void *user)
+void svc_gate_accept(svc_server *s, svc_job **jobs, int n, void (*done)(void *user, int status),
+                     void *user)
 {
     book_for(s);
     int big = 0;
     for (int i = 0; i < n; i++)
-        big += jobs[i]->params && svc_admit_image_units(s, jobs[i]->params) > 1.0;
+        big += jobs[i]->params && svc_gate_image_units(s, jobs[i]->params) > 1.0;
     accept_ctx *c = big ? calloc(1, sizeof *c + (size_t)big * sizeof c->jobs[0]) : NULL;
     if (!c) {
         if (big)
-            SVC_WARN("admission: out of memory; these jobs count one unit per image");
+            SVC_WARN("gate: out of memory; these jobs count one unit per image");
         svc_server_accept(s, jobs, n, done, user);
         return;
     }
@@ -318,7 +365,7 @@ void svc_admit_accept(svc_server *s, svc_job **jobs, int n, void (*done)(void *u
     c->user = user;
     for (int i = 0; i < n; i++) {
         const double extra =
-            jobs[i]->params ? svc_admit_image_units(s, jobs[i]->params) - 1.0 : 0.0;
+            jobs[i]->params ? svc_gate_image_units(s, jobs[i]->params) - 1.0 : 0.0;
         if (extra <= 0)
             continue;
         c->jobs[c->n++] = (tracked){jobs[i]->id, extra};
