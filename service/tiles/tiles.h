@@ -127,6 +127,12 @@ typedef struct svc_tilemap {
     bool dropped;          /* svc_tilemap_drop: no versions held (cells NULL) */
 } svc_tilemap;
 
+/* An empty map of a grid (NULL when the grid is out of range or out of
+ * memory). */
+svc_tilemap *svc_tilemap_new(int width, int height, int tile_size, int rows, int cols);
+/* Add a tile version, taking b->jpeg over (then NULL); false when not newer
+ * than the cell's last version, or out of memory (b keeps its bytes). */
+bool svc_tilemap_add(svc_tilemap *m, svc_tile_blob *b);
 void svc_tilemap_free(svc_tilemap *m);
 /* Take the tileset's blobs over (ts->tiles emptied); returns the publish
  * index, or -1 on out of memory / a grid that does not match. */
