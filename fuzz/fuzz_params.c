@@ -1,7 +1,7 @@
 /*
  * fuzz/fuzz_params.c - libFuzzer target for the HTTP service's request
  * parsing (service/base/json.c, service/api/native/params.c, the base64 decoder in
- * service/base/util.c and the PNG/JPEG decoder in service/store/images.c).
+ * service/base/codec.c and the PNG/JPEG decoder in service/store/images.c).
  *
  * Why: these read bytes from the network before anything else does.  The
  * first input byte picks what to exercise; the rest is the input:

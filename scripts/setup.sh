@@ -15,7 +15,7 @@ PACKAGES=(
   libevent-dev      # HTTP server
   libpng-dev        # PNG output
   libjpeg62-turbo-dev # JPEG decoding of init images
-  libturbojpeg0-dev # TurboJPEG: preview tiles (service/tiles/tiles.c)
+  libturbojpeg0-dev # TurboJPEG: preview tiles (service/tiles/encoder.c)
   nginx             # tests/cdn: caching reverse proxy in front of tessera serve
   chromium chromium-driver python3-selenium # tests/browser: the page, headless
   clang libclang-rt-14-dev # libFuzzer and sanitizer runtimes (scripts/fuzz.sh)

@@ -18,6 +18,7 @@
 
 #include "cluster.h"
 #include "jobs.h"
+#include "journal.h"
 #include "mailbox.h"
 #include "metrics.h"
 #include "queue.h"
@@ -70,7 +71,7 @@ typedef struct svc_server {
     svc_queue *work_queue;
     svc_store *work_store;
     svc_mailbox *work_mailbox;
-    struct pending_accept *accepting; /* cluster accepts waiting for Redis (server.c) */
+    struct pending_accept *accepting; /* cluster accepts waiting for Redis (accept.c) */
     int flushes_waiting;       /* store barriers before the loop may end */
     char work_dir[4096];       /* <data-dir>/worker */
     svc_store *store;

@@ -1,5 +1,5 @@
 /*
- * service/jobs/jobs.c - the job table and the life of a job (see jobs.h).
+ * service/jobs/jobs.c - the life of a job (see jobs.h).
  *
  * States: a job is queued until a worker takes its first image, running
  * until every image is final, then done (all images stored), failed (an

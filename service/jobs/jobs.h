@@ -182,7 +182,7 @@ void svc_batch_add(svc_batch *b, svc_job *j, int index);
 void svc_job_watch(svc_job *j, svc_watch *w);
 void svc_job_unwatch(svc_job *j, svc_watch *w);
 
-/* ---- life of a job (server.c calls these on the loop) ---- */
+/* ---- life of a job (jobs.c; the server calls these on the loop) ---- */
 
 /* Push its images to the queue and report its position. */
 void svc_job_enqueue(struct svc_server *s, svc_job *j);

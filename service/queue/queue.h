@@ -1,23 +1,16 @@
 /*
- * service/queue/queue.h - the two things a scale-out deployment would move to a
- * shared store (Redis streams: XADD / XREADGROUP / XACK), behind small
- * tables of functions:
+ * service/queue/queue.h - the queue: images waiting for a worker, behind a
+ * small table of functions (svc_queue_ops) with two implementations.
  *
- * - svc_queue: images waiting for a worker.  The loop pushes a job's images
- *   and removes them on cancel; workers pop, preferring the shape their
- *   batch is running, under the fairness rule of docs/service-design.md.
- *   Entries carry parameters (by reference), never tensors.
- * - svc_journal: the durable record of accepted and finished jobs, replayed
- *   at start so accepted work survives a crash, and compacted at start and
- *   while running: the caller's classify function says which record each
- *   job still needs (its key's live record), so the journal can drop the
- *   rest on its own thread without asking the loop.
- *
- * The local implementations (queue/local.c, journal.c) are in-process: one mutex
- * + condition variable for the queue, an append-only CRC'd file for the
- * journal.  Threads: push/remove/close from the loop, pop from workers
- * (any thread is safe); the journal is used by one thread at a time (the
- * loop at start, then the storage thread only).
+ * The loop pushes a job's images and removes them on cancel; workers pop,
+ * preferring the shape their batch is running, under the fairness rule of
+ * docs/service-design.md.  Entries carry parameters (by reference), never
+ * tensors.  queue/local.c is the in-process queue (one mutex + condition
+ * variable); with --queue redis://, queue/redis/ gives the api roles a
+ * mirror of the shared Redis stream and the worker roles a queue fed by
+ * XREADGROUP (docs/scale-out.md).  Threads: push/remove/close from the
+ * loop, pop from workers (any thread is safe).  The journal, the other
+ * half of what a restart needs, is store/journal.h's.
  */
 #ifndef SVC_QUEUE_H
 #define SVC_QUEUE_H
@@ -67,53 +60,5 @@ struct svc_queue {
 
 /* The in-process queue (queue/local.c).  max_batch is the fairness bound. */
 svc_queue *svc_queue_local_new(int max_batch);
-
-/* ---- journal ---- */
-
-typedef struct svc_journal svc_journal;
-/* Called once per record in file order; payload is the record's JSON text
- * (not NUL-terminated; len bytes).  Return non-zero to stop (out of
- * memory: the open then fails rather than drop what was not read). */
-typedef int (*svc_journal_fn)(void *user, const char *payload, size_t len);
-/* What a record means for compaction (the journal keeps, per key, at most
- * one live record: the last LIVE one, until an END for that key). */
-typedef enum svc_journal_class {
-    SVC_JOURNAL_DEAD = 0, /* not needed after it is written */
-    SVC_JOURNAL_LIVE,     /* from now on the key's record (replaces the previous one) */
-    SVC_JOURNAL_END,      /* the key needs no record any more */
-} svc_journal_class;
-/* Classifies a record and names its key (non-zero); any thread. */
-typedef svc_journal_class (*svc_journal_class_fn)(const char *payload, size_t len,
-                                                  uint64_t *key);
-typedef struct svc_journal_ops {
-    /* Append records and make them durable (fsync) before returning.
-     * 0 or -errno.  May compact the file afterwards (see the options). */
-    int (*append)(svc_journal *j, const char *const *payloads, const size_t *lens, int n);
-    /* Rewrite the journal with only these records (atomically). */
-    int (*rewrite)(svc_journal *j, const char *const *payloads, const size_t *lens, int n);
-    /* Whether key has a live record (classify said LIVE and no END since). */
-    bool (*holds)(svc_journal *j, uint64_t key);
-    void (*close)(svc_journal *j);
-} svc_journal_ops;
-struct svc_journal {
-    const svc_journal_ops *ops;
-};
-
-typedef struct svc_journal_options {
-    svc_journal_fn replay;         /* each intact record at open, in file order */
-    void *user;                    /* replay's */
-    svc_journal_class_fn classify; /* NULL: never compacted while running */
-    size_t compact_bytes;          /* rewrite while running once the records no longer
-                                    * needed pass this many bytes and outweigh the live
-                                    * ones; 0 = only the caller's rewrite */
-} svc_journal_options;
-
-/* Open (creating) the journal file at path and replay it through
- * opt->replay.  A torn tail is logged as a warning and cut off; damaged
- * records before intact ones are skipped (the reader resynchronises at the
- * next intact record), the damaged file is kept as <path>.corrupt-<epoch>
- * and the file rewritten without them (journal.c).  0 or -errno (the file
- * cannot be opened / read / truncated / copied). */
-int svc_journal_local_open(const char *path, const svc_journal_options *opt, svc_journal **out);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * service/store/journal.c - the local journal (svc_journal, see queue.h).
+ * service/store/journal.c - the local journal (svc_journal, see journal.h).
  *
  * File format: records back to back, each
  *     u32 length (little-endian) | u32 CRC-32 of the payload | payload
@@ -50,7 +50,7 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "queue.h"
+#include "journal.h"
 #include "util.h"
 
 #define JOURNAL_MAX_RECORD (256u << 20)

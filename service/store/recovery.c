@@ -22,7 +22,7 @@
  * have), compaction keeps it, and it ends only with the job's "removed"
  * record, journaled when garbage collection deletes the job.  A job.json
  * found on disk still wins over any record.  Split from server.c, which
- * keeps the loop, accepting, drain and shutdown.
+ * keeps start-up and the loop (accept.c, dispatch.c and drain.c the rest).
  */
 #include <errno.h>
 #include <limits.h>

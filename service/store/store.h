@@ -39,7 +39,7 @@
 #include <stdint.h>
 
 #include "mailbox.h"
-#include "queue.h"
+#include "journal.h"
 
 typedef struct svc_store svc_store;
 

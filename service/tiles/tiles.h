@@ -24,7 +24,7 @@
  * Memory (docs/service-design.md, "Limits: the data dir"): a running
  * image's map holds every version of every tile, since clients fetch them
  * as the events announce them.  Once its job is final the map is what
- * --tile-cache-mb budgets (jobs.c keeps the finished maps in least
+ * --tile-cache-mb budgets (jobs/tile_cache.c keeps the finished maps in least
  * recently used order): past the budget svc_tilemap_drop frees the JPEG
  * bytes and keeps only the publish list (a few bytes a tile, for the SSE
  * history), and the final versions are read back from the image's .tiles

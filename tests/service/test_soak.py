@@ -136,7 +136,7 @@ def test_soak(s):
     assert s.get("/v1/jobs/%s" % all_jobs[0][0]).status == 404
     assert s.get("/v1/batches/%s" % batch_ids[-1]).status == 200
     # 10% of the level after warm-up, plus 8 MiB of slack.  The server hands
-    # freed memory back when it goes idle (malloc_trim in server.c): before
+    # freed memory back when it goes idle (malloc_trim in dispatch.c): before
     # that, the v2 demo model's 64 px activations left glibc's thread arenas
     # holding 7-9 MiB steps that went down as well as up (23.6 -> 41.7 MiB
     # in one CI run); with it the idle RSS stays within ~1 MiB from wave 3
