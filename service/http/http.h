@@ -1,5 +1,7 @@
 /*
- * service/http/http.h - the HTTP layer: evhttp set-up, the router, replies.
+ * service/http/http.h - the HTTP layer: evhttp set-up (listen.c), the
+ * route table (router.c), replies and the error renderer (reply.c), the
+ * page (page.c).
  *
  * Every request gets a svc_req (allocated when its handler starts, freed
  * when its reply is sent), which carries what the access log needs.  A
@@ -13,6 +15,7 @@
 #ifndef SVC_HTTP_H
 #define SVC_HTTP_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,6 +30,13 @@ struct bufferevent;
 struct evhttp_connection;
 struct event;
 
+/* The error dialect of a path: which shape its error bodies take. */
+typedef enum svc_dialect {
+    SVC_DIALECT_NATIVE, /* {"error": {"code", "message", "field"}} (docs/openapi.yaml) */
+    SVC_DIALECT_A1111,  /* the native object plus FastAPI's "detail": the message */
+    SVC_DIALECT_OPENAI, /* {"error": {"message", "type", "param", "code"}} */
+} svc_dialect;
+
 typedef struct svc_req {
     struct svc_server *srv;
     struct evhttp_request *req;
@@ -36,27 +46,49 @@ typedef struct svc_req {
     char *query;      /* owned or NULL */
     bool encoded;     /* the path came percent-encoded (not a canonical resource URL) */
     size_t bytes_out; /* streamed responses count here */
+    svc_dialect dialect; /* the matched route's (router.c) */
 } svc_req;
 
 /* Once per process, before the loop: libevent's log through the server's,
- * and the descriptor limit raised to its hard limit. */
+ * and the descriptor limit raised to its hard limit (listen.c). */
 void svc_http_process_init(void);
 /* Bind and start serving on s->base.  0, or -1 (logged). */
 int svc_http_start(struct svc_server *s);
 void svc_http_stop(struct svc_server *s);
+/* evhttp's request callback: decode, guard, CORS, auth, the route table
+ * (router.c). */
+void svc_http_on_request(struct evhttp_request *req, void *arg);
+/* The compiled-in page (page.c): true when path is one of its assets
+ * (answered), false otherwise (nothing sent). */
+bool svc_page_serve(svc_req *r);
 
-/* Replies (each ends r: it is freed). */
+/* Replies (reply.c; each ends r: it is freed). */
 void svc_reply_json(svc_req *r, int status, cJSON *body);
-void svc_reply_error(svc_req *r, int status, const char *code, const char *field,
-                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-/* The contract's error object {"error": {code, message, field}}. */
-cJSON *svc_error_body(const char *code, const char *field, const char *msg);
 /* body is drained into the reply (may be NULL). */
 void svc_reply_buffer(svc_req *r, int status, const char *content_type, struct evbuffer *body);
-void svc_reply_method_not_allowed(svc_req *r, const char *allow);
 /* 200 text/event-stream (no-cache, unbuffered by proxies, CORS as every
  * reply), then evhttp_send_reply_start: the caller sends chunks. */
 void svc_reply_stream_start(svc_req *r);
+
+/* An error, as a handler reports it; svc_reply_problem writes it in a
+ * dialect's shape (field is OpenAI's "param"). */
+typedef struct svc_problem {
+    int status;
+    const char *code;
+    const char *field;   /* NULL or "": none */
+    const char *message;
+    int retry_after;     /* seconds, sent as Retry-After; 0: none */
+} svc_problem;
+void svc_reply_problem(svc_req *r, svc_dialect d, const svc_problem *p);
+void svc_reply_verror(svc_req *r, svc_dialect d, int status, const char *code,
+                      const char *field, const char *fmt, va_list ap)
+    __attribute__((format(printf, 6, 0)));
+/* The native shape; the A1111 and OpenAI wrappers are svc_a1111_reply_error
+ * (a1111.h) and oai_reply_error (openai.h). */
+void svc_reply_error(svc_req *r, int status, const char *code, const char *field,
+                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* 405 with Allow (the router's, from its table). */
+void svc_reply_method_not_allowed(svc_req *r, svc_dialect d, const char *allow);
 /* 503 with Retry-After. */
 void svc_reply_unavailable(svc_req *r);
 /* 503 + Retry-After 5: --queue's Redis is away (docs/scale-out.md). */
@@ -81,28 +113,12 @@ struct evhttp_connection *svc_req_watch_peer(svc_req *r,
  * (streams), then free r. */
 void svc_req_finish(svc_req *r, int status);
 
-/* Routes (routes_*.c); rest = path after the prefix. */
-void svc_route_jobs(svc_req *r, const char *rest);
-void svc_route_batches(svc_req *r, const char *rest);
 /* --queue: answer later: again(r, rest) runs once ready(srv, id) holds or
  * `seconds` passed, looking every 10 ms (routes_jobs.c).  false: it cannot
  * wait (out of memory); answer now. */
 bool svc_route_wait(svc_req *r, const char *rest, uint64_t id, double seconds,
                     bool (*ready)(struct svc_server *s, const char *rest, uint64_t id),
                     void (*again)(svc_req *r, const char *rest));
-void svc_route_ops(svc_req *r);
-bool svc_route_is_ops(const char *path);
-/* Compatibility APIs: /sdapi/v1/... (AUTOMATIC1111, a1111.c; rest =
- * the path after "/sdapi/v1") and /v1/images/... (OpenAI images,
- * openai.c; rest = the path after "/v1/images"). */
-void svc_route_a1111(svc_req *r, const char *rest);
-void svc_route_openai_images(svc_req *r, const char *rest);
-/* GET /v1/models/{id} (OpenAI's model object; id = the rest of the path). */
-void svc_route_openai_model(svc_req *r, const char *id);
-/* Paths answered in OpenAI's error shape (/v1/images..., /v1/models/...),
- * and their 401. */
-bool svc_openai_path(const char *path);
-void svc_openai_unauthorized(svc_req *r);
 /* Answer every OpenAI call still waiting (shutdown). */
 void svc_openai_close_all(struct svc_server *s);
 

@@ -119,15 +119,10 @@ void svc_a1111_free(svc_server *s)
 void svc_a1111_reply_error(svc_req *r, int status, const char *code, const char *field,
                            const char *fmt, ...)
 {
-    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    svc_reply_verror(r, SVC_DIALECT_A1111, status, code, field, fmt, ap);
     va_end(ap);
-    cJSON *o = svc_error_body(code, field, msg);
-    /* FastAPI's key, which A1111 clients print */
-    cJSON_AddStringToObject(o, "detail", msg);
-    svc_reply_json(r, status, o);
 }
 
 /* ------------------------------------------------------------------ calls */
@@ -761,30 +756,34 @@ static void stop_calls(svc_req *r, bool skip)
     svc_reply_json(r, 200, cJSON_CreateObject());
 }
 
-/* ------------------------------------------------------------------ router */
+/* ------------------------------------------------------------------ routes */
 
-void svc_route_a1111(svc_req *r, const char *rest)
+void svc_a1111_txt2img(svc_req *r, const char *rest)
 {
-    bool post = strcmp(r->method, "POST") == 0;
-    bool get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
-    if (strcmp(rest, "/txt2img") == 0 || strcmp(rest, "/img2img") == 0) {
-        if (!post)
-            svc_reply_method_not_allowed(r, "POST");
-        else
-            generate(r, rest[1] == 'i');
-    } else if (strcmp(rest, "/progress") == 0) {
-        if (!get)
-            svc_reply_method_not_allowed(r, "GET, HEAD");
-        else
-            progress(r);
-    } else if (strcmp(rest, "/interrupt") == 0 || strcmp(rest, "/skip") == 0) {
-        if (!post)
-            svc_reply_method_not_allowed(r, "POST");
-        else
-            stop_calls(r, rest[1] == 's');
-    } else if (svc_a1111_is_info(rest)) {
-        svc_a1111_route_info(r, rest);
-    } else {
-        svc_a1111_reply_error(r, 404, "not_found", NULL, "no such path: %s", r->path);
-    }
+    (void)rest;
+    generate(r, false);
+}
+
+void svc_a1111_img2img(svc_req *r, const char *rest)
+{
+    (void)rest;
+    generate(r, true);
+}
+
+void svc_a1111_progress(svc_req *r, const char *rest)
+{
+    (void)rest;
+    progress(r);
+}
+
+void svc_a1111_interrupt(svc_req *r, const char *rest)
+{
+    (void)rest;
+    stop_calls(r, false);
+}
+
+void svc_a1111_skip(svc_req *r, const char *rest)
+{
+    (void)rest;
+    stop_calls(r, true);
 }

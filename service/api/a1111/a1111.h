@@ -97,8 +97,27 @@ struct svc_req;
 /* An error in Tessera's shape plus FastAPI's "detail" (ends r). */
 void svc_a1111_reply_error(struct svc_req *r, int status, const char *code, const char *field,
                            const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-void svc_a1111_route_info(struct svc_req *r, const char *rest);
-bool svc_a1111_is_info(const char *rest);
+/* The routes (http/router.c's table; rest is the path after /sdapi/v1).
+ * POST /txt2img, /img2img, /interrupt, /skip; GET /progress (a1111.c). */
+void svc_a1111_txt2img(struct svc_req *r, const char *rest);
+void svc_a1111_img2img(struct svc_req *r, const char *rest);
+void svc_a1111_progress(struct svc_req *r, const char *rest);
+void svc_a1111_interrupt(struct svc_req *r, const char *rest);
+void svc_a1111_skip(struct svc_req *r, const char *rest);
+/* GET /options, /samplers, /schedulers, /sd-models, /cmd-flags, /memory;
+ * POST /options (a1111_info.c). */
+void svc_a1111_options(struct svc_req *r, const char *rest);
+void svc_a1111_set_options(struct svc_req *r, const char *rest);
+void svc_a1111_samplers(struct svc_req *r, const char *rest);
+void svc_a1111_schedulers(struct svc_req *r, const char *rest);
+void svc_a1111_sd_models(struct svc_req *r, const char *rest);
+void svc_a1111_cmd_flags(struct svc_req *r, const char *rest);
+void svc_a1111_memory(struct svc_req *r, const char *rest);
+/* The lists clients probe, answered with a fixed value: rest is one of
+ * them for GET (is_fixed_get) or a no-op POST (is_fixed_post). */
+void svc_a1111_fixed(struct svc_req *r, const char *rest);
+bool svc_a1111_is_fixed_get(const char *rest);
+bool svc_a1111_is_fixed_post(const char *rest);
 /* Server-wide options state (the one instance lives in svc_server). */
 typedef struct svc_a1111 svc_a1111;
 svc_a1111 *svc_a1111_state(struct svc_server *s);

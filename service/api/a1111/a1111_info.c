@@ -39,18 +39,31 @@ static const struct {
     {"/refresh-loras", "null", true},
 };
 
-static const char *const k_info[] = {"/samplers", "/schedulers", "/sd-models", "/options",
-                                     "/cmd-flags", "/memory"};
-
-bool svc_a1111_is_info(const char *rest)
+static bool is_fixed(const char *rest, bool post)
 {
-    for (size_t i = 0; i < sizeof k_info / sizeof k_info[0]; i++)
-        if (strcmp(rest, k_info[i]) == 0)
-            return true;
     for (size_t i = 0; i < sizeof k_fixed / sizeof k_fixed[0]; i++)
         if (strcmp(rest, k_fixed[i].path) == 0)
-            return true;
+            return k_fixed[i].post == post;
     return false;
+}
+
+bool svc_a1111_is_fixed_get(const char *rest)
+{
+    return is_fixed(rest, false);
+}
+
+bool svc_a1111_is_fixed_post(const char *rest)
+{
+    return is_fixed(rest, true);
+}
+
+void svc_a1111_fixed(svc_req *r, const char *rest)
+{
+    for (size_t i = 0; i < sizeof k_fixed / sizeof k_fixed[0]; i++)
+        if (strcmp(rest, k_fixed[i].path) == 0) {
+            svc_reply_json(r, 200, cJSON_Parse(k_fixed[i].value));
+            return;
+        }
 }
 
 static cJSON *samplers(void)
@@ -245,42 +258,46 @@ static cJSON *memory(svc_server *s)
     return o;
 }
 
-void svc_a1111_route_info(svc_req *r, const char *rest)
+/* ------------------------------------------------------------------ routes */
+
+void svc_a1111_options(svc_req *r, const char *rest)
 {
-    svc_server *s = r->srv;
-    bool get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
-    bool post = strcmp(r->method, "POST") == 0;
-    for (size_t i = 0; i < sizeof k_fixed / sizeof k_fixed[0]; i++) {
-        if (strcmp(rest, k_fixed[i].path) != 0)
-            continue;
-        if (k_fixed[i].post ? !post : !get) {
-            svc_reply_method_not_allowed(r, k_fixed[i].post ? "POST" : "GET, HEAD");
-            return;
-        }
-        svc_reply_json(r, 200, cJSON_Parse(k_fixed[i].value));
-        return;
-    }
-    if (strcmp(rest, "/options") == 0) {
-        if (post)
-            set_options(r);
-        else if (get)
-            svc_reply_json(r, 200, options(s));
-        else
-            svc_reply_method_not_allowed(r, "GET, HEAD, POST");
-        return;
-    }
-    if (!get) {
-        svc_reply_method_not_allowed(r, "GET, HEAD");
-        return;
-    }
-    if (strcmp(rest, "/samplers") == 0)
-        svc_reply_json(r, 200, samplers());
-    else if (strcmp(rest, "/schedulers") == 0)
-        svc_reply_json(r, 200, schedulers());
-    else if (strcmp(rest, "/sd-models") == 0)
-        svc_reply_json(r, 200, sd_models(s));
-    else if (strcmp(rest, "/cmd-flags") == 0)
-        svc_reply_json(r, 200, cmd_flags(s));
-    else
-        svc_reply_json(r, 200, memory(s));
+    (void)rest;
+    svc_reply_json(r, 200, options(r->srv));
+}
+
+void svc_a1111_set_options(svc_req *r, const char *rest)
+{
+    (void)rest;
+    set_options(r);
+}
+
+void svc_a1111_samplers(svc_req *r, const char *rest)
+{
+    (void)rest;
+    svc_reply_json(r, 200, samplers());
+}
+
+void svc_a1111_schedulers(svc_req *r, const char *rest)
+{
+    (void)rest;
+    svc_reply_json(r, 200, schedulers());
+}
+
+void svc_a1111_sd_models(svc_req *r, const char *rest)
+{
+    (void)rest;
+    svc_reply_json(r, 200, sd_models(r->srv));
+}
+
+void svc_a1111_cmd_flags(svc_req *r, const char *rest)
+{
+    (void)rest;
+    svc_reply_json(r, 200, cmd_flags(r->srv));
+}
+
+void svc_a1111_memory(svc_req *r, const char *rest)
+{
+    (void)rest;
+    svc_reply_json(r, 200, memory(r->srv));
 }

@@ -1,17 +1,53 @@
 /*
- * service/api/native/routes.h - what the native routes (/v1/jobs,
- * /v1/batches) share beyond http.h: their renderer for the submit gate's
- * decisions.  The gate (service/jobs/gate.h) decides and never writes a
- * body; each dialect passes svc_gate_reply a renderer in its own error
- * shape, and this is the native one ({"error": {code, message, field}}).
+ * service/api/native/routes.h - the native API's handlers, as the route
+ * table (http/router.c) calls them, and its renderer for the submit
+ * gate's decisions.
+ *
+ * Handlers: rest is the path after the row's root ("/<id>[/...]" under
+ * /v1/jobs and /v1/batches).  The table has checked the method; each
+ * handler answers r once.
+ *
+ * The gate (service/jobs/gate.h) decides and never writes a body; each
+ * dialect passes svc_gate_reply a renderer in its own error shape, and
+ * svc_native_render is the native one ({"error": {code, message, field}}).
  */
 #ifndef SVC_NATIVE_ROUTES_H
 #define SVC_NATIVE_ROUTES_H
+
+#include <stdbool.h>
 
 struct svc_req;
 
 /* svc_gate_renderer for the native shape (routes_jobs.c); ends r. */
 void svc_native_render(struct svc_req *r, int status, const char *code, const char *field,
                        const char *message);
+
+/* GET /healthz, /readyz, /metrics, /v1/models, /v1/samplers,
+ * /v1/schedulers (routes_ops.c) */
+void svc_ops_healthz(struct svc_req *r, const char *rest);
+void svc_ops_readyz(struct svc_req *r, const char *rest);
+void svc_ops_metrics(struct svc_req *r, const char *rest);
+void svc_ops_models(struct svc_req *r, const char *rest);
+void svc_ops_samplers(struct svc_req *r, const char *rest);
+void svc_ops_schedulers(struct svc_req *r, const char *rest);
+
+/* /v1/jobs (routes_jobs.c): POST; /{id} GET, HEAD, DELETE; /{id}/events;
+ * /{id}/images/{i}.png; /{id}/images/{i}/tiles[/{v}/{row}_{col}.jpg]; any
+ * other name under /images/ is a 404. */
+void svc_jobs_submit(struct svc_req *r, const char *rest);
+void svc_jobs_job(struct svc_req *r, const char *rest);
+void svc_jobs_events(struct svc_req *r, const char *rest);
+void svc_jobs_image(struct svc_req *r, const char *rest);
+void svc_jobs_tiles(struct svc_req *r, const char *rest);
+void svc_jobs_no_image(struct svc_req *r, const char *rest);
+/* The shapes of an image's and a tile's name, after "/<id>/images/". */
+bool svc_jobs_is_image_name(const char *rest);
+bool svc_jobs_is_tile_path(const char *rest);
+
+/* /v1/batches (routes_batches.c): POST; /{id} GET, HEAD, DELETE;
+ * /{id}/events. */
+void svc_batches_submit(struct svc_req *r, const char *rest);
+void svc_batches_batch(struct svc_req *r, const char *rest);
+void svc_batches_events(struct svc_req *r, const char *rest);
 
 #endif

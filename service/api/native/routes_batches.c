@@ -10,6 +10,7 @@
 #include "gate.h"
 #include "http.h"
 #include "json.h"
+#include "routes.h"
 #include "log.h"
 #include "routes.h"
 #include "server.h"
@@ -181,8 +182,6 @@ done:
 
 /* --queue: the waits of routes_jobs.c (a batch accepted by another api
  * node is known once the follower has read its jobs' accept events). */
-static void route_batches(svc_req *r, const char *rest, bool may_wait);
-
 static bool batch_known(svc_server *s, const char *rest, uint64_t id)
 {
     (void)rest;
@@ -197,11 +196,6 @@ static bool batch_final(svc_server *s, const char *rest, uint64_t id)
         if (!svc_state_final(b->jobs[i]->state))
             return false;
     return true;
-}
-
-static void route_batches_again(svc_req *r, const char *rest)
-{
-    route_batches(r, rest, false);
 }
 
 /* A cluster cancel of a batch, once the follower has applied its jobs'
@@ -222,77 +216,100 @@ static void batch_cancel_done(svc_req *r, const char *rest)
     svc_reply_json(r, 200, svc_batch_json(s, b));
 }
 
-void svc_route_batches(svc_req *r, const char *rest)
+/* ------------------------------------------------------------- the routes */
+
+void svc_batches_submit(svc_req *r, const char *rest)
 {
-    route_batches(r, rest, true);
+    (void)rest;
+    submit(r);
 }
 
-static void route_batches(svc_req *r, const char *rest, bool may_wait)
+/* The batch of rest ("/<id>[/...]"), or NULL.  --queue: one that is not
+ * known yet is waited for (true: again() answers later). */
+static bool find_batch(svc_req *r, const char *rest, bool may_wait,
+                       void (*again)(svc_req *r, const char *rest), svc_batch **out)
 {
     svc_server *s = r->srv;
-    if (rest[0] == '\0') {
-        if (strcmp(r->method, "POST") == 0)
-            submit(r);
-        else
-            svc_reply_method_not_allowed(r, "POST");
-        return;
-    }
     uint64_t bid;
-    const char *sub = svc_route_id(rest, 'b', &bid);
-    svc_batch *b = bid ? svc_jobs_find_batch(s->jobs, bid) : NULL;
-    const bool get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
-    if (!b && bid && may_wait && s->cluster && s->cfg.role != TSR_ROLE_WORKER &&
-        svc_route_wait(r, rest, bid, 1.0, batch_known, route_batches_again))
+    svc_route_id(rest, 'b', &bid);
+    *out = bid ? svc_jobs_find_batch(s->jobs, bid) : NULL;
+    return !*out && bid && may_wait && s->cluster && s->cfg.role != TSR_ROLE_WORKER &&
+           svc_route_wait(r, rest, bid, 1.0, batch_known, again);
+}
+
+static void batch_at(svc_req *r, const char *rest, bool may_wait);
+
+static void batch_again(svc_req *r, const char *rest)
+{
+    batch_at(r, rest, false);
+}
+
+/* GET, HEAD, DELETE /v1/batches/<id> */
+static void batch_at(svc_req *r, const char *rest, bool may_wait)
+{
+    svc_server *s = r->srv;
+    svc_batch *b;
+    if (find_batch(r, rest, may_wait, batch_again, &b))
         return;
-    if (sub[0] == '\0') {
-        if (!get && strcmp(r->method, "DELETE") != 0) {
-            svc_reply_method_not_allowed(r, "GET, HEAD, DELETE");
-            return;
-        }
-        if (!b) {
-            svc_reply_error(r, 404, "not_found", NULL, "no batch %.40s", rest + 1);
-            return;
-        }
-        if (strcmp(r->method, "DELETE") == 0 && s->cluster && s->cfg.role != TSR_ROLE_WORKER &&
-            !batch_final(s, rest, b->id)) {
-            /* every api node cancels them when its follower reads the cancels */
-            for (int i = 0; i < b->n; i++)
-                if (!svc_state_final(b->jobs[i]->state))
-                    svc_cluster_cancel(s->cluster, b->jobs[i]->id);
-            if (svc_route_wait(r, rest, b->id, 2.0, batch_final, batch_cancel_done))
-                return;
-        }
-        if (strcmp(r->method, "DELETE") == 0) {
-            for (int i = 0; i < b->n; i++)
-                if (svc_job_cancel(s, b->jobs[i]) && s->cluster)
-                    svc_cluster_cancel(s->cluster, b->jobs[i]->id);
-            svc_jobs_update_positions(s);
-        }
-        svc_reply_json(r, 200, svc_batch_json(s, b));
+    if (!b) {
+        svc_reply_error(r, 404, "not_found", NULL, "no batch %.40s", rest + 1);
         return;
     }
-    if (strcmp(sub, "/events") == 0) {
-        if (strcmp(r->method, "GET") != 0) {
-            svc_reply_method_not_allowed(r, "GET");
+    if (strcmp(r->method, "DELETE") == 0 && s->cluster && s->cfg.role != TSR_ROLE_WORKER &&
+        !batch_final(s, rest, b->id)) {
+        /* every api node cancels them when its follower reads the cancels */
+        for (int i = 0; i < b->n; i++)
+            if (!svc_state_final(b->jobs[i]->state))
+                svc_cluster_cancel(s->cluster, b->jobs[i]->id);
+        if (svc_route_wait(r, rest, b->id, 2.0, batch_final, batch_cancel_done))
             return;
-        }
-        if (!b) {
-            svc_reply_error(r, 404, "not_found", NULL, "no batch %.40s", rest + 1);
-            return;
-        }
-        const char *h = svc_req_header(r, "Last-Event-ID");
-        unsigned long long last = 0;
-        if (h && *h) {
-            char *end = NULL;
-            last = strtoull(h, &end, 10);
-            if (*end || h[0] == '-' || last > 0xFFFFFFFFull) {
-                svc_reply_error(r, 400, "invalid_parameter", "Last-Event-ID",
-                                "Last-Event-ID must be a non-negative integer event id");
-                return;
-            }
-        }
-        svc_sse_open_batch(s, r, b, (uint32_t)last);
+    }
+    if (strcmp(r->method, "DELETE") == 0) {
+        for (int i = 0; i < b->n; i++)
+            if (svc_job_cancel(s, b->jobs[i]) && s->cluster)
+                svc_cluster_cancel(s->cluster, b->jobs[i]->id);
+        svc_jobs_update_positions(s);
+    }
+    svc_reply_json(r, 200, svc_batch_json(s, b));
+}
+
+void svc_batches_batch(svc_req *r, const char *rest)
+{
+    batch_at(r, rest, true);
+}
+
+static void events_at(svc_req *r, const char *rest, bool may_wait);
+
+static void events_again(svc_req *r, const char *rest)
+{
+    events_at(r, rest, false);
+}
+
+/* GET /v1/batches/<id>/events */
+static void events_at(svc_req *r, const char *rest, bool may_wait)
+{
+    svc_batch *b;
+    if (find_batch(r, rest, may_wait, events_again, &b))
+        return;
+    if (!b) {
+        svc_reply_error(r, 404, "not_found", NULL, "no batch %.40s", rest + 1);
         return;
     }
-    svc_reply_error(r, 404, "not_found", NULL, "no such path: %s", r->path);
+    const char *h = svc_req_header(r, "Last-Event-ID");
+    unsigned long long last = 0;
+    if (h && *h) {
+        char *end = NULL;
+        last = strtoull(h, &end, 10);
+        if (*end || h[0] == '-' || last > 0xFFFFFFFFull) {
+            svc_reply_error(r, 400, "invalid_parameter", "Last-Event-ID",
+                            "Last-Event-ID must be a non-negative integer event id");
+            return;
+        }
+    }
+    svc_sse_open_batch(r->srv, r, b, (uint32_t)last);
+}
+
+void svc_batches_events(svc_req *r, const char *rest)
+{
+    events_at(r, rest, true);
 }

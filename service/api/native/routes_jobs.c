@@ -203,11 +203,6 @@ static void send_image(svc_req *r, svc_job *j, int index)
 
 /* ----------------------------------------------------------------- tiles */
 
-static bool is_get(const svc_req *r)
-{
-    return strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
-}
-
 static void send_tile(svc_req *r, svc_job *j, int index, int version, int row, int col)
 {
     const svc_tilemap *m = svc_image_tiles(r->srv, j, index);
@@ -357,34 +352,6 @@ static bool resource_ready(svc_server *s, const char *rest, uint64_t id)
     return index < 0 || index >= j->n || svc_state_final(j->images[index].state);
 }
 
-/* "<i>/tiles" or "<i>/tiles/<version>/<row>_<col>.jpg" after /images/ */
-static bool route_tiles(svc_req *r, svc_job *j, const char *name, const char *rest_id)
-{
-    long index = 0, version = 0, row = 0, col = 0;
-    bool manifest = false;
-    if (!parse_tile_path(name, &index, &version, &row, &col, &manifest))
-        return false;
-    if (!is_get(r)) {
-        svc_reply_method_not_allowed(r, "GET, HEAD");
-        return true;
-    }
-    if (!j) {
-        svc_reply_error(r, 404, "not_found", NULL, "no job %.40s", rest_id);
-        return true;
-    }
-    if (index < 0 || index >= j->n) {
-        svc_reply_error(r, 404, "not_found", NULL, "job %s has %d image%s; no image %ld", j->ids,
-                        j->n, j->n == 1 ? "" : "s", index);
-        return true;
-    }
-    if (manifest)
-        send_manifest(r, j, (int)index);
-    else
-        send_tile(r, j, (int)index, (int)version, (int)row, (int)col);
-    return true;
-}
-
-
 /* --queue: a job another api node accepted is known here once the
  * follower has read its accept event (docs/scale-out.md), normally within
  * a millisecond of its 202.  A request for an unknown job (or batch) waits
@@ -393,7 +360,6 @@ static bool route_tiles(svc_req *r, svc_job *j, const char *name, const char *re
 #define LOOKUP_WAIT_S 1.0
 #define CANCEL_WAIT_S 2.0
 
-static void route_jobs(svc_req *r, const char *rest, bool may_wait);
 
 typedef struct lookup_wait {
     svc_req *r;
@@ -453,11 +419,6 @@ static bool job_known(svc_server *s, const char *rest, uint64_t id)
     return svc_jobs_find(s->jobs, id) != NULL;
 }
 
-static void route_jobs_again(svc_req *r, const char *rest)
-{
-    route_jobs(r, rest, false);
-}
-
 static bool job_final(svc_server *s, const char *rest, uint64_t id)
 {
     (void)rest;
@@ -493,113 +454,183 @@ static void cancel_done(svc_req *r, const char *rest)
     send_job(r, j, 200);
 }
 
-void svc_route_jobs(svc_req *r, const char *rest)
+/* ------------------------------------------------------------- the routes */
+
+void svc_jobs_submit(svc_req *r, const char *rest)
 {
-    route_jobs(r, rest, true);
+    (void)rest;
+    submit(r);
 }
 
-static void route_jobs(svc_req *r, const char *rest, bool may_wait)
+/* The job of rest ("/<id>[/...]"), or NULL.  --queue: one that is not
+ * known yet is waited for (true: again() answers later). */
+static bool find_job(svc_req *r, const char *rest, bool may_wait,
+                     void (*again)(svc_req *r, const char *rest), svc_job **out)
 {
     svc_server *s = r->srv;
-    if (rest[0] == '\0') {
-        if (strcmp(r->method, "POST") == 0)
-            submit(r);
-        else
-            svc_reply_method_not_allowed(r, "POST");
-        return;
-    }
-    /* rest = "/<id>[/...]" */
     uint64_t jid;
-    const char *sub = svc_route_id(rest, 'j', &jid);
-    svc_job *j = jid ? svc_jobs_find(s->jobs, jid) : NULL;
-    if (!j && jid && may_wait && s->cluster && s->cfg.role != TSR_ROLE_WORKER &&
-        svc_route_wait(r, rest, jid, LOOKUP_WAIT_S, job_known, route_jobs_again))
+    svc_route_id(rest, 'j', &jid);
+    *out = jid ? svc_jobs_find(s->jobs, jid) : NULL;
+    return !*out && jid && may_wait && s->cluster && s->cfg.role != TSR_ROLE_WORKER &&
+           svc_route_wait(r, rest, jid, LOOKUP_WAIT_S, job_known, again);
+}
+
+static void job_at(svc_req *r, const char *rest, bool may_wait);
+
+static void job_again(svc_req *r, const char *rest)
+{
+    job_at(r, rest, false);
+}
+
+/* GET, HEAD, DELETE /v1/jobs/<id> */
+static void job_at(svc_req *r, const char *rest, bool may_wait)
+{
+    svc_server *s = r->srv;
+    svc_job *j;
+    if (find_job(r, rest, may_wait, job_again, &j))
         return;
-    /* 405 needs the path to exist; 404 first for unknown shapes */
-    if (sub[0] == '\0') {
-        if (!is_get(r) && strcmp(r->method, "DELETE") != 0) {
-            svc_reply_method_not_allowed(r, "GET, HEAD, DELETE");
+    if (!j) {
+        svc_reply_error(r, 404, "not_found", NULL, "no job %.40s", rest + 1);
+        return;
+    }
+    if (strcmp(r->method, "DELETE") == 0 && s->cluster && !svc_state_final(j->state) &&
+        s->cfg.role != TSR_ROLE_WORKER) {
+        /* every api node cancels it when its follower reads the cancel */
+        svc_cluster_cancel(s->cluster, j->id);
+        if (svc_route_wait(r, rest, j->id, CANCEL_WAIT_S, job_final, cancel_done))
+            return;
+    }
+    if (strcmp(r->method, "DELETE") == 0) {
+        if (!svc_job_cancel(s, j)) {
+            svc_reply_error(r, 409, "conflict", NULL, "job %s is already %s", j->ids,
+                            svc_state_name(j->state));
             return;
         }
-        if (!j) {
-            svc_reply_error(r, 404, "not_found", NULL, "no job %.40s", rest + 1);
-            return;
-        }
-        if (strcmp(r->method, "DELETE") == 0 && s->cluster && !svc_state_final(j->state) &&
-            s->cfg.role != TSR_ROLE_WORKER) {
-            /* every api node cancels it when its follower reads the cancel */
+        if (s->cluster)
             svc_cluster_cancel(s->cluster, j->id);
-            if (svc_route_wait(r, rest, j->id, CANCEL_WAIT_S, job_final, cancel_done))
-                return;
-        }
-        if (strcmp(r->method, "DELETE") == 0) {
-            if (!svc_job_cancel(s, j)) {
-                svc_reply_error(r, 409, "conflict", NULL, "job %s is already %s", j->ids,
-                                svc_state_name(j->state));
-                return;
-            }
-            if (s->cluster)
-                svc_cluster_cancel(s->cluster, j->id);
-            svc_jobs_update_positions(s);
-        }
-        send_job(r, j, 200);
+        svc_jobs_update_positions(s);
+    }
+    send_job(r, j, 200);
+}
+
+void svc_jobs_job(svc_req *r, const char *rest)
+{
+    job_at(r, rest, true);
+}
+
+static void events_at(svc_req *r, const char *rest, bool may_wait);
+
+static void events_again(svc_req *r, const char *rest)
+{
+    events_at(r, rest, false);
+}
+
+/* GET /v1/jobs/<id>/events */
+static void events_at(svc_req *r, const char *rest, bool may_wait)
+{
+    svc_job *j;
+    if (find_job(r, rest, may_wait, events_again, &j))
+        return;
+    if (!j) {
+        svc_reply_error(r, 404, "not_found", NULL, "no job %.40s", rest + 1);
         return;
     }
-    if (strcmp(sub, "/events") == 0) {
-        if (strcmp(r->method, "GET") != 0) {
-            svc_reply_method_not_allowed(r, "GET");
-            return;
-        }
-        if (!j) {
-            svc_reply_error(r, 404, "not_found", NULL, "no job %.40s", rest + 1);
-            return;
-        }
-        uint32_t last = 0;
-        if (!parse_last_event_id(r, &last)) {
-            svc_reply_error(r, 400, "invalid_parameter", "Last-Event-ID",
-                            "Last-Event-ID must be a non-negative integer event id");
-            return;
-        }
-        svc_sse_open_job(s, r, j, last);
+    uint32_t last = 0;
+    if (!parse_last_event_id(r, &last)) {
+        svc_reply_error(r, 400, "invalid_parameter", "Last-Event-ID",
+                        "Last-Event-ID must be a non-negative integer event id");
         return;
     }
-    if (strncmp(sub, "/images/", 8) == 0) {
-        const char *name = sub + 8;
-        if (r->encoded) {
-            /* the server never writes these URLs percent-encoded */
-            svc_reply_error(r, 404, "not_found", NULL, "no such path (not the image's URL)");
-            return;
-        }
-        if (j && may_wait && s->cluster && s->cfg.role != TSR_ROLE_WORKER && is_get(r) &&
-            !resource_ready(s, rest, j->id) &&
-            svc_route_wait(r, rest, j->id, LOOKUP_WAIT_S, resource_ready, route_jobs_again))
-            return;
-        if (strstr(name, "/tiles") && route_tiles(r, j, name, rest + 1))
-            return;
-        char *end = NULL;
-        errno = 0;
-        long index = strtol(name, &end, 10);
-        bool shape = name[0] >= '0' && name[0] <= '9' && end && strcmp(end, ".png") == 0 &&
-                     errno == 0 && (name[0] != '0' || end == name + 1);
-        if (!shape) {
-            svc_reply_error(r, 404, "not_found", NULL, "no such image: %.60s", name);
-            return;
-        }
-        if (!is_get(r)) {
-            svc_reply_method_not_allowed(r, "GET, HEAD");
-            return;
-        }
-        if (!j) {
-            svc_reply_error(r, 404, "not_found", NULL, "no job %.40s", rest + 1);
-            return;
-        }
-        if (index < 0 || index >= j->n) {
-            svc_reply_error(r, 404, "not_found", NULL, "job %s has %d image%s; no image %ld",
-                            j->ids, j->n, j->n == 1 ? "" : "s", index);
-            return;
-        }
+    svc_sse_open_job(r->srv, r, j, last);
+}
+
+void svc_jobs_events(svc_req *r, const char *rest)
+{
+    events_at(r, rest, true);
+}
+
+/* The name after "/<id>/images/". */
+static const char *image_name(const char *rest)
+{
+    const char *p = strstr(rest, "/images/");
+    return p ? p + 8 : "";
+}
+
+bool svc_jobs_is_tile_path(const char *rest)
+{
+    long index, version, row, col;
+    bool manifest;
+    return parse_tile_path(image_name(rest), &index, &version, &row, &col, &manifest);
+}
+
+/* "<i>.png": decimal, no sign, no leading zero. */
+static bool png_index(const char *name, long *index)
+{
+    char *end = NULL;
+    errno = 0;
+    *index = strtol(name, &end, 10);
+    return name[0] >= '0' && name[0] <= '9' && end && strcmp(end, ".png") == 0 && errno == 0 &&
+           (name[0] != '0' || end == name + 1);
+}
+
+bool svc_jobs_is_image_name(const char *rest)
+{
+    long index;
+    return png_index(image_name(rest), &index);
+}
+
+static void image_at(svc_req *r, const char *rest, bool may_wait);
+
+static void image_again(svc_req *r, const char *rest)
+{
+    image_at(r, rest, false);
+}
+
+/* GET, HEAD /v1/jobs/<id>/images/<i>.png and .../<i>/tiles[/<v>/<row>_<col>.jpg] */
+static void image_at(svc_req *r, const char *rest, bool may_wait)
+{
+    svc_server *s = r->srv;
+    svc_job *j;
+    if (find_job(r, rest, may_wait, image_again, &j))
+        return;
+    if (j && may_wait && s->cluster && s->cfg.role != TSR_ROLE_WORKER &&
+        !resource_ready(s, rest, j->id) &&
+        svc_route_wait(r, rest, j->id, LOOKUP_WAIT_S, resource_ready, image_again))
+        return;
+    if (!j) {
+        svc_reply_error(r, 404, "not_found", NULL, "no job %.40s", rest + 1);
+        return;
+    }
+    const char *name = image_name(rest);
+    long index = 0, version = 0, row = 0, col = 0;
+    bool manifest = false;
+    const bool tile = parse_tile_path(name, &index, &version, &row, &col, &manifest);
+    if (!tile)
+        png_index(name, &index);
+    if (index < 0 || index >= j->n) {
+        svc_reply_error(r, 404, "not_found", NULL, "job %s has %d image%s; no image %ld", j->ids,
+                        j->n, j->n == 1 ? "" : "s", index);
+        return;
+    }
+    if (!tile)
         send_image(r, j, (int)index);
-        return;
-    }
-    svc_reply_error(r, 404, "not_found", NULL, "no such path: %s", r->path);
+    else if (manifest)
+        send_manifest(r, j, (int)index);
+    else
+        send_tile(r, j, (int)index, (int)version, (int)row, (int)col);
+}
+
+void svc_jobs_image(svc_req *r, const char *rest)
+{
+    image_at(r, rest, true);
+}
+
+void svc_jobs_tiles(svc_req *r, const char *rest)
+{
+    image_at(r, rest, true);
+}
+
+void svc_jobs_no_image(svc_req *r, const char *rest)
+{
+    svc_reply_error(r, 404, "not_found", NULL, "no such image: %.60s", image_name(rest));
 }

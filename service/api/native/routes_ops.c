@@ -10,19 +10,9 @@
 #include "http.h"
 #include "json.h"
 #include "queue.h"
+#include "routes.h"
 #include "server.h"
 #include "sse.h"
-
-static const char *const ops_paths[] = {"/healthz",   "/readyz",      "/metrics",
-                                        "/v1/models", "/v1/samplers", "/v1/schedulers"};
-
-bool svc_route_is_ops(const char *path)
-{
-    for (size_t i = 0; i < sizeof ops_paths / sizeof ops_paths[0]; i++)
-        if (strcmp(path, ops_paths[i]) == 0)
-            return true;
-    return false;
-}
 
 static cJSON *status_json(const char *status)
 {
@@ -31,8 +21,9 @@ static cJSON *status_json(const char *status)
     return o;
 }
 
-static void readyz(svc_req *r)
+void svc_ops_readyz(svc_req *r, const char *rest)
 {
+    (void)rest;
     svc_server *s = r->srv;
     if (s->phase == SVC_PHASE_READY) {
         svc_reply_json(r, 200, status_json("ready"));
@@ -41,8 +32,9 @@ static void readyz(svc_req *r)
     svc_reply_unavailable(r); /* the 503 error object, with Retry-After */
 }
 
-static void metrics(svc_req *r)
+void svc_ops_metrics(svc_req *r, const char *rest)
 {
+    (void)rest;
     svc_server *s = r->srv;
     struct evbuffer *buf = evbuffer_new();
     if (!buf) {
@@ -57,8 +49,9 @@ static void metrics(svc_req *r)
     evbuffer_free(buf);
 }
 
-static void models(svc_req *r)
+void svc_ops_models(svc_req *r, const char *rest)
 {
+    (void)rest;
     svc_server *s = r->srv;
     if (s->phase == SVC_PHASE_LOADING) {
         svc_reply_unavailable(r);
@@ -80,8 +73,9 @@ static void models(svc_req *r)
     svc_reply_json(r, 200, o);
 }
 
-static void samplers(svc_req *r)
+void svc_ops_samplers(svc_req *r, const char *rest)
 {
+    (void)rest;
     const tsr_sampler_desc *sd = NULL;
     const tsr_schedule_desc *sc = NULL;
     int n = tsr_samplers(&sd), ns = tsr_schedules(&sc);
@@ -101,8 +95,9 @@ static void samplers(svc_req *r)
     svc_reply_json(r, 200, o);
 }
 
-static void schedulers(svc_req *r)
+void svc_ops_schedulers(svc_req *r, const char *rest)
 {
+    (void)rest;
     const tsr_schedule_desc *sc = NULL;
     int n = tsr_schedules(&sc);
     cJSON *o = cJSON_CreateObject();
@@ -116,23 +111,8 @@ static void schedulers(svc_req *r)
     svc_reply_json(r, 200, o);
 }
 
-void svc_route_ops(svc_req *r)
+void svc_ops_healthz(svc_req *r, const char *rest)
 {
-    if (strcmp(r->method, "GET") != 0 && strcmp(r->method, "HEAD") != 0) {
-        svc_reply_method_not_allowed(r, "GET, HEAD");
-        return;
-    }
-    const char *p = r->path;
-    if (strcmp(p, "/healthz") == 0)
-        svc_reply_json(r, 200, status_json("ok"));
-    else if (strcmp(p, "/readyz") == 0)
-        readyz(r);
-    else if (strcmp(p, "/metrics") == 0)
-        metrics(r);
-    else if (strcmp(p, "/v1/models") == 0)
-        models(r);
-    else if (strcmp(p, "/v1/samplers") == 0)
-        samplers(r);
-    else
-        schedulers(r);
+    (void)rest;
+    svc_reply_json(r, 200, status_json("ok"));
 }

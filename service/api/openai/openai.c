@@ -37,45 +37,13 @@ static oai_call *live_calls; /* the loop's; one server per process */
 
 /* ---------------------------------------------------------------- errors */
 
-static const char *error_type(int status)
-{
-    switch (status) {
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 404: return "invalid_request_error";
-    case 429: return "rate_limit_error";
-    default: return status >= 500 ? "server_error" : "invalid_request_error";
-    }
-}
-
 void oai_reply_error(svc_req *r, int status, const char *param, const char *code,
                      const char *fmt, ...)
 {
-    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    svc_reply_verror(r, SVC_DIALECT_OPENAI, status, code, param, fmt, ap);
     va_end(ap);
-    cJSON *o = cJSON_CreateObject();
-    cJSON *e = cJSON_AddObjectToObject(o, "error");
-    cJSON_AddStringToObject(e, "message", msg);
-    cJSON_AddStringToObject(e, "type", error_type(status));
-    svc_json_add_string_or_null(e, "param", param && param[0] ? param : NULL);
-    svc_json_add_string_or_null(e, "code", code);
-    SVC_DEBUG("openai: %s %s -> %d %s: %s", r->method, r->path, status, code ? code : "-", msg);
-    svc_reply_json(r, status, o);
-}
-
-bool svc_openai_path(const char *path)
-{
-    return strncmp(path, "/v1/images", 10) == 0 || strncmp(path, "/v1/models/", 11) == 0;
-}
-
-void svc_openai_unauthorized(svc_req *r)
-{
-    svc_req_add_header(r, "WWW-Authenticate", "Bearer");
-    oai_reply_error(r, 401, NULL, "invalid_api_key",
-                    "a valid bearer token is required (Authorization: Bearer <token>)");
 }
 
 /* ----------------------------------------------------------------- calls */

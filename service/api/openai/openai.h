@@ -91,7 +91,14 @@ int oai_take_fields(oai_call *c, cJSON *in, cJSON *nat, oai_err *e);
 /* Parse `nat` into a job, check the queue, accept it: takes c over and
  * ends in a reply (error) or in the job's watch. */
 void oai_submit(oai_call *c, cJSON *nat);
-/* The routes. */
+/* The routes (http/router.c's table): POST /v1/images/generations and
+ * /edits, any other path under /v1/images (404), GET /v1/models/{id}
+ * (rest: the id). */
+void svc_openai_generations(svc_req *r, const char *rest);
+void svc_openai_edits(svc_req *r, const char *rest);
+void svc_openai_no_route(svc_req *r, const char *rest);
+void svc_openai_model(svc_req *r, const char *rest);
+/* The submit paths behind them. */
 void oai_generations(svc_req *r);
 void oai_edits(svc_req *r);                 /* openai_edits.c */
 

@@ -262,17 +262,11 @@ void oai_edits(svc_req *r)
     cJSON_Delete(nat);
 }
 
-/* ------------------------------------------------------- models, router */
+/* ------------------------------------------------------- models, routes */
 
-void svc_route_openai_model(svc_req *r, const char *id)
+void svc_openai_model(svc_req *r, const char *id)
 {
     svc_server *s = r->srv;
-    if (strcmp(r->method, "GET") != 0 && strcmp(r->method, "HEAD") != 0) {
-        svc_req_add_header(r, "Allow", "GET, HEAD");
-        oai_reply_error(r, 405, NULL, "method_not_allowed", "%s is not allowed on %s (allowed: "
-                        "GET, HEAD)", r->method, r->path);
-        return;
-    }
     if (s->phase == SVC_PHASE_LOADING) {
         oai_can_accept(r);
         return;
@@ -290,26 +284,21 @@ void svc_route_openai_model(svc_req *r, const char *id)
     svc_reply_json(r, 200, m);
 }
 
-void svc_route_openai_images(svc_req *r, const char *rest)
+void svc_openai_generations(svc_req *r, const char *rest)
 {
-    const char *route = NULL;
-    if (!strcmp(rest, "/generations"))
-        route = "generations";
-    else if (!strcmp(rest, "/edits"))
-        route = "edits";
-    if (!route) {
-        oai_reply_error(r, 404, NULL, "not_found", "no such path: %.200s (Tessera serves "
-                        "/v1/images/generations and /v1/images/edits)", r->path);
-        return;
-    }
-    if (strcmp(r->method, "POST") != 0) {
-        svc_req_add_header(r, "Allow", "POST");
-        oai_reply_error(r, 405, NULL, "method_not_allowed", "%s is not allowed on %s (allowed: "
-                        "POST)", r->method, r->path);
-        return;
-    }
-    if (route[0] == 'g')
-        oai_generations(r);
-    else
-        oai_edits(r);
+    (void)rest;
+    oai_generations(r);
+}
+
+void svc_openai_edits(svc_req *r, const char *rest)
+{
+    (void)rest;
+    oai_edits(r);
+}
+
+void svc_openai_no_route(svc_req *r, const char *rest)
+{
+    (void)rest;
+    oai_reply_error(r, 404, NULL, "not_found", "no such path: %.200s (Tessera serves "
+                    "/v1/images/generations and /v1/images/edits)", r->path);
 }

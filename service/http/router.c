@@ -1,0 +1,340 @@
+/*
+ * service/http/router.c - the route table, and the request's way to it:
+ * on_request decodes the path, lets the head guard answer what it
+ * refused, answers CORS preflights and the 401, then matches the path
+ * against the table once.
+ *
+ * Why a table: the paths of three APIs (native, A1111, OpenAI) used to be
+ * an if/else chain here and a router per prefix, each with its own 405
+ * and 404.  One list of {root, path, methods, handler, dialect, shape}
+ * rows, read top to bottom like the CLI's command table or an nginx
+ * location list, says what the server answers; the 405 (with Allow, the
+ * union of the methods of the rows of that path) and the 404 come from
+ * here, in the error dialect of the path (reply.c renders it).
+ *
+ * Matching: `root` is a literal prefix that ends at a '/' or at the end
+ * of the path (/v1/imagesX is not under /v1/images); `path` is matched
+ * against the rest: `*` is one segment (no '/', possibly empty), a final
+ * `**` is whatever is left.  A row with a `shape` matches only when
+ * shape(rest) holds (an image's name, a tile's).  The first row that
+ * matches picks the path; the rows right after it with the same root,
+ * path and shape are its other methods.  A row marked AS_WRITTEN answers
+ * 404 to a percent-encoded path (the server writes those URLs one way,
+ * and a cache keys on that spelling).  The handler gets `rest`, the path
+ * after its root.
+ */
+#include "http.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#include "a1111.h"
+#include "auth.h"
+#include "openai.h"
+#include "routes.h"
+#include "server.h"
+#include "util.h"
+
+#define URI_MAX 8192
+
+enum {
+    M_GET = 1 << 0,
+    M_HEAD = 1 << 1,
+    M_POST = 1 << 2,
+    M_DELETE = 1 << 3,
+    M_OTHER = 1 << 7, /* PUT, PATCH, OPTIONS...: no row but M_ANY takes them */
+    M_ANY = 0xff, /* the handler answers every method (a 404 for a whole subtree) */
+};
+#define M_READ (M_GET | M_HEAD)
+
+enum { AS_WRITTEN = 1 << 0 };
+
+typedef struct svc_route {
+    const char *root;
+    const char *path;
+    unsigned methods;
+    void (*handler)(svc_req *r, const char *rest);
+    svc_dialect dialect;
+    bool (*shape)(const char *rest); /* NULL: any rest the path matches */
+    unsigned flags;
+} svc_route;
+
+#define NATIVE SVC_DIALECT_NATIVE
+#define A1111 SVC_DIALECT_A1111
+#define OPENAI SVC_DIALECT_OPENAI
+
+static void not_found(svc_req *r, const char *rest);
+
+static const svc_route k_routes[] = {
+    /* operations (routes_ops.c) */
+    {"/healthz", "", M_READ, svc_ops_healthz, NATIVE, NULL, 0},
+    {"/readyz", "", M_READ, svc_ops_readyz, NATIVE, NULL, 0},
+    {"/metrics", "", M_READ, svc_ops_metrics, NATIVE, NULL, 0},
+    {"/v1/models", "", M_READ, svc_ops_models, NATIVE, NULL, 0},
+    {"/v1/samplers", "", M_READ, svc_ops_samplers, NATIVE, NULL, 0},
+    {"/v1/schedulers", "", M_READ, svc_ops_schedulers, NATIVE, NULL, 0},
+    /* native jobs and batches (routes_jobs.c, routes_batches.c) */
+    {"/v1/jobs", "", M_POST, svc_jobs_submit, NATIVE, NULL, 0},
+    {"/v1/jobs", "/*", M_READ | M_DELETE, svc_jobs_job, NATIVE, NULL, 0},
+    {"/v1/jobs", "/*/events", M_GET, svc_jobs_events, NATIVE, NULL, 0},
+    {"/v1/jobs", "/*/images/**", M_READ, svc_jobs_tiles, NATIVE, svc_jobs_is_tile_path,
+     AS_WRITTEN},
+    {"/v1/jobs", "/*/images/**", M_READ, svc_jobs_image, NATIVE, svc_jobs_is_image_name,
+     AS_WRITTEN},
+    {"/v1/jobs", "/*/images/**", M_ANY, svc_jobs_no_image, NATIVE, NULL, AS_WRITTEN},
+    {"/v1/batches", "", M_POST, svc_batches_submit, NATIVE, NULL, 0},
+    {"/v1/batches", "/*", M_READ | M_DELETE, svc_batches_batch, NATIVE, NULL, 0},
+    {"/v1/batches", "/*/events", M_GET, svc_batches_events, NATIVE, NULL, 0},
+    /* OpenAI images (openai.c, openai_edits.c) */
+    {"/v1/images", "/generations", M_POST, svc_openai_generations, OPENAI, NULL, 0},
+    {"/v1/images", "/edits", M_POST, svc_openai_edits, OPENAI, NULL, 0},
+    {"/v1/images", "**", M_ANY, svc_openai_no_route, OPENAI, NULL, 0},
+    {"/v1/models/", "**", M_READ, svc_openai_model, OPENAI, NULL, 0},
+    /* AUTOMATIC1111 (a1111.c, a1111_info.c) */
+    {"/sdapi/v1", "/txt2img", M_POST, svc_a1111_txt2img, A1111, NULL, 0},
+    {"/sdapi/v1", "/img2img", M_POST, svc_a1111_img2img, A1111, NULL, 0},
+    {"/sdapi/v1", "/progress", M_READ, svc_a1111_progress, A1111, NULL, 0},
+    {"/sdapi/v1", "/interrupt", M_POST, svc_a1111_interrupt, A1111, NULL, 0},
+    {"/sdapi/v1", "/skip", M_POST, svc_a1111_skip, A1111, NULL, 0},
+    {"/sdapi/v1", "/options", M_READ, svc_a1111_options, A1111, NULL, 0},
+    {"/sdapi/v1", "/options", M_POST, svc_a1111_set_options, A1111, NULL, 0},
+    {"/sdapi/v1", "/samplers", M_READ, svc_a1111_samplers, A1111, NULL, 0},
+    {"/sdapi/v1", "/schedulers", M_READ, svc_a1111_schedulers, A1111, NULL, 0},
+    {"/sdapi/v1", "/sd-models", M_READ, svc_a1111_sd_models, A1111, NULL, 0},
+    {"/sdapi/v1", "/cmd-flags", M_READ, svc_a1111_cmd_flags, A1111, NULL, 0},
+    {"/sdapi/v1", "/memory", M_READ, svc_a1111_memory, A1111, NULL, 0},
+    /* the lists clients probe at start, answered "nothing installed" */
+    {"/sdapi/v1", "/*", M_READ, svc_a1111_fixed, A1111, svc_a1111_is_fixed_get, 0},
+    {"/sdapi/v1", "/*", M_POST, svc_a1111_fixed, A1111, svc_a1111_is_fixed_post, 0},
+    {"/sdapi/v1", "**", M_ANY, not_found, A1111, NULL, 0},
+};
+
+/* ---------------------------------------------------------------- matching */
+
+static unsigned method_bit(const char *m)
+{
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } k[] = {{"GET", M_GET}, {"HEAD", M_HEAD}, {"POST", M_POST}, {"DELETE", M_DELETE}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (strcmp(m, k[i].name) == 0)
+            return k[i].bit;
+    return M_OTHER;
+}
+
+/* "GET, HEAD, POST, DELETE" for the bits set, in that order. */
+static void allow_text(unsigned methods, char *buf, size_t size)
+{
+    static const char *const names[] = {"GET", "HEAD", "POST", "DELETE"};
+    size_t o = 0;
+    buf[0] = '\0';
+    for (unsigned i = 0; i < 4; i++)
+        if (methods & (1u << i))
+            o += (size_t)snprintf(buf + o, size - o, "%s%s", o ? ", " : "", names[i]);
+}
+
+/* The rest of path after root, or NULL when root does not hold it. */
+static const char *under_root(const char *path, const char *root)
+{
+    size_t n = strlen(root);
+    if (strncmp(path, root, n) != 0)
+        return NULL;
+    if (root[n - 1] != '/' && path[n] != '\0' && path[n] != '/')
+        return NULL;
+    return path + n;
+}
+
+static bool match_pattern(const char *pat, const char *s)
+{
+    while (*pat) {
+        if (pat[0] == '*' && pat[1] == '*')
+            return true;
+        if (*pat == '*') {
+            while (*s && *s != '/')
+                s++;
+            pat++;
+            continue;
+        }
+        if (*pat++ != *s++)
+            return false;
+    }
+    return *s == '\0';
+}
+
+static bool matches(const svc_route *rt, const char *path, const char **rest)
+{
+    *rest = under_root(path, rt->root);
+    return *rest && match_pattern(rt->path, *rest) && (!rt->shape || rt->shape(*rest));
+}
+
+static bool same_path(const svc_route *a, const svc_route *b)
+{
+    return strcmp(a->root, b->root) == 0 && strcmp(a->path, b->path) == 0 && a->shape == b->shape;
+}
+
+static void not_found(svc_req *r, const char *rest)
+{
+    (void)rest;
+    svc_problem p = {.status = 404, .code = "not_found"};
+    char msg[1024];
+    snprintf(msg, sizeof msg, "no such path: %s", r->path);
+    p.message = msg;
+    svc_reply_problem(r, r->dialect, &p);
+}
+
+static void dispatch(svc_req *r)
+{
+    const size_t n = sizeof k_routes / sizeof k_routes[0];
+    const unsigned bit = method_bit(r->method);
+    const char *rest = NULL;
+    size_t i = 0;
+    while (i < n && !matches(&k_routes[i], r->path, &rest))
+        i++;
+    if (i == n) {
+        if (!svc_page_serve(r)) {
+            r->dialect = SVC_DIALECT_NATIVE;
+            not_found(r, NULL);
+        }
+        return;
+    }
+    const svc_route *first = &k_routes[i];
+    r->dialect = first->dialect;
+    if ((first->flags & AS_WRITTEN) && r->encoded) {
+        svc_reply_error(r, 404, "not_found", NULL, "no such path (not the image's URL)");
+        return;
+    }
+    unsigned allowed = 0;
+    for (size_t k = i; k < n && same_path(&k_routes[k], first); k++) {
+        if (k_routes[k].methods & bit) {
+            k_routes[k].handler(r, rest);
+            return;
+        }
+        allowed |= k_routes[k].methods;
+    }
+    char allow[64];
+    allow_text(allowed, allow, sizeof allow);
+    /* A1111's 405 has always been the native object (no "detail") */
+    svc_reply_method_not_allowed(r, first->dialect == A1111 ? NATIVE : first->dialect, allow);
+}
+
+/* ------------------------------------------------------------- the request */
+
+static const char *method_name(enum evhttp_cmd_type t)
+{
+    switch (t) {
+    case EVHTTP_REQ_GET: return "GET";
+    case EVHTTP_REQ_POST: return "POST";
+    case EVHTTP_REQ_HEAD: return "HEAD";
+    case EVHTTP_REQ_PUT: return "PUT";
+    case EVHTTP_REQ_DELETE: return "DELETE";
+    case EVHTTP_REQ_OPTIONS: return "OPTIONS";
+    case EVHTTP_REQ_TRACE: return "TRACE";
+    case EVHTTP_REQ_CONNECT: return "CONNECT";
+    case EVHTTP_REQ_PATCH: return "PATCH";
+    default: return "OTHER";
+    }
+}
+
+static void preflight(svc_req *r)
+{
+    svc_req_add_header(r, "Access-Control-Allow-Methods", "GET, POST, DELETE, HEAD, OPTIONS");
+    svc_req_add_header(r, "Access-Control-Allow-Headers",
+                       "Authorization, Content-Type, Last-Event-ID, If-None-Match");
+    svc_req_add_header(r, "Access-Control-Max-Age", "600");
+    svc_reply_buffer(r, 204, NULL, NULL);
+}
+
+/* --token: /v1/... and /sdapi/... take a bearer token (A1111 clients may
+ * send it as Basic's password). */
+static bool authorized(svc_req *r)
+{
+    svc_server *s = r->srv;
+    const bool v1 = strncmp(r->path, "/v1/", 4) == 0;
+    const bool sdapi = strncmp(r->path, "/sdapi/", 7) == 0;
+    if (!(v1 || sdapi) || !s->token)
+        return true;
+    const char *authz = svc_req_header(r, "Authorization");
+    return svc_auth_check(s->token, s->token_len, authz) ||
+           (sdapi && svc_auth_check_basic(s->token, s->token_len, authz));
+}
+
+/* The 401: OpenAI's shape on OpenAI's paths (by prefix, before any
+ * match: /v1/images..., /v1/models/...), the native one elsewhere, with
+ * Basic offered on A1111's. */
+static void unauthorized(svc_req *r)
+{
+    const bool openai =
+        strncmp(r->path, "/v1/images", 10) == 0 || strncmp(r->path, "/v1/models/", 11) == 0;
+    svc_problem p = {.status = 401,
+                     .code = openai ? "invalid_api_key" : "unauthorized",
+                     .message = "a valid bearer token is required (Authorization: Bearer "
+                                "<token>)"};
+    svc_req_add_header(r, "WWW-Authenticate", "Bearer");
+    if (strncmp(r->path, "/sdapi/", 7) == 0)
+        svc_req_add_header(r, "WWW-Authenticate", "Basic realm=\"tessera\"");
+    svc_reply_problem(r, openai ? SVC_DIALECT_OPENAI : SVC_DIALECT_NATIVE, &p);
+}
+
+void svc_http_on_request(struct evhttp_request *req, void *arg)
+{
+    svc_server *s = arg;
+    svc_req *r = calloc(1, sizeof *r);
+    if (!r) {
+        evhttp_send_error(req, 500, "out of memory");
+        return;
+    }
+    r->srv = s;
+    r->req = req;
+    r->t0 = svc_now_mono();
+    snprintf(r->method, sizeof r->method, "%s", method_name(evhttp_request_get_command(req)));
+    /* a method evhttp does not route, passed on by the guard as PATCH with
+     * "<secret> METHOD" in SVC_METHOD_HEADER; the same header from a client
+     * lacks the secret and changes nothing (PATCH gets its 405) */
+    if (evhttp_request_get_command(req) == EVHTTP_REQ_PATCH) {
+        struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+        size_t k = strlen(s->guard_secret);
+        for (struct evkeyval *h = in->tqh_first; h; h = h->next.tqe_next)
+            if (strcasecmp(h->key, SVC_METHOD_HEADER) == 0 &&
+                strncmp(h->value, s->guard_secret, k) == 0 && h->value[k] == ' ')
+                snprintf(r->method, sizeof r->method, "%s", h->value + k + 1);
+    }
+    const char *raw = evhttp_request_get_uri(req);
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+    size_t plen = 0;
+    r->path = evhttp_uridecode(path && *path ? path : "/", 0, &plen);
+    if (!r->path) {
+        r->path = strdup("?");
+        svc_reply_error(r, 404, "not_found", NULL, "the request path cannot be decoded");
+        return;
+    }
+    if (uri && evhttp_uri_get_query(uri))
+        r->query = strdup(evhttp_uri_get_query(uri));
+    r->encoded = path && strchr(path, '%') != NULL;
+    if (svc_guard_answer(r))
+        return;
+    if (raw && strlen(raw) > URI_MAX) {
+        svc_reply_error(r, 414, "uri_too_long", NULL, "the request URI is longer than %d bytes",
+                        URI_MAX);
+        return;
+    }
+    if (plen != strlen(r->path)) {
+        svc_reply_error(r, 404, "not_found", NULL, "no such path");
+        return;
+    }
+    if (evhttp_request_get_command(req) == EVHTTP_REQ_OPTIONS && s->cfg.cors_origin) {
+        preflight(r);
+        return;
+    }
+    if (!authorized(r)) {
+        unauthorized(r);
+        return;
+    }
+    dispatch(r);
+}
