@@ -11,6 +11,31 @@
 
 #include "tessera.h"
 
+/* A flag's help with "{}" replaced by the value its destination holds
+ * (the default, when nothing on the command line set it yet): so a
+ * default is written once, where the destination is initialised. */
+static void print_help(FILE *out, const tsr_arg_spec *s)
+{
+    const char *mark = strstr(s->help, "{}");
+    if (!mark) {
+        fputs(s->help, out);
+        return;
+    }
+    fwrite(s->help, 1, (size_t)(mark - s->help), out);
+    switch (s->type) {
+    case TSR_ARG_STRING: {
+        const char *v = *(const char *const *)s->dest;
+        fputs(v ? v : "none", out);
+        break;
+    }
+    case TSR_ARG_INT: fprintf(out, "%lld", (long long)*(const int64_t *)s->dest); break;
+    case TSR_ARG_FLOAT: fprintf(out, "%g", *(const double *)s->dest); break;
+    case TSR_ARG_U64: fprintf(out, "%llu", (unsigned long long)*(const uint64_t *)s->dest); break;
+    case TSR_ARG_FLAG: fputs(*(const bool *)s->dest ? "on" : "off", out); break;
+    }
+    fputs(mark + 2, out);
+}
+
 void tsr_args_usage(FILE *out, const tsr_cli_command *cmd)
 {
     fprintf(out, "usage: tessera %s\n\n%s\n", cmd->synopsis, cmd->summary);
@@ -24,7 +49,9 @@ void tsr_args_usage(FILE *out, const tsr_cli_command *cmd)
             snprintf(left, sizeof left, "--%s", s->name);
         else
             snprintf(left, sizeof left, "--%s %s", s->name, s->metavar ? s->metavar : "VALUE");
-        fprintf(out, "  %-26s %s\n", left, s->help);
+        fprintf(out, "  %-26s ", left);
+        print_help(out, s);
+        fputc('\n', out);
     }
     fprintf(out, "  %-26s %s\n", "--help", "show this help");
     fprintf(out, "\n%s\n", TSR_ARGS_EXIT_HELP);

@@ -37,7 +37,9 @@ typedef struct tsr_arg_spec {
     tsr_arg_type type;
     void *dest;
     const char *metavar; /* "N", "PATH" */
-    const char *help;
+    const char *help;    /* "{}" in it prints the destination's value at
+                          * --help time: write "(default {})" and the default
+                          * stays where the destination is initialised */
     int64_t min, max;    /* TSR_ARG_INT */
     double fmin, fmax;   /* TSR_ARG_FLOAT */
     bool fmin_open;      /* TSR_ARG_FLOAT: fmin itself is excluded */

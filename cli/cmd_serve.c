@@ -2,7 +2,10 @@
  * cli/cmd_serve.c - `tessera serve`: the HTTP service (service/).
  *
  * This file only turns flags into a tsr_service_config; everything else is
- * service/ (docs/service-design.md).  Flags are checked before anything
+ * service/ (docs/service-design.md).  The defaults are tsr_service_config_init's
+ * (service/server.c), the one place they are written: every flag's
+ * variable starts from the config, and its help prints "(default {})"
+ * from that variable (args.h).  Flags are checked before anything
  * starts, so a typo fails at once with a message naming the flag.
  */
 #include <stdio.h>
@@ -45,10 +48,10 @@ int tsr_cmd_serve(int argc, char **argv)
 {
     tsr_service_config c;
     tsr_service_config_init(&c);
-    const char *listen = NULL, *host = NULL, *level = NULL, *batching = NULL;
-    int64_t port = -1, threads = 0, max_batch = c.max_batch, max_queue = c.max_queue;
+    const char *listen = NULL, *host = c.host, *level = NULL, *batching = NULL;
+    int64_t port = c.port, threads = 0, max_batch = c.max_batch, max_queue = c.max_queue;
     int64_t max_memory = c.max_memory;
-    int64_t max_wait = 0, drain = c.drain_timeout_s, max_body = c.max_body;
+    int64_t max_wait = c.max_wait_ms, drain = c.drain_timeout_s, max_body = c.max_body;
     int64_t max_bodies = c.max_bodies;
     int64_t tile_size = c.tile_size, preview_every = c.preview_every, tile_threads = c.tile_threads;
     int64_t keep_jobs = c.keep_jobs, tile_cache = c.tile_cache_mb,
@@ -56,14 +59,14 @@ int tsr_cmd_serve(int argc, char **argv)
     const char *role = NULL;
     int64_t result_ttl = c.result_ttl_s, claim_idle = c.claim_idle_ms,
             max_attempts = c.max_attempts;
-    double tile_threshold = c.tile_threshold, keep_hours = 0;
+    double tile_threshold = c.tile_threshold, keep_hours = c.keep_hours;
     const tsr_arg_spec specs[] = {
         {"model", TSR_ARG_STRING, &c.model, "DIR_OR_FILE",
          "diffusers folder or single .safetensors (default: models/demo)", 0, 0, 0, 0},
         {"listen", TSR_ARG_STRING, &listen, "HOST:PORT",
-         "address to listen on (default 127.0.0.1:8080; port 0 = any free port)", 0, 0, 0, 0},
-        {"host", TSR_ARG_STRING, &host, "HOST", "the host part of --listen", 0, 0, 0, 0},
-        {"port", TSR_ARG_INT, &port, "PORT", "the port part of --listen", 0, 65535, 0, 0},
+         "address to listen on (port 0 = any free port)", 0, 0, 0, 0},
+        {"host", TSR_ARG_STRING, &host, "HOST", "the host part of --listen (default {})", 0, 0, 0, 0},
+        {"port", TSR_ARG_INT, &port, "PORT", "the port part of --listen (default {})", 0, 65535, 0, 0},
         {"device", TSR_ARG_STRING, &c.device, "DEV[,DEV...]",
          "auto (default), cpu, cuda:N; a list runs one worker per entry (cpu,cpu)", 0, 0, 0, 0},
         {"threads", TSR_ARG_INT, &threads, "N",
@@ -72,16 +75,16 @@ int tsr_cmd_serve(int argc, char **argv)
          "f32 (default; equals diffusers) or bf16: the CPU's fast mode where it has AVX512_BF16",
          0, 0, 0, 0},
         {"max-batch", TSR_ARG_INT, &max_batch, "N",
-         "images per UNet call, 1..32 (default 16; rows = 2N with guidance)", 1, 32, 0, 0},
+         "images per UNet call, 1..32 (default {}; rows = 2N with guidance)", 1, 32, 0, 0},
         {"max-queue", TSR_ARG_INT, &max_queue, "N",
-         "images waiting before new work gets 429 (default 256); an image larger or longer "
+         "images waiting before new work gets 429 (default {}); an image larger or longer "
          "than the model's default size at 30 steps counts its pixels x steps over that",
          1, 1000000, 0, 0},
         {"max-memory", TSR_ARG_INT, &max_memory, "BYTES",
          "working memory one batch of a request's images may need; larger requests get 422 "
-         "(default 0 = the device's memory)", 0, (int64_t)1 << 50, 0, 0},
+         "(0 = the device's memory; default {})", 0, (int64_t)1 << 50, 0, 0},
         {"data-dir", TSR_ARG_STRING, &c.data_dir, "DIR",
-         "journal, images and job records (default ./tessera-data)", 0, 0, 0, 0},
+         "journal, images and job records (default {})", 0, 0, 0, 0},
         {"token-file", TSR_ARG_STRING, &c.token_file, "FILE",
          "require 'Authorization: Bearer <token>' on /v1/ (the file's first line)", 0, 0, 0, 0},
         {"cors-origin", TSR_ARG_STRING, &c.cors_origin, "ORIGIN",
@@ -92,52 +95,52 @@ int tsr_cmd_serve(int argc, char **argv)
          "admits images only when empty; for comparisons)",
          0, 0, 0, 0},
         {"max-wait-ms", TSR_ARG_INT, &max_wait, "MS",
-         "a new group of images waits up to MS for company (default 0)", 0, 60000, 0, 0},
+         "a new group of images waits up to MS for company (default {})", 0, 60000, 0, 0},
         {"drain-timeout", TSR_ARG_INT, &drain, "S",
-         "on SIGTERM, let running images finish for up to S seconds (default 30)", 0, 86400, 0,
+         "on SIGTERM, let running images finish for up to S seconds (default {})", 0, 86400, 0,
          0},
         {"max-body", TSR_ARG_INT, &max_body, "BYTES",
-         "largest request body (default 33554432 = 32 MiB)", 1024, (int64_t)1 << 32, 0, 0},
+         "largest request body (default {})", 1024, (int64_t)1 << 32, 0, 0},
         {"max-bodies", TSR_ARG_INT, &max_bodies, "BYTES",
          "request bodies held at once, all connections together; past it new uploads get 503 "
-         "(default 268435456 = 256 MiB; at least --max-body)",
+         "(default {}; at least --max-body)",
          1024, (int64_t)1 << 40, 0, 0},
         {"tile-size", TSR_ARG_INT, &tile_size, "PX",
-         "preview tiles are PX x PX image pixels (default 64)", 8, 4096, 0, 0},
+         "preview tiles are PX x PX image pixels (default {})", 8, 4096, 0, 0},
         {"preview-every", TSR_ARG_INT, &preview_every, "K",
-         "publish preview tiles every K UNet calls (default 1)", 1, 1000, 0, 0},
+         "publish preview tiles every K UNet calls (default {})", 1, 1000, 0, 0},
         {"tile-threshold", TSR_ARG_FLOAT, &tile_threshold, "MAD",
-         "re-publish a tile when its mean absolute difference passes MAD (0..255, default 2)",
+         "re-publish a tile when its mean absolute difference passes MAD (0..255, default {})",
          0, 0, 0, 255},
-        {"tile-threads", TSR_ARG_INT, &tile_threads, "N", "JPEG encoder threads (default 1)", 1,
+        {"tile-threads", TSR_ARG_INT, &tile_threads, "N", "JPEG encoder threads (default {})", 1,
          8, 0, 0},
         {"keep-jobs", TSR_ARG_INT, &keep_jobs, "N",
-         "keep the N newest finished jobs, delete older ones with their files (default 10000; "
+         "keep the N newest finished jobs, delete older ones with their files (default {}; "
          "0 = all)",
          0, 100000000, 0, 0},
         {"keep-hours", TSR_ARG_FLOAT, &keep_hours, "H",
-         "delete finished jobs (and files) H hours after they finished (0 = never)", 0, 0, 0,
+         "delete finished jobs (and files) H hours after they finished (0 = never; default {})", 0, 0, 0,
          1e6},
         {"tile-cache-mb", TSR_ARG_INT, &tile_cache, "MB",
          "preview tiles of finished jobs kept in RAM, MiB; past it the oldest go and their "
-         "final tiles are read from --data-dir (default 32; 0 = none)",
+         "final tiles are read from --data-dir (default {}; 0 = none)",
          0, 1048576, 0, 0},
         {"journal-compact-kb", TSR_ARG_INT, &journal_compact, "KB",
          "rewrite the journal while running once its records no longer needed pass KB KiB and "
-         "outweigh the rest (default 1024; 0 = only at start-up)",
+         "outweigh the rest (default {}; 0 = only at start-up)",
          0, 1048576, 0, 0},
         {"queue", TSR_ARG_STRING, &c.queue_url, "redis://HOST:PORT[/DB]",
          "share one Redis Streams queue with other nodes (docs/scale-out.md)", 0, 0, 0, 0},
         {"role", TSR_ARG_STRING, &role, "ROLE",
          "with --queue: api (accept and serve), worker (run) or both (default)", 0, 0, 0, 0},
         {"result-ttl", TSR_ARG_INT, &result_ttl, "S",
-         "with --queue: results stay in Redis S seconds (default 86400)", 1, 100000000, 0, 0},
+         "with --queue: results stay in Redis S seconds (default {})", 1, 100000000, 0, 0},
         {"claim-idle-ms", TSR_ARG_INT, &claim_idle, "MS",
          "with --queue: an image taken by a silent worker this long is run by another "
-         "(default 30000)",
+         "(default {})",
          100, 86400000, 0, 0},
         {"max-attempts", TSR_ARG_INT, &max_attempts, "N",
-         "with --queue: takes of an image before it goes to the dead-letter stream (default 3)",
+         "with --queue: takes of an image before it goes to the dead-letter stream (default {})",
          1, 1000, 0, 0},
         {"log-level", TSR_ARG_STRING, &level, "LEVEL", "debug, info, warn, error or none", 0, 0,
          0, 0},

@@ -34,6 +34,9 @@
 
 #define MAX_WORKERS 16
 
+/* The one place the serve defaults are written: `tessera serve --help`
+ * prints them from here (cli/cmd_serve.c), tsr_service_run falls back to
+ * them, and docs/api.md's table says it copies them from here. */
 void tsr_service_config_init(tsr_service_config *c)
 {
     memset(c, 0, sizeof *c);
@@ -242,16 +245,18 @@ int tsr_service_run(const tsr_service_config *cfg)
     if (!s)
         return TSR_ERR_NOMEM;
     s->cfg = *cfg;
+    tsr_service_config dflt; /* the defaults, written once: tsr_service_config_init */
+    tsr_service_config_init(&dflt);
     if (!s->cfg.host)
-        s->cfg.host = "127.0.0.1";
+        s->cfg.host = dflt.host;
     if (!s->cfg.data_dir)
-        s->cfg.data_dir = "./tessera-data";
+        s->cfg.data_dir = dflt.data_dir;
     if (s->cfg.max_batch < 1)
         s->cfg.max_batch = 1;
     if (s->cfg.max_batch > 32)
         s->cfg.max_batch = 32;
     if (s->cfg.max_body <= 0)
-        s->cfg.max_body = 32ll << 20;
+        s->cfg.max_body = dflt.max_body;
     if (s->cfg.max_bodies < s->cfg.max_body) /* one body of the largest size always fits */
         s->cfg.max_bodies = s->cfg.max_body;
     svc_log_set_level((tsr_log_level)s->cfg.log_level);
