@@ -23,8 +23,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include "json.h"
+#include "fields.h"
 #include "images.h"
+#include "json.h"
 #include "tessera.h"
 #include "util.h"
 
@@ -133,8 +134,10 @@ const char *svc_a1111_field(const char *f)
 
 /* ----------------------------------------------------------------- reader */
 
+/* The body's reader (service/api/fields.h: null is absent, integers by
+ * their literal) and this call's error. */
 typedef struct rd {
-    const cJSON *body;
+    svc_fields f;
     svc_a1111_error *err;
 } rd;
 
@@ -151,167 +154,56 @@ static int fail(rd *x, int status, const char *field, const char *fmt, ...)
     return -1;
 }
 
-static void describe(const cJSON *it, char *buf, size_t size)
+/* A reader's refusal as this call's: 422, the field and the message. */
+static int refused(rd *x)
 {
-    if (cJSON_IsString(it))
-        snprintf(buf, size, "a string");
-    else if (cJSON_IsBool(it))
-        snprintf(buf, size, "%s", cJSON_IsTrue(it) ? "true" : "false");
-    else if (cJSON_IsObject(it))
-        snprintf(buf, size, "an object");
-    else if (cJSON_IsArray(it))
-        snprintf(buf, size, "an array");
-    else if (cJSON_IsNumber(it))
-        snprintf(buf, size, "%.40s", svc_json_literal(it) ? svc_json_literal(it) : "a number");
-    else
-        snprintf(buf, size, "null");
+    return fail(x, 422, x->f.field, "%s", x->f.message);
 }
 
-/* null counts as absent, as in pydantic's Optional fields */
-static const cJSON *item(const cJSON *o, const char *name)
+static const cJSON *item(rd *x, const char *name)
 {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, name);
-    return it && !cJSON_IsNull(it) ? it : NULL;
+    return svc_fields_get(&x->f, name);
 }
 
-static bool is_int_item(const cJSON *it, long long *v)
+static int get_int(rd *x, const char *name, long long lo, long long hi, long long dflt,
+                   long long *out)
 {
-    const char *lit = svc_json_literal(it);
-    if (!cJSON_IsNumber(it) || !lit || !svc_json_literal_is_integer(lit))
-        return false;
-    errno = 0;
-    long long r = strtoll(lit, NULL, 10);
-    if (errno == ERANGE)
-        return false;
-    *v = r;
-    return true;
+    return svc_fields_int(&x->f, name, lo, hi, dflt, out) < 0 ? refused(x) : 0;
 }
 
-static int get_int(rd *x, const cJSON *o, const char *name, long long lo, long long hi,
-                   long long dflt, long long *out)
+static int get_num(rd *x, const char *name, double dflt, double *out)
 {
-    const cJSON *it = item(o, name);
-    *out = dflt;
-    if (!it)
-        return 0;
-    long long v = 0;
-    if (!is_int_item(it, &v) || v < lo || v > hi) {
-        char got[64];
-        describe(it, got, sizeof got);
-        return fail(x, 422, name, "%s must be an integer between %lld and %lld, got %s", name, lo,
-                    hi, got);
-    }
-    *out = v;
-    return 0;
-}
-
-static int get_num(rd *x, const cJSON *o, const char *name, double dflt, double *out)
-{
-    const cJSON *it = item(o, name);
-    *out = dflt;
-    if (!it)
-        return 0;
-    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble)) {
-        char got[64];
-        describe(it, got, sizeof got);
-        return fail(x, 422, name, "%s must be a number, got %s", name, got);
-    }
-    *out = it->valuedouble;
-    return 0;
+    return svc_fields_number(&x->f, name, -HUGE_VAL, HUGE_VAL, false, dflt, out, NULL) < 0
+               ? refused(x)
+               : 0;
 }
 
 /* A boolean; 0 and 1 count too (A1111's forms send some flags as ints). */
-static int get_bool(rd *x, const cJSON *o, const char *name, bool dflt, bool *out)
+static int get_bool(rd *x, const char *name, bool dflt, bool *out)
 {
-    const cJSON *it = item(o, name);
-    *out = dflt;
-    if (!it)
-        return 0;
-    long long v = 0;
-    if (cJSON_IsBool(it)) {
-        *out = cJSON_IsTrue(it);
-        return 0;
-    }
-    if (is_int_item(it, &v) && (v == 0 || v == 1)) {
-        *out = v == 1;
-        return 0;
-    }
-    char got[64];
-    describe(it, got, sizeof got);
-    return fail(x, 422, name, "%s must be a boolean, got %s", name, got);
+    return svc_fields_bool(&x->f, name, true, dflt, out) < 0 ? refused(x) : 0;
 }
 
-static int get_str(rd *x, const cJSON *o, const char *name, size_t max, const char **out)
+static int get_str(rd *x, const char *name, size_t max, const char **out)
 {
-    const cJSON *it = item(o, name);
-    *out = NULL;
-    if (!it)
-        return 0;
-    if (!cJSON_IsString(it) || !it->valuestring) {
-        char got[64];
-        describe(it, got, sizeof got);
-        return fail(x, 422, name, "%s must be a string, got %s", name, got);
-    }
-    if (it->type & SVC_JSON_HAS_NUL)
-        return fail(x, 422, name, "%s must not contain U+0000 (NUL)", name);
-    if (strlen(it->valuestring) > max)
-        return fail(x, 422, name, "%s is %zu bytes long; at most %zu", name,
-                    strlen(it->valuestring), max);
-    *out = it->valuestring;
-    return 0;
+    return svc_fields_string(&x->f, name, max, false, out) < 0 ? refused(x) : 0;
 }
 
-static int get_kind(rd *x, const cJSON *o, const char *name, int kind)
+static int get_kind(rd *x, const char *name, int kind)
 {
-    const cJSON *it = item(o, name);
-    if (!it)
-        return 0;
-    bool ok = kind == cJSON_Array ? cJSON_IsArray(it) : cJSON_IsObject(it);
-    if (!ok) {
-        char got[64];
-        describe(it, got, sizeof got);
-        return fail(x, 422, name, "%s must be %s, got %s", name,
-                    kind == cJSON_Array ? "an array" : "an object", got);
-    }
-    return 0;
+    return svc_fields_kind(&x->f, name, kind) < 0 ? refused(x) : 0;
 }
 
 /* seed: -1 (random) or 0 .. 2^64-1 */
-static int get_seed(rd *x, const cJSON *o, const char *name, uint64_t *out, bool *random)
+static int get_seed(rd *x, const char *name, uint64_t *out, bool *random)
 {
-    const cJSON *it = item(o, name);
-    *random = true;
-    if (it) {
-        const char *lit = svc_json_literal(it);
-        bool ok = cJSON_IsNumber(it) && lit && svc_json_literal_is_integer(lit);
-        if (ok && strcmp(lit, "-1") == 0) {
-            /* random */
-        } else if (ok && lit[0] != '-') {
-            uint64_t v = 0;
-            for (const char *p = lit; ok && *p; p++) {
-                uint64_t d = (uint64_t)(*p - '0');
-                ok = v <= (UINT64_MAX - d) / 10;
-                v = v * 10 + d;
-            }
-            if (ok) {
-                *out = v;
-                *random = false;
-                return 0;
-            }
-        } else {
-            ok = false;
-        }
-        if (!ok) {
-            char got[64];
-            describe(it, got, sizeof got);
-            return fail(x, 422, name,
-                        "%s must be -1 (random) or an integer between 0 and "
-                        "18446744073709551615, got %s",
-                        name, got);
-        }
-    }
+    if (svc_fields_seed(&x->f, name, false,
+                        "-1 (random) or an integer between 0 and 18446744073709551615", out,
+                        random) < 0)
+        return refused(x);
     /* A1111: random.randrange(4294967294) */
-    *out = svc_random_u64() % 4294967294ull;
+    if (*random)
+        *out = svc_random_u64() % 4294967294ull;
     return 0;
 }
 
@@ -340,7 +232,7 @@ static const struct {
     {"sampler_index", 's'}, {"firstpass_image", 's'},
 };
 
-static int check_ignored(rd *x, const cJSON *o)
+static int check_ignored(rd *x)
 {
     for (size_t i = 0; i < sizeof k_ignored / sizeof k_ignored[0]; i++) {
         const char *n = k_ignored[i].name;
@@ -350,12 +242,12 @@ static int check_ignored(rd *x, const cJSON *o)
         const char *sv;
         int rc = 0;
         switch (k_ignored[i].type) {
-        case 'n': rc = get_num(x, o, n, 0, &dv); break;
-        case 'i': rc = get_int(x, o, n, -(1ll << 40), 1ll << 40, 0, &iv); break;
-        case 'b': rc = get_bool(x, o, n, false, &bv); break;
-        case 's': rc = get_str(x, o, n, SVC_MAX_PROMPT_BYTES, &sv); break;
-        case 'a': rc = get_kind(x, o, n, cJSON_Array); break;
-        default: rc = get_kind(x, o, n, cJSON_Object); break;
+        case 'n': rc = get_num(x, n, 0, &dv); break;
+        case 'i': rc = get_int(x, n, -(1ll << 40), 1ll << 40, 0, &iv); break;
+        case 'b': rc = get_bool(x, n, false, &bv); break;
+        case 's': rc = get_str(x, n, SVC_MAX_PROMPT_BYTES, &sv); break;
+        case 'a': rc = get_kind(x, n, cJSON_Array); break;
+        default: rc = get_kind(x, n, cJSON_Object); break;
         }
         if (rc < 0)
             return -1;
@@ -456,10 +348,10 @@ void svc_a1111_req_free(svc_a1111_req *q)
     memset(q, 0, sizeof *q);
 }
 
-static int refuse_true(rd *x, const cJSON *o, const char *name, const char *why)
+static int refuse_true(rd *x, const char *name, const char *why)
 {
     bool v = false;
-    if (get_bool(x, o, name, false, &v) < 0)
+    if (get_bool(x, name, false, &v) < 0)
         return -1;
     if (v)
         return fail(x, 422, name, "%s=true is not supported: %s", name, why);
@@ -478,7 +370,9 @@ static int add_or_fail(rd *x, cJSON *o, const char *name, cJSON *v)
 int svc_a1111_translate(const cJSON *body, bool img2img, const svc_a1111_defaults *d,
                         svc_a1111_req *q, svc_a1111_error *err)
 {
-    rd x = {body, err};
+    rd x;
+    svc_fields_init(&x.f, body, NULL, false);
+    x.err = err;
     memset(q, 0, sizeof *q);
     memset(err, 0, sizeof *err);
     q->img2img = img2img;
@@ -492,38 +386,38 @@ int svc_a1111_translate(const cJSON *body, bool img2img, const svc_a1111_default
     double cfg, strength, subseed_strength;
     uint64_t subseed_u = 0;
     bool sub_random = false;
-    if (get_str(&x, body, "prompt", SVC_MAX_PROMPT_BYTES, &prompt) < 0 ||
-        get_str(&x, body, "negative_prompt", SVC_MAX_PROMPT_BYTES, &negative) < 0 ||
-        get_int(&x, body, "steps", 1, TSR_MAX_STEPS, 50, &steps) < 0 ||
-        get_num(&x, body, "cfg_scale", 7.0, &cfg) < 0 ||
-        get_int(&x, body, "width", 0, 1 << 30, 512, &width) < 0 ||
-        get_int(&x, body, "height", 0, 1 << 30, 512, &height) < 0 ||
-        get_seed(&x, body, "seed", &q->seed, &q->seed_random) < 0 ||
-        get_int(&x, body, "subseed", -1, (long long)UINT32_MAX, -1, &subseed) < 0 ||
-        get_num(&x, body, "subseed_strength", 0, &subseed_strength) < 0 ||
-        get_int(&x, body, "seed_resize_from_h", -1, 1 << 30, -1, &rh) < 0 ||
-        get_int(&x, body, "seed_resize_from_w", -1, 1 << 30, -1, &rw) < 0 ||
-        get_str(&x, body, "sampler_name", 96, &sampler_name) < 0 ||
-        get_str(&x, body, "sampler_index", 96, &sampler_index) < 0 ||
-        get_str(&x, body, "scheduler", 64, &scheduler) < 0 ||
-        get_int(&x, body, "batch_size", 1, SVC_A1111_MAX_IMAGES, 1, &batch_size) < 0 ||
-        get_int(&x, body, "n_iter", 1, SVC_A1111_MAX_IMAGES, 1, &n_iter) < 0 ||
-        get_num(&x, body, "denoising_strength", 0.75, &strength) < 0 ||
-        get_bool(&x, body, "send_images", true, &q->send_images) < 0 ||
-        get_bool(&x, body, "save_images", false, &q->save_images) < 0 ||
-        get_str(&x, body, "script_name", 256, &script_name) < 0 ||
-        get_str(&x, body, "refiner_checkpoint", 256, &refiner) < 0 ||
-        get_kind(&x, body, "alwayson_scripts", cJSON_Object) < 0 ||
-        get_kind(&x, body, "override_settings", cJSON_Object) < 0 ||
-        get_kind(&x, body, "styles", cJSON_Array) < 0 ||
-        refuse_true(&x, body, "restore_faces", "Tessera has no face restoration model") < 0 ||
-        refuse_true(&x, body, "tiling", "Tessera does not make tileable images") < 0 ||
-        refuse_true(&x, body, "enable_hr",
+    if (get_str(&x, "prompt", SVC_MAX_PROMPT_BYTES, &prompt) < 0 ||
+        get_str(&x, "negative_prompt", SVC_MAX_PROMPT_BYTES, &negative) < 0 ||
+        get_int(&x, "steps", 1, TSR_MAX_STEPS, 50, &steps) < 0 ||
+        get_num(&x, "cfg_scale", 7.0, &cfg) < 0 ||
+        get_int(&x, "width", 0, 1 << 30, 512, &width) < 0 ||
+        get_int(&x, "height", 0, 1 << 30, 512, &height) < 0 ||
+        get_seed(&x, "seed", &q->seed, &q->seed_random) < 0 ||
+        get_int(&x, "subseed", -1, (long long)UINT32_MAX, -1, &subseed) < 0 ||
+        get_num(&x, "subseed_strength", 0, &subseed_strength) < 0 ||
+        get_int(&x, "seed_resize_from_h", -1, 1 << 30, -1, &rh) < 0 ||
+        get_int(&x, "seed_resize_from_w", -1, 1 << 30, -1, &rw) < 0 ||
+        get_str(&x, "sampler_name", 96, &sampler_name) < 0 ||
+        get_str(&x, "sampler_index", 96, &sampler_index) < 0 ||
+        get_str(&x, "scheduler", 64, &scheduler) < 0 ||
+        get_int(&x, "batch_size", 1, SVC_A1111_MAX_IMAGES, 1, &batch_size) < 0 ||
+        get_int(&x, "n_iter", 1, SVC_A1111_MAX_IMAGES, 1, &n_iter) < 0 ||
+        get_num(&x, "denoising_strength", 0.75, &strength) < 0 ||
+        get_bool(&x, "send_images", true, &q->send_images) < 0 ||
+        get_bool(&x, "save_images", false, &q->save_images) < 0 ||
+        get_str(&x, "script_name", 256, &script_name) < 0 ||
+        get_str(&x, "refiner_checkpoint", 256, &refiner) < 0 ||
+        get_kind(&x, "alwayson_scripts", cJSON_Object) < 0 ||
+        get_kind(&x, "override_settings", cJSON_Object) < 0 ||
+        get_kind(&x, "styles", cJSON_Array) < 0 ||
+        refuse_true(&x, "restore_faces", "Tessera has no face restoration model") < 0 ||
+        refuse_true(&x, "tiling", "Tessera does not make tileable images") < 0 ||
+        refuse_true(&x, "enable_hr",
                     "Tessera has no hires-fix second pass (generate at the final size, or "
                     "upscale with img2img)") < 0 ||
-        check_ignored(&x, body) < 0)
+        check_ignored(&x) < 0)
         goto bad;
-    const cJSON *styles = item(body, "styles"), *st;
+    const cJSON *styles = item(&x, "styles"), *st;
     cJSON_ArrayForEach(st, styles)
     {
         if (!cJSON_IsString(st)) {
@@ -552,7 +446,7 @@ int svc_a1111_translate(const cJSON *body, bool img2img, const svc_a1111_default
              "(got \"%.64s\")", script_name);
         goto bad;
     }
-    const cJSON *aos = item(body, "alwayson_scripts");
+    const cJSON *aos = item(&x, "alwayson_scripts");
     if (aos && aos->child) {
         fail(&x, 422, "alwayson_scripts",
              "alwayson_scripts: no scripts are available on this server (got \"%.64s\")",
@@ -597,9 +491,11 @@ int svc_a1111_translate(const cJSON *body, bool img2img, const svc_a1111_default
     snprintf(q->scheduler, sizeof q->scheduler, "%s", label);
     /* override_settings */
     long long clip_skip = d && d->clip_skip ? d->clip_skip : 1;
-    const cJSON *ov = item(body, "override_settings");
-    if (ov && get_int(&x, ov, "CLIP_stop_at_last_layers", 1, 12, clip_skip, &clip_skip) < 0) {
-        snprintf(err->field, sizeof err->field, "override_settings.CLIP_stop_at_last_layers");
+    const cJSON *ov = item(&x, "override_settings");
+    svc_fields fo;
+    svc_fields_init(&fo, ov, NULL, false);
+    if (ov && svc_fields_int(&fo, "CLIP_stop_at_last_layers", 1, 12, clip_skip, &clip_skip) < 0) {
+        fail(&x, 422, "override_settings.CLIP_stop_at_last_layers", "%s", fo.message);
         goto bad;
     }
     /* sub-seed: reported only */
@@ -633,7 +529,7 @@ int svc_a1111_translate(const cJSON *body, bool img2img, const svc_a1111_default
         add_or_fail(&x, n, "clip_skip", cJSON_CreateNumber((double)clip_skip)) < 0)
         goto bad;
     if (img2img) {
-        const cJSON *inits = item(body, "init_images");
+        const cJSON *inits = item(&x, "init_images");
         if (!inits) {
             fail(&x, 422, "init_images", "init_images is required (a list with one base64 image)");
             goto bad;
@@ -648,12 +544,12 @@ int svc_a1111_translate(const cJSON *body, bool img2img, const svc_a1111_default
             fail(&x, 422, "init_images", "init_images is not valid base64: it contains U+0000");
             goto bad;
         }
-        if (get_int(&x, body, "resize_mode", 0, 3, 0, &resize_mode) < 0 ||
-            get_int(&x, body, "inpainting_fill", 0, 3, 0, &fill) < 0 ||
-            get_int(&x, body, "inpainting_mask_invert", 0, 1, 0, &invert) < 0 ||
-            get_str(&x, body, "mask", SIZE_MAX, &mask) < 0)
+        if (get_int(&x, "resize_mode", 0, 3, 0, &resize_mode) < 0 ||
+            get_int(&x, "inpainting_fill", 0, 3, 0, &fill) < 0 ||
+            get_int(&x, "inpainting_mask_invert", 0, 1, 0, &invert) < 0 ||
+            get_str(&x, "mask", SIZE_MAX, &mask) < 0)
             goto bad;
-        if (item(body, "latent_mask")) {
+        if (item(&x, "latent_mask")) {
             fail(&x, 422, "latent_mask", "latent_mask is not supported");
             goto bad;
         }
@@ -699,7 +595,7 @@ int svc_a1111_translate(const cJSON *body, bool img2img, const svc_a1111_default
             goto bad;
     }
     bool with_images = false;
-    if (img2img && get_bool(&x, body, "include_init_images", false, &with_images) < 0)
+    if (img2img && get_bool(&x, "include_init_images", false, &with_images) < 0)
         goto bad;
     q->parameters = parameters_json(body, img2img, with_images);
     if (!q->parameters) {

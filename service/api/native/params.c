@@ -10,198 +10,59 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
+#include "fields.h"
 #include "images.h"
+#include "json.h"
 #include "util.h"
 
-#define MAX_SOURCES 24
-
+/* The native reader: svc_fields over the job and its batch's defaults. */
 typedef struct parser {
-    const cJSON *job, *defaults;
-    svc_param_error *err;
-    struct {
-        const char *name;
-        bool from_defaults;
-    } src[MAX_SOURCES];
-    int n_src;
+    svc_fields f;
 } parser;
-
-static void note_source(parser *ps, const char *name, bool from_defaults)
-{
-    if (ps->n_src < MAX_SOURCES) {
-        ps->src[ps->n_src].name = name;
-        ps->src[ps->n_src].from_defaults = from_defaults;
-        ps->n_src++;
-    }
-}
-
-static bool source_of(const parser *ps, const char *name)
-{
-    for (int i = 0; i < ps->n_src; i++)
-        if (strcmp(ps->src[i].name, name) == 0)
-            return ps->src[i].from_defaults;
-    return false;
-}
 
 static int fail(parser *ps, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int fail(parser *ps, const char *field, const char *fmt, ...)
 {
-    svc_param_error *e = ps->err;
-    snprintf(e->field, sizeof e->field, "%s", field ? field : "");
-    e->from_defaults = field ? source_of(ps, field) : false;
+    char msg[sizeof ps->f.message];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return -1;
+    return svc_fields_fail(&ps->f, field, "%s", msg);
 }
 
-/* The item for `name`: the job's own, else the defaults'.  JSON null counts
- * as absent (and a job's null hides the default). */
 static const cJSON *get(parser *ps, const char *name)
 {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(ps->job, name);
-    bool from_defaults = false;
-    if (!it && ps->defaults) {
-        it = cJSON_GetObjectItemCaseSensitive(ps->defaults, name);
-        from_defaults = it != NULL;
-    }
-    note_source(ps, name, from_defaults);
-    if (!it || cJSON_IsNull(it))
-        return NULL;
-    return it;
+    return svc_fields_get(&ps->f, name);
 }
 
-/* "a string", "true", the number's literal, ... for messages. */
-static void describe(const cJSON *it, char *buf, size_t size)
+static void describe(parser *ps, const cJSON *it, char *buf, size_t size)
 {
-    if (cJSON_IsString(it))
-        snprintf(buf, size, "a string");
-    else if (cJSON_IsBool(it))
-        snprintf(buf, size, "%s", cJSON_IsTrue(it) ? "true" : "false");
-    else if (cJSON_IsObject(it))
-        snprintf(buf, size, "an object");
-    else if (cJSON_IsArray(it))
-        snprintf(buf, size, "an array");
-    else if (cJSON_IsNumber(it))
-        snprintf(buf, size, "%.40s", svc_json_literal(it) ? svc_json_literal(it) : "a number");
-    else
-        snprintf(buf, size, "null");
+    svc_fields_describe(&ps->f, it, buf, size);
 }
 
-static int get_int(parser *ps, const char *name, long long lo, long long hi, long long dflt,
-                   long long *out)
-{
-    const cJSON *it = get(ps, name);
-    if (!it) {
-        *out = dflt;
-        return 0;
-    }
-    char got[64];
-    describe(it, got, sizeof got);
-    const char *lit = svc_json_literal(it);
-    if (!cJSON_IsNumber(it) || !lit || !svc_json_literal_is_integer(lit))
-        return fail(ps, name, "%s must be an integer between %lld and %lld, got %s", name, lo, hi,
-                    got);
-    errno = 0;
-    long long v = strtoll(lit, NULL, 10);
-    if (errno == ERANGE || v < lo || v > hi)
-        return fail(ps, name, "%s must be an integer between %lld and %lld, got %s", name, lo, hi,
-                    got);
-    *out = v;
-    return 0;
-}
-
-/* A finite number in [lo, hi] ((lo, hi] when lo_open). */
-static int get_number(parser *ps, const char *name, double lo, double hi, bool lo_open,
-                      double dflt, double *out, bool *given)
-{
-    const cJSON *it = get(ps, name);
-    if (given)
-        *given = it != NULL;
-    if (!it) {
-        *out = dflt;
-        return 0;
-    }
-    char got[64];
-    describe(it, got, sizeof got);
-    double v = it->valuedouble;
-    if (!cJSON_IsNumber(it) || !isfinite(v) || (lo_open ? v <= lo : v < lo) || v > hi)
-        return fail(ps, name, "%s must be a number in %s%g, %g], got %s", name, lo_open ? "(" : "[",
-                    lo, hi, got);
-    *out = v;
-    return 0;
-}
-
+/* A string, copied (NULL when absent). */
 static int get_string(parser *ps, const char *name, size_t max_len, bool required, char **out)
 {
+    const char *v = NULL;
     *out = NULL;
-    const cJSON *it = get(ps, name);
-    if (!it) {
-        if (required)
-            return fail(ps, name, "%s is required (a string)", name);
-        return 0;
-    }
-    if (!cJSON_IsString(it) || !it->valuestring) {
-        char got[64];
-        describe(it, got, sizeof got);
-        return fail(ps, name, "%s must be a string, got %s", name, got);
-    }
-    if (it->type & SVC_JSON_HAS_NUL)
-        return fail(ps, name, "%s must not contain U+0000 (NUL)", name);
-    size_t len = strlen(it->valuestring);
-    if (len > max_len)
-        return fail(ps, name, "%s is %zu bytes long; at most %zu", name, len, max_len);
-    *out = strdup(it->valuestring);
-    if (!*out)
+    if (svc_fields_string(&ps->f, name, max_len, required, &v) < 0)
+        return -1;
+    if (v && !(*out = strdup(v)))
         return fail(ps, name, "out of memory");
     return 0;
 }
 
 static int get_seed(parser *ps, uint64_t *seed, bool *random)
 {
-    const cJSON *it = get(ps, "seed");
-    *random = false;
-    if (it) {
-        char got[64];
-        describe(it, got, sizeof got);
-        const char *lit = svc_json_literal(it);
-        if (!cJSON_IsNumber(it) || !lit || !svc_json_literal_is_integer(lit))
-            return fail(ps, "seed",
-                        "seed must be an integer between 0 and 18446744073709551615, or -1 for "
-                        "random, got %s",
-                        got);
-        if (lit[0] == '-') {
-            if (strcmp(lit, "-1") == 0) {
-                *random = true;
-            } else if (strcmp(lit, "-0") == 0) {
-                *seed = 0;
-                return 0;
-            } else {
-                return fail(ps, "seed",
-                            "seed must be an integer between 0 and 18446744073709551615, or -1 "
-                            "for random, got %s",
-                            got);
-            }
-        } else {
-            uint64_t v = 0;
-            for (const char *p = lit; *p; p++) {
-                uint64_t d = (uint64_t)(*p - '0');
-                if (v > (UINT64_MAX - d) / 10)
-                    return fail(ps, "seed",
-                                "seed must be an integer between 0 and 18446744073709551615, or "
-                                "-1 for random, got %s",
-                                got);
-                v = v * 10 + d;
-            }
-            *seed = v;
-            return 0;
-        }
-    }
+    if (svc_fields_seed(&ps->f, "seed", true,
+                        "an integer between 0 and 18446744073709551615, or -1 for random", seed,
+                        random) < 0)
+        return -1;
     /* A1111 draws 32-bit seeds; so does `tessera generate` */
-    *random = true;
-    *seed = svc_random_u64() & 0xFFFFFFFFull;
+    if (*random)
+        *seed = svc_random_u64() & 0xFFFFFFFFull;
     return 0;
 }
 
@@ -216,7 +77,7 @@ static int get_image(parser *ps, const char *name, int channels, uint8_t **file,
         return 0;
     if (!cJSON_IsString(it) || !it->valuestring) {
         char got[64];
-        describe(it, got, sizeof got);
+        describe(ps, it, got, sizeof got);
         return fail(ps, name, "%s must be a base64 PNG or JPEG string, got %s", name, got);
     }
     if (it->type & SVC_JSON_HAS_NUL)
@@ -286,7 +147,7 @@ static int get_side(parser *ps, const char *name, int max_size, long long *out, 
     if (!it)
         return 0;
     char got[64];
-    describe(it, got, sizeof got);
+    describe(ps, it, got, sizeof got);
     const char *lit = svc_json_literal(it);
     long long v = 0;
     if (cJSON_IsNumber(it) && lit && svc_json_literal_is_integer(lit)) {
@@ -302,26 +163,32 @@ static int get_side(parser *ps, const char *name, int max_size, long long *out, 
     return 0;
 }
 
+/* The reader's refusal as the native error; -1. */
+static int failed(const parser *ps, svc_param_error *err)
+{
+    snprintf(err->field, sizeof err->field, "%s", ps->f.field);
+    err->from_defaults = ps->f.from_defaults;
+    snprintf(err->message, sizeof err->message, "%s", ps->f.message);
+    return -1;
+}
+
 int svc_params_parse(const cJSON *job, const cJSON *defaults, const svc_params_ctx *ctx,
                      svc_params **out, svc_param_error *err)
 {
     parser ps;
-    memset(&ps, 0, sizeof ps);
-    ps.job = job;
-    ps.defaults = defaults && cJSON_IsObject(defaults) ? defaults : NULL;
-    ps.err = err;
+    svc_fields_init(&ps.f, job, defaults && cJSON_IsObject(defaults) ? defaults : NULL, false);
     memset(err, 0, sizeof *err);
     *out = NULL;
     if (!job || !cJSON_IsObject(job)) {
         fail(&ps, NULL, "a job must be a JSON object");
-        return -1;
+        return failed(&ps, err);
     }
     const int max_size = ctx && ctx->max_size ? ctx->max_size : TSR_MAX_SIZE;
     const int default_size = ctx && ctx->default_size ? ctx->default_size : 512;
     svc_params *p = calloc(1, sizeof *p);
     if (!p) {
         fail(&ps, NULL, "out of memory");
-        return -1;
+        return failed(&ps, err);
     }
     atomic_init(&p->refs, 1);
     long long n, width, height, steps, clip_skip;
@@ -329,18 +196,20 @@ int svc_params_parse(const cJSON *job, const cJSON *defaults, const svc_params_c
     int iw = 0, ih = 0, mw = 0, mh = 0;
     if (get_string(&ps, "prompt", SVC_MAX_PROMPT_BYTES, true, &p->prompt) < 0 ||
         get_string(&ps, "negative_prompt", SVC_MAX_PROMPT_BYTES, false, &p->negative_prompt) < 0 ||
-        get_int(&ps, "n", 1, SVC_MAX_IMAGES_PER_JOB, 1, &n) < 0 ||
+        svc_fields_int(&ps.f, "n", 1, SVC_MAX_IMAGES_PER_JOB, 1, &n) < 0 ||
         get_side(&ps, "width", max_size, &width, &w_given) < 0 ||
         get_side(&ps, "height", max_size, &height, &h_given) < 0 ||
-        get_int(&ps, "steps", 1, TSR_MAX_STEPS, 30, &steps) < 0 ||
-        get_number(&ps, "cfg_scale", 0, 100, false, 7.5, &p->cfg_scale, NULL) < 0 ||
-        get_number(&ps, "guidance_rescale", 0, 1, false, 0, &p->guidance_rescale, NULL) < 0 ||
+        svc_fields_int(&ps.f, "steps", 1, TSR_MAX_STEPS, 30, &steps) < 0 ||
+        svc_fields_number(&ps.f, "cfg_scale", 0, 100, false, 7.5, &p->cfg_scale, NULL) < 0 ||
+        svc_fields_number(&ps.f, "guidance_rescale", 0, 1, false, 0, &p->guidance_rescale,
+                          NULL) < 0 ||
         get_string(&ps, "sampler", 64, false, &p->sampler) < 0 ||
         get_string(&ps, "scheduler", 64, false, &p->scheduler) < 0 ||
         get_seed(&ps, &p->seed, &p->seed_random) < 0 ||
         get_string(&ps, "rng", 16, false, &p->rng) < 0 ||
-        get_int(&ps, "clip_skip", 1, 12, 1, &clip_skip) < 0 ||
-        get_number(&ps, "strength", 0, 1, true, 0.75, &p->strength, &strength_given) < 0 ||
+        svc_fields_int(&ps.f, "clip_skip", 1, 12, 1, &clip_skip) < 0 ||
+        svc_fields_number(&ps.f, "strength", 0, 1, true, 0.75, &p->strength, &strength_given) <
+            0 ||
         get_image(&ps, "init_image", 3, &p->init_file, &p->init_file_len, &p->init_rgb, &iw,
                   &ih) < 0 ||
         get_image(&ps, "mask", 1, &p->mask_file, &p->mask_file_len, &p->mask_gray, &mw, &mh) < 0)
@@ -414,7 +283,7 @@ int svc_params_parse(const cJSON *job, const cJSON *defaults, const svc_params_c
     return 0;
 bad:
     params_free(p);
-    return -1;
+    return failed(&ps, err);
 }
 
 void svc_params_to_engine(const svc_params *p, int index, tsr_image_params *o)

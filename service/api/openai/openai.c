@@ -25,6 +25,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 
+#include "fields.h"
 #include "gate.h"
 #include "json.h"
 #include "log.h"
@@ -370,72 +371,41 @@ int oai_bad(oai_err *e, const char *param, const char *code, const char *fmt, ..
     return -1;
 }
 
-/* A JSON value in a few characters, for messages. */
-static void describe(const cJSON *it, char *buf, size_t size)
+/* A field reader's refusal as OpenAI's (400, `code`). */
+static int bad_field(const svc_fields *f, oai_err *e, const char *code)
 {
-    if (cJSON_IsString(it))
-        snprintf(buf, size, "\"%.40s\"", it->valuestring);
-    else if (cJSON_IsNumber(it))
-        snprintf(buf, size, "%.40s", svc_json_literal(it) ? svc_json_literal(it) : "a number");
-    else if (cJSON_IsBool(it))
-        snprintf(buf, size, "%s", cJSON_IsTrue(it) ? "true" : "false");
-    else if (cJSON_IsArray(it))
-        snprintf(buf, size, "an array");
-    else if (cJSON_IsObject(it))
-        snprintf(buf, size, "an object");
-    else
-        snprintf(buf, size, "null");
+    return oai_bad(e, f->field, code, "%s", f->message);
 }
 
 /* An optional string among `allowed` (NULL-terminated; NULL = any string of
  * up to `max` bytes).  *out = NULL when absent or null. */
-static int opt_string(const cJSON *in, const char *name, const char *const *allowed, size_t max,
+static int opt_string(svc_fields *f, const char *name, const char *const *allowed, size_t max,
                       const char **out, oai_err *e)
 {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(in, name);
+    if (allowed)
+        return svc_fields_enum(f, name, allowed, out) < 0 ? bad_field(f, e, "invalid_value") : 0;
+    const cJSON *it = svc_fields_get(f, name);
     *out = NULL;
-    if (!it || cJSON_IsNull(it))
+    if (!it)
         return 0;
-    char got[64];
-    describe(it, got, sizeof got);
-    bool ok = cJSON_IsString(it) && !(it->type & SVC_JSON_HAS_NUL) &&
-              (allowed || strlen(it->valuestring) <= max);
-    if (ok && allowed) {
-        ok = false;
-        for (const char *const *a = allowed; *a; a++)
-            ok = ok || strcmp(*a, it->valuestring) == 0;
+    if (cJSON_IsString(it) && !(it->type & SVC_JSON_HAS_NUL) && strlen(it->valuestring) <= max) {
+        *out = it->valuestring;
+        return 0;
     }
-    if (!ok) {
-        char list[256] = "";
-        for (const char *const *a = allowed; a && *a; a++)
-            snprintf(list + strlen(list), sizeof list - strlen(list), "%s\"%s\"",
-                     a == allowed ? "" : ", ", *a);
-        if (allowed)
-            return oai_bad(e, name, "invalid_value", "%s must be one of %s, got %s", name, list, got);
-        return oai_bad(e, name, "invalid_value", "%s must be a string of at most %zu bytes, got %s",
-                   name, max, got);
-    }
-    *out = it->valuestring;
-    return 0;
+    char what[64];
+    snprintf(what, sizeof what, "a string of at most %zu bytes", max);
+    svc_fields_refuse(f, name, it, what);
+    return bad_field(f, e, "invalid_value");
 }
 
-static int opt_int(const cJSON *in, const char *name, int lo, int hi, int def, int *out,
+static int opt_int(svc_fields *f, const char *name, int lo, int hi, int def, int *out,
                    oai_err *e)
 {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(in, name);
-    *out = def;
-    if (!it || cJSON_IsNull(it))
-        return 0;
-    const char *lit = svc_json_literal(it);
-    if (cJSON_IsNumber(it) && lit && svc_json_literal_is_integer(lit) && it->valuedouble >= lo &&
-        it->valuedouble <= hi) {
-        *out = (int)it->valuedouble;
-        return 0;
-    }
-    char got[64];
-    describe(it, got, sizeof got);
-    return oai_bad(e, name, "invalid_value", "%s must be an integer between %d and %d, got %s", name,
-               lo, hi, got);
+    long long v = def;
+    if (svc_fields_int(f, name, lo, hi, def, &v) < 0)
+        return bad_field(f, e, "invalid_value");
+    *out = (int)v;
+    return 0;
 }
 
 /* "WxH" with both sides multiples of 8 in the model's limits. */
@@ -492,17 +462,18 @@ static const char *const passthrough[] = {"seed",      "steps",     "negative_pr
 int oai_take_fields(oai_call *c, cJSON *in, cJSON *nat, oai_err *e)
 {
     svc_server *s = c->srv;
-    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(in, "prompt");
-    if (!prompt || cJSON_IsNull(prompt))
+    svc_fields f;
+    svc_fields_init(&f, in, NULL, true);
+    const cJSON *prompt = svc_fields_get(&f, "prompt");
+    if (!prompt)
         return oai_bad(e, "prompt", "missing_required_parameter", "prompt is required");
     if (!cJSON_IsString(prompt)) {
-        char got[64];
-        describe(prompt, got, sizeof got);
-        return oai_bad(e, "prompt", "invalid_type", "prompt must be a string, got %s", got);
+        svc_fields_refuse(&f, "prompt", prompt, "a string");
+        return bad_field(&f, e, "invalid_type");
     }
     c->text_tokens = count_words(prompt->valuestring);
     int n = 1;
-    if (opt_int(in, "n", 1, OAI_MAX_N, 1, &n, e) < 0)
+    if (opt_int(&f, "n", 1, OAI_MAX_N, 1, &n, e) < 0)
         return -1;
     static const char *const formats[] = {"b64_json", "url", NULL};
     static const char *const outfmt[] = {"png", NULL};
@@ -514,41 +485,36 @@ int oai_take_fields(oai_call *c, cJSON *in, cJSON *nat, oai_err *e)
     static const char *const fidelities[] = {"high", "low", NULL};
     const char *size = NULL, *fmt = NULL, *v = NULL, *model = NULL;
     int ignored = 0;
-    if (opt_string(in, "size", NULL, 32, &size, e) < 0 ||
-        opt_string(in, "response_format", formats, 0, &fmt, e) < 0 ||
-        opt_string(in, "output_format", outfmt, 0, &v, e) < 0 ||
-        opt_int(in, "output_compression", 0, 100, 100, &ignored, e) < 0 ||
-        opt_string(in, "quality", qualities, 0, &v, e) < 0)
+    if (opt_string(&f, "size", NULL, 32, &size, e) < 0 ||
+        opt_string(&f, "response_format", formats, 0, &fmt, e) < 0 ||
+        opt_string(&f, "output_format", outfmt, 0, &v, e) < 0 ||
+        opt_int(&f, "output_compression", 0, 100, 100, &ignored, e) < 0 ||
+        opt_string(&f, "quality", qualities, 0, &v, e) < 0)
         return -1;
     if (v)
         snprintf(c->quality, sizeof c->quality, "%s", v);
-    if (opt_string(in, "background", backgrounds, 0, &v, e) < 0)
+    if (opt_string(&f, "background", backgrounds, 0, &v, e) < 0)
         return -1;
     if (v && !strcmp(v, "transparent"))
         return oai_bad(e, "background", "unsupported_value", "background \"transparent\" is not "
                    "supported: Tessera makes opaque RGB images (use \"auto\" or \"opaque\")");
     if (v)
         snprintf(c->background, sizeof c->background, "%s", v);
-    if (opt_string(in, "style", styles, 0, &v, e) < 0 ||
-        opt_string(in, "moderation", moderations, 0, &v, e) < 0 ||
-        opt_string(in, "input_fidelity", fidelities, 0, &v, e) < 0 ||
-        opt_string(in, "user", NULL, 256, &v, e) < 0 ||
-        opt_string(in, "safety_identifier", NULL, 256, &v, e) < 0 ||
-        opt_string(in, "model", NULL, 256, &model, e) < 0)
+    if (opt_string(&f, "style", styles, 0, &v, e) < 0 ||
+        opt_string(&f, "moderation", moderations, 0, &v, e) < 0 ||
+        opt_string(&f, "input_fidelity", fidelities, 0, &v, e) < 0 ||
+        opt_string(&f, "user", NULL, 256, &v, e) < 0 ||
+        opt_string(&f, "safety_identifier", NULL, 256, &v, e) < 0 ||
+        opt_string(&f, "model", NULL, 256, &model, e) < 0)
         return -1;
     if (model && strcmp(model, s->model_name) != 0 && strncmp(model, "dall-e", 6) != 0 &&
         strncmp(model, "gpt-image", 9) != 0)
         return oai_bad(e, "model", "model_not_found", "model \"%.100s\" is not loaded: this server "
                    "serves \"%.100s\" (OpenAI's dall-e-* and gpt-image-* names map to it)", model,
                    s->model_name);
-    const cJSON *st = cJSON_GetObjectItemCaseSensitive(in, "stream");
-    if (st && !cJSON_IsNull(st) && !cJSON_IsBool(st)) {
-        char got[64];
-        describe(st, got, sizeof got);
-        return oai_bad(e, "stream", "invalid_type", "stream must be a boolean, got %s", got);
-    }
-    c->stream = cJSON_IsTrue(st);
-    if (opt_int(in, "partial_images", 0, OAI_MAX_PARTIAL, 0, &c->partial_images, e) < 0)
+    if (svc_fields_bool(&f, "stream", false, false, &c->stream) < 0)
+        return bad_field(&f, e, "invalid_type");
+    if (opt_int(&f, "partial_images", 0, OAI_MAX_PARTIAL, 0, &c->partial_images, e) < 0)
         return -1;
     c->url = fmt && !strcmp(fmt, "url");
     if (c->stream && c->url)
