@@ -35,8 +35,8 @@ typedef struct progress {
     int evals_done, evals_total;
     double start;
     const char *preview_dir;
-    int *job_index; /* job id -> image index */
-    int n_jobs;
+    int *index_of; /* the batch's image id -> image index */
+    int n_images;
     int write_errors;
 } progress;
 
@@ -44,11 +44,11 @@ typedef struct progress {
 static void on_step(void *user, const tsr_step_info *info)
 {
     progress *pr = user;
-    if (info->state != TSR_JOB_DENOISING)
+    if (info->state != TSR_IMAGE_DENOISING)
         return; /* final states: reported after the loop from the results */
     pr->evals_done++;
     if (pr->preview_dir && info->preview_rgb) {
-        int index = info->job <= pr->n_jobs ? pr->job_index[info->job] : info->job;
+        int index = info->image <= pr->n_images ? pr->index_of[info->image] : info->image;
         char path[4096];
         snprintf(path, sizeof path, "%s/image%d-step%03d.png", pr->preview_dir, index, info->step);
         tsr_image img = {(uint32_t)info->preview_width, (uint32_t)info->preview_height, 3,
@@ -394,8 +394,8 @@ int tsr_cmd_generate(int argc, char **argv)
     full_res fr = {0};
     tsr_engine *engine = NULL;
     tsr_batch *batch = NULL;
-    int exit_code = TSR_EXIT_FAILURE, jobs[GEN_MAX_BATCH] = {0}, n_jobs = 0;
-    int job_index[GEN_MAX_BATCH + 2] = {0};
+    int exit_code = TSR_EXIT_FAILURE, image_ids[GEN_MAX_BATCH] = {0}, n_images = 0;
+    int index_of[GEN_MAX_BATCH + 2] = {0};
     if (o.init && load_image("init-image", o.init, 3, &init) < 0)
         return TSR_EXIT_FAILURE;
     if (o.mask && load_image("mask", o.mask, 1, &mask) < 0) {
@@ -445,7 +445,7 @@ int tsr_cmd_generate(int argc, char **argv)
     if (rc < 0)
         goto fail;
     progress pr = {isatty(STDERR_FILENO) && !o.quiet, (int)o.batch, 0, 0, 0, o.preview_dir,
-                   job_index, GEN_MAX_BATCH + 1, 0};
+                   index_of, GEN_MAX_BATCH + 1, 0};
     /* linear previews at latent size; TAESD's are at image size */
     tsr_batch_set_callback(batch, on_step, &pr,
                            o.preview_dir ? TSR_PREVIEW_LATENT : TSR_PREVIEW_NONE);
@@ -472,7 +472,7 @@ int tsr_cmd_generate(int argc, char **argv)
         const char *field = NULL;
         rc = tsr_image_params_check(engine, &p, &field);
         if (rc == TSR_OK)
-            rc = tsr_batch_submit(batch, &p, &jobs[n_jobs]);
+            rc = tsr_batch_submit(batch, &p, &image_ids[n_images]);
         if (rc < 0) {
             /* the first image fails the same way as the rest: bad input */
             const char *flag = gen_flag_for_field(field);
@@ -487,14 +487,14 @@ int tsr_cmd_generate(int argc, char **argv)
             }
             goto done;
         }
-        job_index[jobs[n_jobs]] = i;
-        n_jobs++;
+        index_of[image_ids[n_images]] = i;
+        n_images++;
     }
     pr.start = tsr_cli_now();
-    TSR_INFO("generating %d image%s of %lldx%lld on %s, seed %llu", n_jobs, n_jobs > 1 ? "s" : "",
-             (long long)o.width, (long long)o.height, tsr_engine_device(engine),
-             (unsigned long long)o.seed);
-    pr.evals_total = n_jobs * (int)o.steps;
+    TSR_INFO("generating %d image%s of %lldx%lld on %s, seed %llu", n_images,
+             n_images > 1 ? "s" : "", (long long)o.width, (long long)o.height,
+             tsr_engine_device(engine), (unsigned long long)o.seed);
+    pr.evals_total = n_images * (int)o.steps;
     double step_s[2 * TSR_MAX_STEPS + 8];
     int n_steps = 0;
     while (tsr_batch_active(batch) > 0) {
@@ -509,9 +509,9 @@ int tsr_cmd_generate(int argc, char **argv)
         fprintf(stderr, "\n");
 
     int failures = 0;
-    for (int i = 0; i < n_jobs; i++) {
+    for (int i = 0; i < n_images; i++) {
         tsr_result res;
-        rc = tsr_batch_take(batch, jobs[i], &res);
+        rc = tsr_batch_take(batch, image_ids[i], &res);
         if (rc < 0 || res.status != TSR_OK) {
             fprintf(stderr, "tessera generate: image %d failed: %s\n", i,
                     rc < 0 ? tsr_last_error() : tsr_strerror(res.status));
@@ -520,7 +520,7 @@ int tsr_cmd_generate(int argc, char **argv)
             continue;
         }
         char path[4096];
-        gen_output_name(o.output, i, n_jobs, path, sizeof path);
+        gen_output_name(o.output, i, n_images, path, sizeof path);
         rc = write_image(&o, path, &res, &init, &mask, &fr);
         if (rc < 0) {
             fprintf(stderr, "tessera generate: --output %s: %s\n", path, tsr_last_error());
@@ -532,8 +532,8 @@ int tsr_cmd_generate(int argc, char **argv)
     }
     /* the last UNet call also decodes: the median is the denoising step */
     qsort(step_s, (size_t)n_steps, sizeof step_s[0], tsr_cli_cmp_double);
-    TSR_INFO("%d image%s in %.2f s (load %.2f s, %d UNet calls, median %.3f s per call)", n_jobs,
-             n_jobs > 1 ? "s" : "", tsr_cli_now() - pr.start, load_s, n_steps,
+    TSR_INFO("%d image%s in %.2f s (load %.2f s, %d UNet calls, median %.3f s per call)", n_images,
+             n_images > 1 ? "s" : "", tsr_cli_now() - pr.start, load_s, n_steps,
              n_steps ? step_s[n_steps / 2] : 0.0);
     exit_code = failures ? TSR_EXIT_FAILURE : TSR_EXIT_OK;
     goto done;

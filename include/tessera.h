@@ -197,35 +197,35 @@ int tsr_image_params_check(const tsr_engine *e, const tsr_image_params *p, const
 /* ------------------------------------------------------------------------
  * Batches.
  *
- * Life of an image (tsr_job_state):
+ * Life of an image (tsr_image_state):
  *   QUEUED     submitted: parameters checked and copied, nothing computed
  *   ENCODING   the prepare phase: prompts encoded, init image VAE-encoded,
  *              initial noise drawn (run by tsr_batch_step before a UNet
- *              call, timed separately: tsr_job_info.prepare_seconds)
+ *              call, timed separately: tsr_image_info.prepare_seconds)
  *   DENOISING  taking part in UNet calls
  *   DECODING   all steps done; the VAE decodes it (in chunks of at most
  *              max_decode_images, tiled above max_decode_pixels)
  *   DONE / FAILED / CANCELLED   final; the result waits for tsr_batch_take
  *
- * Bounds: a batch holds at most max_jobs images in any state until they are
+ * Bounds: a batch holds at most max_images images in any state until they are
  * taken; submit fails with TSR_ERR_RANGE past that.  The batch's own buffers
  * and the UNet/VAE workspaces are released when the batch runs empty, so a
  * burst of large images does not pin their memory afterwards.
  * tsr_engine_memory_estimate() gives the peak a step can need.
  * ------------------------------------------------------------------------ */
 
-typedef enum tsr_job_state {
-    TSR_JOB_QUEUED = 0,
-    TSR_JOB_ENCODING = 1,
-    TSR_JOB_DENOISING = 2,
-    TSR_JOB_DECODING = 3,
-    TSR_JOB_DONE = 4,
-    TSR_JOB_FAILED = 5,
-    TSR_JOB_CANCELLED = 6,
-} tsr_job_state;
+typedef enum tsr_image_state {
+    TSR_IMAGE_QUEUED = 0,
+    TSR_IMAGE_ENCODING = 1,
+    TSR_IMAGE_DENOISING = 2,
+    TSR_IMAGE_DECODING = 3,
+    TSR_IMAGE_DONE = 4,
+    TSR_IMAGE_FAILED = 5,
+    TSR_IMAGE_CANCELLED = 6,
+} tsr_image_state;
 
 /* "queued", "encoding", "denoising", "decoding", "done", "failed", "cancelled" */
-const char *tsr_job_state_name(tsr_job_state s);
+const char *tsr_image_state_name(tsr_image_state s);
 
 /* Previews given to the step callback. */
 typedef enum tsr_preview_mode {
@@ -236,7 +236,7 @@ typedef enum tsr_preview_mode {
 
 typedef struct tsr_batch_options {
     int max_rows;          /* UNet rows per call, 1..64; default 32 (16 images with guidance) */
-    int max_jobs;          /* images held in any state until taken; default 256, 1..65536 */
+    int max_images;        /* images held in any state until taken; default 256, 1..65536 */
     int max_decode_images; /* images per VAE decode call; default 4 */
     long long max_decode_pixels; /* images larger than this (w*h) decode in tiles; default 1048576 */
 } tsr_batch_options;
@@ -246,8 +246,8 @@ void tsr_batch_options_init(tsr_batch_options *o);
 /* Per-evaluation progress, given to the step callback.  Pointers are
  * borrowed for the duration of the call. */
 typedef struct tsr_step_info {
-    int job;
-    tsr_job_state state;       /* DENOISING after an evaluation; DONE or FAILED
+    int image;
+    tsr_image_state state;     /* DENOISING after an evaluation; DONE or FAILED
                                 * once when the image reaches it (a cancel is
                                 * the caller's own act and is not reported) */
     int status;                /* why it failed (FAILED/CANCELLED), else TSR_OK */
@@ -264,7 +264,7 @@ typedef struct tsr_step_info {
  * joins at the next step), tsr_batch_cancel (any image, including the one
  * reported: it leaves before the next UNet call; its memory is kept until
  * the step returns), tsr_batch_take (images in a final state; the one
- * reported once it is final), tsr_batch_job_info, tsr_batch_active,
+ * reported once it is final), tsr_batch_image_info, tsr_batch_active,
  * tsr_batch_stats.  It must not call tsr_batch_step (which then fails with
  * TSR_ERR_INVALID) or tsr_batch_free. */
 typedef void (*tsr_step_fn)(void *user, const tsr_step_info *info);
@@ -277,10 +277,10 @@ void tsr_batch_free(tsr_batch *b);
  * with a TAESD decoder on the engine, previews come from it at image size
  * in either mode. */
 void tsr_batch_set_callback(tsr_batch *b, tsr_step_fn fn, void *user, int previews);
-/* Check and copy the parameters (init image and mask included); *job is the
+/* Check and copy the parameters (init image and mask included); *image is the
  * new image's id (> 0).  Fails, naming the field, and adds nothing on any
- * bad parameter or when the batch already holds max_jobs images. */
-int tsr_batch_submit(tsr_batch *b, const tsr_image_params *p, int *job);
+ * bad parameter or when the batch already holds max_images images. */
+int tsr_batch_submit(tsr_batch *b, const tsr_image_params *p, int *image);
 /* Run the prepare phase (ENCODING) of up to max_images queued images, oldest
  * first (max_images <= 0: all).  tsr_batch_step calls it itself for the
  * queued images that can fill its rows; call it explicitly to move prompt
@@ -297,13 +297,13 @@ int tsr_batch_step(tsr_batch *b, int *finished);
 /* Cancel a queued or running image: it becomes CANCELLED at once (its slot
  * is free for the next UNet call).  TSR_ERR_NOT_FOUND for an unknown id;
  * TSR_ERR_INVALID when it is already final. */
-int tsr_batch_cancel(tsr_batch *b, int job);
+int tsr_batch_cancel(tsr_batch *b, int image);
 /* Images queued, encoding, denoising or decoding. */
 int tsr_batch_active(const tsr_batch *b);
 
-typedef struct tsr_job_info {
-    int job;
-    tsr_job_state state;
+typedef struct tsr_image_info {
+    int image;
+    tsr_image_state state;
     int status;                /* TSR_OK, or why it failed / was cancelled */
     int step, steps;           /* user-visible steps done / total (0/steps while queued) */
     int width, height;
@@ -311,10 +311,10 @@ typedef struct tsr_job_info {
     double prepare_seconds;    /* the prepare phase */
     double denoise_seconds;    /* wall time of the UNet calls it took part in (incl. its sampler) */
     double decode_seconds;     /* its share of the VAE decode */
-} tsr_job_info;
+} tsr_image_info;
 
 /* TSR_ERR_NOT_FOUND for an unknown (or already taken) id. */
-int tsr_batch_job_info(const tsr_batch *b, int job, tsr_job_info *out);
+int tsr_batch_image_info(const tsr_batch *b, int image, tsr_image_info *out);
 
 typedef struct tsr_batch_stats {
     uint64_t unet_calls;       /* since creation */
@@ -329,7 +329,7 @@ typedef struct tsr_batch_stats {
 void tsr_batch_stats_get(const tsr_batch *b, tsr_batch_stats *out);
 
 typedef struct tsr_result {
-    int job;
+    int image;
     int status;         /* TSR_OK, or why the image failed / was cancelled */
     int width, height;
     uint8_t *rgb;       /* owned by the caller after take: free(); NULL unless TSR_OK */
@@ -338,8 +338,8 @@ typedef struct tsr_result {
 } tsr_result;
 
 /* Take an image in a final state (DONE, FAILED, CANCELLED) out of the batch;
- * returns TSR_ERR_NOT_FOUND when `job` is unknown or not final. */
-int tsr_batch_take(tsr_batch *b, int job, tsr_result *out);
+ * returns TSR_ERR_NOT_FOUND when `image` is unknown or not final. */
+int tsr_batch_take(tsr_batch *b, int image, tsr_result *out);
 void tsr_result_free(tsr_result *r);
 
 /* Upper bound, in bytes, of the memory one tsr_batch_step of `images`

@@ -1,12 +1,12 @@
 /*
  * pipeline/batch.c - a batch's bookkeeping: create, submit, prepare,
- * cancel, take, job info and stats.  The UNet call itself is in
+ * cancel, take, image info and stats.  The UNet call itself is in
  * pipeline/step.c.
  *
- * Ownership: the batch owns every job from submit until take.  Jobs live
+ * Ownership: the batch owns every image from submit until take.  Images live
  * in one array in submission order of arrival (unordered after takes; each
  * carries its submission sequence number).  While a step or a prepare phase
- * runs (b->busy > 0) the step callback may take or cancel images: a job
+ * runs (b->busy > 0) the step callback may take or cancel images: an image
  * taken then leaves the array at once but is freed only when the step
  * returns (b->graveyard), because the step may still hold a pointer to it.
  * Nothing else is freed under a running step.
@@ -22,7 +22,7 @@ void tsr_batch_options_init(tsr_batch_options *o)
 {
     memset(o, 0, sizeof *o);
     o->max_rows = 32;
-    o->max_jobs = 256;
+    o->max_images = 256;
     o->max_decode_images = 4;
     o->max_decode_pixels = 1024LL * 1024;
 }
@@ -32,8 +32,8 @@ static int check_options(const tsr_batch_options *o)
     if (o->max_rows < 1 || o->max_rows > TSR_UNET_MAX_BATCH)
         return tsr_errorf(TSR_ERR_INVALID, "rows per UNet call %d outside 1..%d", o->max_rows,
                           TSR_UNET_MAX_BATCH);
-    if (o->max_jobs < 1 || o->max_jobs > 65536)
-        return tsr_errorf(TSR_ERR_INVALID, "images per batch %d outside 1..65536", o->max_jobs);
+    if (o->max_images < 1 || o->max_images > 65536)
+        return tsr_errorf(TSR_ERR_INVALID, "images per batch %d outside 1..65536", o->max_images);
     if (o->max_decode_images < 1 || o->max_decode_images > 64)
         return tsr_errorf(TSR_ERR_INVALID, "images per VAE decode %d outside 1..64",
                           o->max_decode_images);
@@ -84,11 +84,11 @@ void tsr_batch_free(tsr_batch *b)
 {
     if (!b)
         return;
-    for (int i = 0; i < b->n_jobs; i++)
-        tsr_job_free(b->jobs[i]);
-    free(b->jobs);
+    for (int i = 0; i < b->n_images; i++)
+        tsr_batch_image_free(b->images[i]);
+    free(b->images);
     for (int i = 0; i < b->n_grave; i++)
-        tsr_job_free(b->graveyard[i]);
+        tsr_batch_image_free(b->graveyard[i]);
     free(b->graveyard);
     tsr_batch_release_buffers(b);
     free(b);
@@ -101,60 +101,60 @@ void tsr_batch_set_callback(tsr_batch *b, tsr_step_fn fn, void *user, int previe
     b->previews = previews < 0 ? 0 : previews > TSR_PREVIEW_IMAGE ? TSR_PREVIEW_IMAGE : previews;
 }
 
-static bool is_final(tsr_job_state s)
+static bool is_final(tsr_image_state s)
 {
-    return s == TSR_JOB_DONE || s == TSR_JOB_FAILED || s == TSR_JOB_CANCELLED;
+    return s == TSR_IMAGE_DONE || s == TSR_IMAGE_FAILED || s == TSR_IMAGE_CANCELLED;
 }
 
 int tsr_batch_active(const tsr_batch *b)
 {
     int n = 0;
-    for (int i = 0; i < b->n_jobs; i++)
-        n += !is_final(b->jobs[i]->state);
+    for (int i = 0; i < b->n_images; i++)
+        n += !is_final(b->images[i]->state);
     return n;
 }
 
 /* ---- submit ---- */
 
-int tsr_batch_submit(tsr_batch *b, const tsr_image_params *p, int *job)
+int tsr_batch_submit(tsr_batch *b, const tsr_image_params *p, int *image)
 {
-    if (job)
-        *job = 0;
+    if (image)
+        *image = 0;
     tsr_params_resolved r;
     TSR_TRY(tsr_params_resolve(b->e, p, &r, NULL));
-    if (b->n_jobs >= b->opt.max_jobs)
+    if (b->n_images >= b->opt.max_images)
         return tsr_errorf(TSR_ERR_RANGE,
                           "the batch already holds %d images (its limit); take finished ones "
                           "first",
-                          b->n_jobs);
-    if (b->n_jobs == b->cap) {
+                          b->n_images);
+    if (b->n_images == b->cap) {
         int cap = b->cap ? 2 * b->cap : 16;
-        tsr_job **jobs = realloc(b->jobs, (size_t)cap * sizeof *jobs);
-        if (!jobs)
+        tsr_batch_image **images = realloc(b->images, (size_t)cap * sizeof *images);
+        if (!images)
             return tsr_errorf(TSR_ERR_NOMEM, "out of memory");
-        b->jobs = jobs;
+        b->images = images;
         b->cap = cap;
     }
-    tsr_job *j;
-    TSR_TRY(tsr_job_create(b->e, p, &r, &j));
+    tsr_batch_image *j;
+    TSR_TRY(tsr_batch_image_create(b->e, p, &r, &j));
     j->id = b->next_id++;
     j->order = b->next_order++;
-    b->jobs[b->n_jobs++] = j;
-    if (job)
-        *job = j->id;
+    b->images[b->n_images++] = j;
+    if (image)
+        *image = j->id;
     return TSR_OK;
 }
 
 /* ---- prepare ---- */
 
-void tsr_batch_report_final(tsr_batch *b, tsr_job *j)
+void tsr_batch_report_final(tsr_batch *b, tsr_batch_image *j)
 {
     if (j->final_reported || !b->cb)
         return;
     j->final_reported = true;
     tsr_step_info info;
     memset(&info, 0, sizeof info);
-    info.job = j->id;
+    info.image = j->id;
     info.state = j->state;
     info.status = j->status;
     info.step = j->sampler ? tsr_sampler_steps_done(j->sampler) : 0;
@@ -165,21 +165,21 @@ void tsr_batch_report_final(tsr_batch *b, tsr_job *j)
     b->cb(b->user, &info);
 }
 
-void tsr_batch_fail_job(tsr_batch *b, tsr_job *j, int rc)
+void tsr_batch_fail_image(tsr_batch *b, tsr_batch_image *j, int rc)
 {
     j->status = rc;
-    j->state = TSR_JOB_FAILED;
+    j->state = TSR_IMAGE_FAILED;
     TSR_WARN("image %d failed: %s", j->id, tsr_last_error());
     tsr_batch_report_final(b, j);
 }
 
-/* The oldest queued job, or NULL. */
-static tsr_job *oldest_queued(const tsr_batch *b)
+/* The oldest queued image, or NULL. */
+static tsr_batch_image *oldest_queued(const tsr_batch *b)
 {
-    tsr_job *best = NULL;
-    for (int i = 0; i < b->n_jobs; i++)
-        if (b->jobs[i]->state == TSR_JOB_QUEUED && (!best || b->jobs[i]->order < best->order))
-            best = b->jobs[i];
+    tsr_batch_image *best = NULL;
+    for (int i = 0; i < b->n_images; i++)
+        if (b->images[i]->state == TSR_IMAGE_QUEUED && (!best || b->images[i]->order < best->order))
+            best = b->images[i];
     return best;
 }
 
@@ -189,20 +189,20 @@ int tsr_batch_prepare(tsr_batch *b, int max_images, int *prepared)
         *prepared = 0;
     int n = 0;
     b->busy++;
-    tsr_job *j;
+    tsr_batch_image *j;
     while ((max_images <= 0 || n < max_images) && (j = oldest_queued(b)) != NULL) {
-        j->state = TSR_JOB_ENCODING;
+        j->state = TSR_IMAGE_ENCODING;
         const double t0 = tsr_pipeline_now();
-        int rc = tsr_job_prepare(b->e, j);
+        int rc = tsr_batch_image_prepare(b->e, j);
         j->prepare_s = tsr_pipeline_now() - t0;
         b->stats.prepare_seconds += j->prepare_s;
         n++;
-        if (j->state != TSR_JOB_ENCODING) /* cancelled meanwhile (cannot happen today) */
+        if (j->state != TSR_IMAGE_ENCODING) /* cancelled meanwhile (cannot happen today) */
             continue;
         if (rc < 0)
-            tsr_batch_fail_job(b, j, rc);
+            tsr_batch_fail_image(b, j, rc);
         else
-            j->state = TSR_JOB_DENOISING;
+            j->state = TSR_IMAGE_DENOISING;
     }
     b->busy--;
     tsr_batch_bury(b);
@@ -213,57 +213,57 @@ int tsr_batch_prepare(tsr_batch *b, int max_images, int *prepared)
 
 /* ---- cancel, take, info ---- */
 
-static int find_job(const tsr_batch *b, int id)
+static int find_image(const tsr_batch *b, int id)
 {
-    for (int i = 0; i < b->n_jobs; i++)
-        if (b->jobs[i]->id == id)
+    for (int i = 0; i < b->n_images; i++)
+        if (b->images[i]->id == id)
             return i;
     return -1;
 }
 
-int tsr_batch_cancel(tsr_batch *b, int job)
+int tsr_batch_cancel(tsr_batch *b, int image)
 {
-    int i = find_job(b, job);
+    int i = find_image(b, image);
     if (i < 0)
-        return tsr_errorf(TSR_ERR_NOT_FOUND, "no image %d", job);
-    tsr_job *j = b->jobs[i];
+        return tsr_errorf(TSR_ERR_NOT_FOUND, "no image %d", image);
+    tsr_batch_image *j = b->images[i];
     if (is_final(j->state))
-        return tsr_errorf(TSR_ERR_INVALID, "image %d is already %s", job,
-                          tsr_job_state_name(j->state));
-    j->state = TSR_JOB_CANCELLED;
+        return tsr_errorf(TSR_ERR_INVALID, "image %d is already %s", image,
+                          tsr_image_state_name(j->state));
+    j->state = TSR_IMAGE_CANCELLED;
     j->status = TSR_ERR_CANCELLED;
     j->final_reported = true; /* the caller made it: not reported back */
     return TSR_OK;
 }
 
-int tsr_batch_take(tsr_batch *b, int job, tsr_result *out)
+int tsr_batch_take(tsr_batch *b, int image, tsr_result *out)
 {
     memset(out, 0, sizeof *out);
-    int i = find_job(b, job);
-    if (i < 0 || !is_final(b->jobs[i]->state))
-        return tsr_errorf(TSR_ERR_NOT_FOUND, "image %d is %s", job,
-                          i < 0 ? "unknown" : tsr_job_state_name(b->jobs[i]->state));
-    tsr_job *j = b->jobs[i];
-    out->job = j->id;
+    int i = find_image(b, image);
+    if (i < 0 || !is_final(b->images[i]->state))
+        return tsr_errorf(TSR_ERR_NOT_FOUND, "image %d is %s", image,
+                          i < 0 ? "unknown" : tsr_image_state_name(b->images[i]->state));
+    tsr_batch_image *j = b->images[i];
+    out->image = j->id;
     out->status = j->status;
     out->width = j->width;
     out->height = j->height;
     out->seed = j->seed;
-    if (j->state == TSR_JOB_DONE) {
+    if (j->state == TSR_IMAGE_DONE) {
         out->rgb = j->rgb;
         out->parameters = j->parameters;
         j->rgb = NULL;
         j->parameters = NULL;
     }
-    b->jobs[i] = b->jobs[--b->n_jobs];
+    b->images[i] = b->images[--b->n_images];
     if (b->busy > 0) {
         /* a step may still point at it: free it when the step returns */
         if (b->n_grave == b->grave_cap) {
             int cap = b->grave_cap ? 2 * b->grave_cap : 8;
-            tsr_job **g = realloc(b->graveyard, (size_t)cap * sizeof *g);
+            tsr_batch_image **g = realloc(b->graveyard, (size_t)cap * sizeof *g);
             if (!g) {
                 /* keep it in the batch rather than free it under the step */
-                b->jobs[b->n_jobs++] = j;
+                b->images[b->n_images++] = j;
                 j->rgb = out->rgb;
                 j->parameters = out->parameters;
                 memset(out, 0, sizeof *out);
@@ -274,7 +274,7 @@ int tsr_batch_take(tsr_batch *b, int job, tsr_result *out)
         }
         b->graveyard[b->n_grave++] = j;
     } else {
-        tsr_job_free(j);
+        tsr_batch_image_free(j);
     }
     return TSR_OK;
 }
@@ -284,7 +284,7 @@ void tsr_batch_bury(tsr_batch *b)
     if (b->busy > 0)
         return;
     for (int i = 0; i < b->n_grave; i++)
-        tsr_job_free(b->graveyard[i]);
+        tsr_batch_image_free(b->graveyard[i]);
     b->n_grave = 0;
 }
 
@@ -297,14 +297,14 @@ void tsr_result_free(tsr_result *r)
     memset(r, 0, sizeof *r);
 }
 
-int tsr_batch_job_info(const tsr_batch *b, int job, tsr_job_info *out)
+int tsr_batch_image_info(const tsr_batch *b, int image, tsr_image_info *out)
 {
     memset(out, 0, sizeof *out);
-    int i = find_job(b, job);
+    int i = find_image(b, image);
     if (i < 0)
-        return tsr_errorf(TSR_ERR_NOT_FOUND, "no image %d", job);
-    const tsr_job *j = b->jobs[i];
-    out->job = j->id;
+        return tsr_errorf(TSR_ERR_NOT_FOUND, "no image %d", image);
+    const tsr_batch_image *j = b->images[i];
+    out->image = j->id;
     out->state = j->state;
     out->status = j->status;
     out->step = j->sampler ? tsr_sampler_steps_done(j->sampler) : 0;
@@ -322,11 +322,11 @@ void tsr_batch_stats_get(const tsr_batch *b, tsr_batch_stats *out)
 {
     *out = b->stats;
     out->queued = out->running = out->finished = 0;
-    for (int i = 0; i < b->n_jobs; i++) {
-        tsr_job_state s = b->jobs[i]->state;
-        if (s == TSR_JOB_QUEUED || s == TSR_JOB_ENCODING)
+    for (int i = 0; i < b->n_images; i++) {
+        tsr_image_state s = b->images[i]->state;
+        if (s == TSR_IMAGE_QUEUED || s == TSR_IMAGE_ENCODING)
             out->queued++;
-        else if (s == TSR_JOB_DENOISING || s == TSR_JOB_DECODING)
+        else if (s == TSR_IMAGE_DENOISING || s == TSR_IMAGE_DECODING)
             out->running++;
         else
             out->finished++;

@@ -10,9 +10,9 @@
 struct tsr_batch {
     tsr_engine *e;          /* borrowed */
     tsr_batch_options opt;
-    tsr_job **jobs;         /* owned: every image from submit until take */
-    int n_jobs, cap;
-    tsr_job **graveyard;    /* owned: taken during a step, freed when it returns */
+    tsr_batch_image **images; /* owned: every image from submit until take */
+    int n_images, cap;
+    tsr_batch_image **graveyard; /* owned: taken during a step, freed when it returns */
     int n_grave, grave_cap;
     int busy;               /* > 0 while a step or prepare phase runs */
     int next_id;
@@ -30,11 +30,11 @@ struct tsr_batch {
 };
 
 void tsr_batch_release_buffers(tsr_batch *b);
-/* Free jobs taken during a step, once nothing runs. */
+/* Free images taken during a step, once nothing runs. */
 void tsr_batch_bury(tsr_batch *b);
 /* Mark j FAILED with rc and report it. */
-void tsr_batch_fail_job(tsr_batch *b, tsr_job *j, int rc);
+void tsr_batch_fail_image(tsr_batch *b, tsr_batch_image *j, int rc);
 /* Give the callback j's final state, once. */
-void tsr_batch_report_final(tsr_batch *b, tsr_job *j);
+void tsr_batch_report_final(tsr_batch *b, tsr_batch_image *j);
 
 #endif

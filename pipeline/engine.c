@@ -330,7 +330,7 @@ int tsr_engine_memory_estimate(tsr_engine *e, const tsr_batch_options *o, int im
     return TSR_OK;
 }
 
-int tsr_job_infotext(const tsr_engine *e, tsr_job *j)
+int tsr_batch_image_infotext(const tsr_engine *e, tsr_batch_image *j)
 {
     tsr_a1111_info info;
     tsr_a1111_info_init(&info);

@@ -27,7 +27,7 @@ void tsr_image_params_init(tsr_image_params *p)
     p->strength = 0.75;
 }
 
-const char *tsr_job_state_name(tsr_job_state s)
+const char *tsr_image_state_name(tsr_image_state s)
 {
     static const char *const names[] = {"queued", "encoding", "denoising", "decoding",
                                         "done",   "failed",   "cancelled"};

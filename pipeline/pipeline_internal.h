@@ -56,10 +56,10 @@ int tsr_params_resolve(const tsr_engine *e, const tsr_image_params *p, tsr_param
 
 /* One image in flight.  Owned by its batch (pipeline/batch.c) from submit
  * until take; everything it points to is owned by it. */
-typedef struct tsr_job {
+typedef struct tsr_batch_image {
     int id;
     uint64_t order;     /* submission sequence: the oldest image leads a step */
-    tsr_job_state state;
+    tsr_image_state state;
     int status;         /* TSR_OK unless FAILED or CANCELLED */
     bool final_reported; /* the step callback has seen its final state */
     /* the submitted parameters, deep-copied (pointers owned); init_image and
@@ -92,21 +92,21 @@ typedef struct tsr_job {
     /* result */
     uint8_t *rgb;
     char *parameters;
-} tsr_job;
+} tsr_batch_image;
 
-/* The A1111 infotext for a finished job (owned string in job->parameters). */
-int tsr_job_infotext(const tsr_engine *e, tsr_job *j);
+/* The A1111 infotext for a finished image (owned string in image->parameters). */
+int tsr_batch_image_infotext(const tsr_engine *e, tsr_batch_image *j);
 
-/* pipeline/job.c: a job's life outside the UNet call. */
-/* Copy p (already checked into r) into a new QUEUED job. */
-int tsr_job_create(const tsr_engine *e, const tsr_image_params *p, const tsr_params_resolved *r,
-                   tsr_job **out);
-void tsr_job_free(tsr_job *j);
+/* pipeline/batch_image.c: an image's life outside the UNet call. */
+/* Copy p (already checked into r) into a new QUEUED image. */
+int tsr_batch_image_create(const tsr_engine *e, const tsr_image_params *p,
+                           const tsr_params_resolved *r, tsr_batch_image **out);
+void tsr_batch_image_free(tsr_batch_image *j);
 /* The prepare phase: sampler, prompt encoding, initial latents (img2img and
  * inpainting encode their image).  QUEUED -> DENOISING on success. */
-int tsr_job_prepare(tsr_engine *e, tsr_job *j);
+int tsr_batch_image_prepare(tsr_engine *e, tsr_batch_image *j);
 /* Rows of one UNet call this image takes (2 with guidance). */
-static inline int tsr_job_rows(const tsr_job *j) { return j->cfg ? 2 : 1; }
+static inline int tsr_batch_image_rows(const tsr_batch_image *j) { return j->cfg ? 2 : 1; }
 
 /* Monotonic seconds. */
 double tsr_pipeline_now(void);

@@ -53,7 +53,7 @@ static int reserve_u8(uint8_t **buf, size_t *cap, size_t n)
     return TSR_OK;
 }
 
-static bool same_group(const tsr_job *a, const tsr_job *b)
+static bool same_group(const tsr_batch_image *a, const tsr_batch_image *b)
 {
     return a->lh == b->lh && a->lw == b->lw && a->cond.n_tokens == b->cond.n_tokens;
 }
@@ -80,7 +80,7 @@ static void rescale_guidance(float *guided, const float *text, size_t n, double 
 
 /* Decoded images: tiles of 64 latent pixels (512 image pixels) with 16 of
  * overlap for images above the untiled limit. */
-static int decode_chunk(tsr_batch *b, tsr_job **done, int nd)
+static int decode_chunk(tsr_batch *b, tsr_batch_image **done, int nd)
 {
     tsr_engine *e = b->e;
     const int lh = done[0]->lh, lw = done[0]->lw, C = e->latent_channels;
@@ -103,26 +103,26 @@ static int decode_chunk(tsr_batch *b, tsr_job **done, int nd)
     const double dt = tsr_pipeline_now() - t0;
     b->stats.decode_seconds += dt;
     for (int i = 0; i < nd; i++) {
-        tsr_job *j = done[i];
+        tsr_batch_image *j = done[i];
         j->decode_s += dt / nd;
-        if (j->state != TSR_JOB_DECODING)
+        if (j->state != TSR_IMAGE_DECODING)
             continue; /* cancelled by the callback meanwhile */
         if (rc < 0) {
-            tsr_batch_fail_job(b, j, rc);
+            tsr_batch_fail_image(b, j, rc);
             continue;
         }
         j->rgb = malloc(npix * 3);
         if (!j->rgb) {
-            tsr_batch_fail_job(b, j, tsr_errorf(TSR_ERR_NOMEM, "out of memory"));
+            tsr_batch_fail_image(b, j, tsr_errorf(TSR_ERR_NOMEM, "out of memory"));
             continue;
         }
         tsr_vae_to_u8(img + i * npix * 3, npix * 3, j->rgb);
-        int irc = tsr_job_infotext(e, j);
+        int irc = tsr_batch_image_infotext(e, j);
         if (irc < 0) {
-            tsr_batch_fail_job(b, j, irc);
+            tsr_batch_fail_image(b, j, irc);
             continue;
         }
-        j->state = TSR_JOB_DONE;
+        j->state = TSR_IMAGE_DONE;
         tsr_batch_report_final(b, j);
     }
     free(lat);
@@ -132,12 +132,12 @@ static int decode_chunk(tsr_batch *b, tsr_job **done, int nd)
 
 /* Decode the group's images that finished, in bounded chunks; returns how
  * many reached a final state. */
-static int decode_finished(tsr_batch *b, tsr_job **group, int n)
+static int decode_finished(tsr_batch *b, tsr_batch_image **group, int n)
 {
-    tsr_job *done[MAX_ROWS];
+    tsr_batch_image *done[MAX_ROWS];
     int nd = 0, finals = 0;
     for (int i = 0; i < n; i++)
-        if (group[i]->state == TSR_JOB_DECODING)
+        if (group[i]->state == TSR_IMAGE_DECODING)
             done[nd++] = group[i];
     for (int i = 0; i < nd; i += b->opt.max_decode_images) {
         int k = nd - i < b->opt.max_decode_images ? nd - i : b->opt.max_decode_images;
@@ -145,7 +145,7 @@ static int decode_finished(tsr_batch *b, tsr_job **group, int n)
         tsr_error_clear();
     }
     for (int i = 0; i < nd; i++)
-        finals += done[i]->state == TSR_JOB_DONE || done[i]->state == TSR_JOB_FAILED;
+        finals += done[i]->state == TSR_IMAGE_DONE || done[i]->state == TSR_IMAGE_FAILED;
     return finals;
 }
 
@@ -176,7 +176,7 @@ static void upscale_rgb(const uint8_t *src, int sh, int sw, uint8_t *dst, int dh
 
 /* The preview for the callback: TAESD (image size) when the engine has it,
  * else the linear map at latent size, upscaled for TSR_PREVIEW_IMAGE. */
-static void make_preview(tsr_batch *b, tsr_job *j, tsr_step_info *info)
+static void make_preview(tsr_batch *b, tsr_batch_image *j, tsr_step_info *info)
 {
     tsr_engine *e = b->e;
     const int ih = j->lh * e->vae_factor, iw = j->lw * e->vae_factor;
@@ -213,14 +213,14 @@ static void make_preview(tsr_batch *b, tsr_job *j, tsr_step_info *info)
     tsr_error_clear();
 }
 
-static void report_step(tsr_batch *b, tsr_job *j)
+static void report_step(tsr_batch *b, tsr_batch_image *j)
 {
     if (!b->cb)
         return;
     tsr_step_info info;
     memset(&info, 0, sizeof info);
-    info.job = j->id;
-    info.state = TSR_JOB_DENOISING;
+    info.image = j->id;
+    info.state = TSR_IMAGE_DENOISING;
     info.step = tsr_sampler_steps_done(j->sampler);
     info.steps = tsr_sampler_steps_total(j->sampler);
     info.timestep = tsr_sampler_done(j->sampler) ? 0 : tsr_sampler_timestep(j->sampler);
@@ -238,7 +238,7 @@ static void report_step(tsr_batch *b, tsr_job *j)
  * replaced by the init image's latents noised to the next evaluation's level
  * with the initial noise - or the clean latents after the last one:
  * latents = (1 - mask) * known + mask * latents.  tmp holds C * lh * lw. */
-static int blend_known(tsr_job *j, int C, float *tmp)
+static int blend_known(tsr_batch_image *j, int C, float *tmp)
 {
     const size_t px = (size_t)j->lh * j->lw;
     const float *known = j->image_latent;
@@ -260,9 +260,9 @@ static int blend_known(tsr_job *j, int C, float *tmp)
 static int denoising_rows(const tsr_batch *b)
 {
     int rows = 0;
-    for (int i = 0; i < b->n_jobs; i++)
-        if (b->jobs[i]->state == TSR_JOB_DENOISING)
-            rows += tsr_job_rows(b->jobs[i]);
+    for (int i = 0; i < b->n_images; i++)
+        if (b->images[i]->state == TSR_IMAGE_DENOISING)
+            rows += tsr_batch_image_rows(b->images[i]);
     return rows;
 }
 
@@ -271,15 +271,15 @@ static int denoising_rows(const tsr_batch *b)
 static void prepare_to_fill(tsr_batch *b)
 {
     for (;;) {
-        tsr_job *next = NULL;
-        for (int i = 0; i < b->n_jobs; i++)
-            if (b->jobs[i]->state == TSR_JOB_QUEUED &&
-                (!next || b->jobs[i]->order < next->order))
-                next = b->jobs[i];
+        tsr_batch_image *next = NULL;
+        for (int i = 0; i < b->n_images; i++)
+            if (b->images[i]->state == TSR_IMAGE_QUEUED &&
+                (!next || b->images[i]->order < next->order))
+                next = b->images[i];
         if (!next)
             return;
         const int rows = denoising_rows(b);
-        if (rows > 0 && rows + tsr_job_rows(next) > b->opt.max_rows)
+        if (rows > 0 && rows + tsr_batch_image_rows(next) > b->opt.max_rows)
             return;
         tsr_batch_prepare(b, 1, NULL);
     }
@@ -303,23 +303,24 @@ static void release_if_idle(tsr_batch *b)
 static int step_group(tsr_batch *b, int *finished)
 {
     tsr_engine *e = b->e;
-    tsr_job *lead = NULL;
-    for (int i = 0; i < b->n_jobs; i++)
-        if (b->jobs[i]->state == TSR_JOB_DENOISING && (!lead || b->jobs[i]->order < lead->order))
-            lead = b->jobs[i];
+    tsr_batch_image *lead = NULL;
+    for (int i = 0; i < b->n_images; i++)
+        if (b->images[i]->state == TSR_IMAGE_DENOISING &&
+            (!lead || b->images[i]->order < lead->order))
+            lead = b->images[i];
     if (!lead)
         return TSR_OK;
 
     /* the group: the oldest image and every compatible one that fits */
-    tsr_job *group[MAX_ROWS];
+    tsr_batch_image *group[MAX_ROWS];
     int n = 0, rows = 0;
-    for (int i = 0; i < b->n_jobs; i++) {
-        tsr_job *j = b->jobs[i];
-        if (j->state != TSR_JOB_DENOISING || !same_group(lead, j) ||
-            rows + tsr_job_rows(j) > b->opt.max_rows)
+    for (int i = 0; i < b->n_images; i++) {
+        tsr_batch_image *j = b->images[i];
+        if (j->state != TSR_IMAGE_DENOISING || !same_group(lead, j) ||
+            rows + tsr_batch_image_rows(j) > b->opt.max_rows)
             continue;
         group[n++] = j;
-        rows += tsr_job_rows(j);
+        rows += tsr_batch_image_rows(j);
     }
     const int lh = lead->lh, lw = lead->lw, C = e->latent_channels, Cin = e->in_channels;
     const int L = lead->cond.n_tokens, D = lead->cond.dim, P = lead->cond.pooled_dim;
@@ -336,7 +337,7 @@ static int step_group(tsr_batch *b, int *finished)
 
     int r = 0;
     for (int g = 0; g < n; g++) {
-        tsr_job *j = group[g];
+        tsr_batch_image *j = group[g];
         /* scale_model_input once, shared by the image's rows */
         float *row0 = b->in + (size_t)r * px * Cin;
         if (Cin == C) {
@@ -351,7 +352,7 @@ static int step_group(tsr_batch *b, int *finished)
             }
         }
         const float t = (float)tsr_sampler_timestep(j->sampler);
-        for (int k = 0; k < tsr_job_rows(j); k++) {
+        for (int k = 0; k < tsr_batch_image_rows(j); k++) {
             const tsr_text_embedding *te = (j->cfg && k == 0) ? &j->uncond : &j->cond;
             if (k > 0)
                 memcpy(b->in + (size_t)(r + k) * px * Cin, row0, px * Cin * sizeof(float));
@@ -362,7 +363,7 @@ static int step_group(tsr_batch *b, int *finished)
                 memcpy(b->tids + (size_t)(r + k) * 6, j->time_ids, sizeof j->time_ids);
             }
         }
-        r += tsr_job_rows(j);
+        r += tsr_batch_image_rows(j);
     }
 
     tsr_unet_inputs in;
@@ -396,8 +397,8 @@ static int step_group(tsr_batch *b, int *finished)
         snprintf(msg, sizeof msg, "%s", why);
         for (int g = 0; g < n; g++) {
             tsr_errorf(rc, "%s", msg);
-            if (group[g]->state == TSR_JOB_DENOISING)
-                tsr_batch_fail_job(b, group[g], rc);
+            if (group[g]->state == TSR_IMAGE_DENOISING)
+                tsr_batch_fail_image(b, group[g], rc);
         }
         if (finished)
             *finished = n;
@@ -406,11 +407,11 @@ static int step_group(tsr_batch *b, int *finished)
 
     r = 0;
     for (int g = 0; g < n; g++) {
-        tsr_job *j = group[g];
+        tsr_batch_image *j = group[g];
         const float *pred = b->out + (size_t)r * nl;
-        r += tsr_job_rows(j);
+        r += tsr_batch_image_rows(j);
         j->denoise_s += unet_s;
-        if (j->state != TSR_JOB_DENOISING)
+        if (j->state != TSR_IMAGE_DENOISING)
             continue; /* cancelled from the callback during this step */
         if (j->cfg) {
             const float *u = pred, *c = pred + nl;
@@ -425,11 +426,11 @@ static int step_group(tsr_batch *b, int *finished)
         if (rc == TSR_OK && j->image_latent)
             rc = blend_known(j, C, b->guided);
         if (rc < 0) {
-            tsr_batch_fail_job(b, j, rc);
+            tsr_batch_fail_image(b, j, rc);
             continue;
         }
         if (tsr_sampler_done(j->sampler))
-            j->state = TSR_JOB_DECODING;
+            j->state = TSR_IMAGE_DECODING;
         report_step(b, j);
     }
     int nd = decode_finished(b, group, n);

@@ -16,9 +16,9 @@
 
 /* An image in this worker's batch. */
 typedef struct slot {
-    int jid;           /* the batch's id */
-    uint64_t job;
-    int index;
+    int batch_image;   /* its id in this worker's tsr_batch (tsr_batch_submit) */
+    uint64_t job_id;   /* the service job it belongs to (svc_job.id) */
+    int index;         /* its index in that job */
     int width, height;
     int last_step;
     int evals;         /* UNet evaluations so far: the version of its next preview */
@@ -54,16 +54,16 @@ static svc_msg *image_msg(svc_msg_type type, const slot *s)
 {
     svc_msg *m = svc_msg_new(type);
     if (m) {
-        m->job = s->job;
+        m->job = s->job_id;
         m->index = s->index;
     }
     return m;
 }
 
-static int find_slot(svc_worker *w, int jid)
+static int find_slot(svc_worker *w, int batch_image)
 {
     for (int i = 0; i < w->n_slots; i++)
-        if (w->slots[i].jid == jid)
+        if (w->slots[i].batch_image == batch_image)
             return i;
     return -1;
 }
@@ -75,21 +75,21 @@ static void drop_slot(svc_worker *w, int i)
 }
 
 /* A final image: take it out of the batch and hand it on. */
-static void finish(svc_worker *w, int i, tsr_job_state state, int status)
+static void finish(svc_worker *w, int i, tsr_image_state state, int status)
 {
     slot s = w->slots[i];
     drop_slot(w, i);
     tsr_result res;
     memset(&res, 0, sizeof res);
-    int rc = tsr_batch_take(w->batch, s.jid, &res);
+    int rc = tsr_batch_take(w->batch, s.batch_image, &res);
     if (rc == TSR_OK && res.status == TSR_OK && res.rgb) {
         /* the tile encoder publishes its final tiles, then the storage
          * thread encodes and writes the PNG and tells the loop */
         if (w->cfg.tiles)
-            svc_tiles_final(w->cfg.tiles, s.job, s.index, s.evals + 1, s.last_step, res.rgb,
+            svc_tiles_final(w->cfg.tiles, s.job_id, s.index, s.evals + 1, s.last_step, res.rgb,
                             res.width, res.height, res.parameters);
         else
-            svc_store_image(w->cfg.store, s.job, s.index, res.rgb, res.width, res.height,
+            svc_store_image(w->cfg.store, s.job_id, s.index, res.rgb, res.width, res.height,
                             res.parameters);
         res.rgb = NULL;
         res.parameters = NULL;
@@ -97,9 +97,9 @@ static void finish(svc_worker *w, int i, tsr_job_state state, int status)
         return;
     }
     if (w->cfg.tiles)
-        svc_tiles_forget(w->cfg.tiles, s.job, s.index);
+        svc_tiles_forget(w->cfg.tiles, s.job_id, s.index);
     if ((rc == TSR_OK && res.status == TSR_ERR_CANCELLED) ||
-        (rc < 0 && state == TSR_JOB_CANCELLED)) {
+        (rc < 0 && state == TSR_IMAGE_CANCELLED)) {
         post(w, image_msg(SVC_MSG_IMAGE_CANCELLED, &s));
     } else {
         svc_msg *m = image_msg(SVC_MSG_IMAGE_FAILED, &s);
@@ -120,11 +120,11 @@ static void finish(svc_worker *w, int i, tsr_job_state state, int status)
 static void on_step(void *user, const tsr_step_info *info)
 {
     svc_worker *w = user;
-    int i = find_slot(w, info->job);
+    int i = find_slot(w, info->image);
     if (i < 0)
         return;
     switch (info->state) {
-    case TSR_JOB_DENOISING:
+    case TSR_IMAGE_DENOISING:
         w->slots[i].evals++;
         if (w->cfg.tiles && info->preview_rgb && info->preview_width > 0 &&
             info->preview_height > 0) {
@@ -133,7 +133,7 @@ static void on_step(void *user, const tsr_step_info *info)
             uint8_t *copy = malloc(n);
             if (copy) {
                 memcpy(copy, info->preview_rgb, n);
-                svc_tiles_preview(w->cfg.tiles, w->slots[i].job, w->slots[i].index,
+                svc_tiles_preview(w->cfg.tiles, w->slots[i].job_id, w->slots[i].index,
                                   w->slots[i].evals, info->step, copy, info->preview_width,
                                   info->preview_height);
             }
@@ -148,23 +148,23 @@ static void on_step(void *user, const tsr_step_info *info)
             post(w, m);
         }
         break;
-    case TSR_JOB_DONE:
-    case TSR_JOB_FAILED:
-    case TSR_JOB_CANCELLED: finish(w, i, info->state, info->status); break;
+    case TSR_IMAGE_DONE:
+    case TSR_IMAGE_FAILED:
+    case TSR_IMAGE_CANCELLED: finish(w, i, info->state, info->status); break;
     default: break;
     }
 }
 
 static void cancel_slot(svc_worker *w, int i)
 {
-    int rc = tsr_batch_cancel(w->batch, w->slots[i].jid);
+    int rc = tsr_batch_cancel(w->batch, w->slots[i].batch_image);
     if (rc < 0 && rc != TSR_ERR_INVALID) {
-        SVC_WARN("worker %d: cannot cancel image %d: %s", w->cfg.index, w->slots[i].jid,
+        SVC_WARN("worker %d: cannot cancel image %d: %s", w->cfg.index, w->slots[i].batch_image,
                  tsr_last_error());
         return;
     }
     /* CANCELLED at once (or already final): take it now */
-    finish(w, i, TSR_JOB_CANCELLED, TSR_ERR_CANCELLED);
+    finish(w, i, TSR_IMAGE_CANCELLED, TSR_ERR_CANCELLED);
 }
 
 static void apply_cancels(svc_worker *w)
@@ -179,7 +179,7 @@ static void apply_cancels(svc_worker *w)
     for (int i = w->n_slots - 1; i >= 0; i--) {
         bool hit = all;
         for (int k = 0; k < n && !hit; k++)
-            hit = w->slots[i].job == list[k];
+            hit = w->slots[i].job_id == list[k];
         if (hit)
             cancel_slot(w, i);
     }
@@ -194,7 +194,7 @@ static void admit(svc_worker *w, svc_entry *e)
     slot s = {0, e->job, e->index, e->width, e->height, -1, 0};
     svc_msg *m = image_msg(SVC_MSG_IMAGE_STARTED, &s);
     post(w, m);
-    int rc = tsr_batch_submit(w->batch, &p, &s.jid);
+    int rc = tsr_batch_submit(w->batch, &p, &s.batch_image);
     if (rc < 0) {
         svc_msg *f = image_msg(SVC_MSG_IMAGE_FAILED, &s);
         if (f) {
@@ -261,8 +261,8 @@ static void *worker_main(void *arg)
         tsr_batch_options bo;
         tsr_batch_options_init(&bo);
         bo.max_rows = 2 * w->cfg.max_batch;
-        if (bo.max_jobs < 2 * w->cfg.max_batch)
-            bo.max_jobs = 2 * w->cfg.max_batch;
+        if (bo.max_images < 2 * w->cfg.max_batch)
+            bo.max_images = 2 * w->cfg.max_batch;
         rc = tsr_batch_create(engine, &bo, &w->batch);
     }
     if (rc != TSR_OK) {
@@ -332,7 +332,7 @@ static void *worker_main(void *arg)
          * its slot forever: reconcile when the batch says nothing is left */
         if (tsr_batch_active(w->batch) == 0) {
             while (w->n_slots > 0)
-                finish(w, w->n_slots - 1, TSR_JOB_FAILED, TSR_ERR_INTERNAL);
+                finish(w, w->n_slots - 1, TSR_IMAGE_FAILED, TSR_ERR_INTERNAL);
         }
     }
     post(w, svc_msg_new(SVC_MSG_WORKER_EXIT));

@@ -231,8 +231,8 @@ typedef struct seen {
 static void on_step(void *user, const tsr_step_info *info)
 {
     seen *s = user;
-    if (info->state != TSR_JOB_DENOISING) {
-        s->finals += info->state == TSR_JOB_DONE;
+    if (info->state != TSR_IMAGE_DENOISING) {
+        s->finals += info->state == TSR_IMAGE_DONE;
         return;
     }
     s->calls++;

@@ -128,26 +128,26 @@ static int test_states(void)
     tsr_image_params p = small(3);
     int job;
     ASSERT_OK(tsr_batch_submit(b, &p, &job));
-    tsr_job_info info;
-    ASSERT_OK(tsr_batch_job_info(b, job, &info));
-    ASSERT_EQ(info.state, TSR_JOB_QUEUED);
+    tsr_image_info info;
+    ASSERT_OK(tsr_batch_image_info(b, job, &info));
+    ASSERT_EQ(info.state, TSR_IMAGE_QUEUED);
     ASSERT_EQ(info.step, 0);
     ASSERT_EQ(info.steps, 3);
-    ASSERT_STR_EQ(tsr_job_state_name(info.state), "queued");
+    ASSERT_STR_EQ(tsr_image_state_name(info.state), "queued");
     int prepared = 0;
     ASSERT_OK(tsr_batch_prepare(b, 0, &prepared));
     ASSERT_EQ(prepared, 1);
-    ASSERT_OK(tsr_batch_job_info(b, job, &info));
-    ASSERT_EQ(info.state, TSR_JOB_DENOISING);
+    ASSERT_OK(tsr_batch_image_info(b, job, &info));
+    ASSERT_EQ(info.state, TSR_IMAGE_DENOISING);
     ASSERT_TRUE(info.prepare_seconds > 0);
     ASSERT_OK(tsr_batch_step(b, NULL));
-    ASSERT_OK(tsr_batch_job_info(b, job, &info));
+    ASSERT_OK(tsr_batch_image_info(b, job, &info));
     ASSERT_EQ(info.step, 1);
     ASSERT_TRUE(info.denoise_seconds > 0);
     if (run_all(b))
         return 1;
-    ASSERT_OK(tsr_batch_job_info(b, job, &info));
-    ASSERT_EQ(info.state, TSR_JOB_DONE);
+    ASSERT_OK(tsr_batch_image_info(b, job, &info));
+    ASSERT_EQ(info.state, TSR_IMAGE_DONE);
     ASSERT_EQ(info.step, 3);
     ASSERT_TRUE(info.decode_seconds > 0);
     tsr_batch_stats st;
@@ -158,12 +158,12 @@ static int test_states(void)
     tsr_result r;
     ASSERT_OK(tsr_batch_take(b, job, &r));
     tsr_result_free(&r);
-    ASSERT_EQ(tsr_batch_job_info(b, job, &info), TSR_ERR_NOT_FOUND);
+    ASSERT_EQ(tsr_batch_image_info(b, job, &info), TSR_ERR_NOT_FOUND);
     /* cancel: final at once; a second cancel is refused */
     ASSERT_OK(tsr_batch_submit(b, &p, &job));
     ASSERT_OK(tsr_batch_cancel(b, job));
-    ASSERT_OK(tsr_batch_job_info(b, job, &info));
-    ASSERT_EQ(info.state, TSR_JOB_CANCELLED);
+    ASSERT_OK(tsr_batch_image_info(b, job, &info));
+    ASSERT_EQ(info.state, TSR_IMAGE_CANCELLED);
     ASSERT_EQ(tsr_batch_cancel(b, job), TSR_ERR_INVALID);
     ASSERT_EQ(tsr_batch_active(b), 0);
     tsr_batch_free(b);
@@ -178,7 +178,7 @@ static int test_job_cap(void)
         return 1;
     tsr_batch_options o;
     tsr_batch_options_init(&o);
-    o.max_jobs = 2;
+    o.max_images = 2;
     tsr_batch *b;
     ASSERT_OK(tsr_batch_create(e, &o, &b));
     tsr_image_params p = small(1);
@@ -196,7 +196,7 @@ static int test_job_cap(void)
     ASSERT_OK(tsr_batch_take(b, j1, &r));
     tsr_result_free(&r);
     ASSERT_OK(tsr_batch_submit(b, &p, &j3));
-    o.max_jobs = 0;
+    o.max_images = 0;
     ASSERT_EQ(tsr_batch_create(e, &o, &(tsr_batch *){NULL}), TSR_ERR_INVALID);
     tsr_batch_free(b);
     tsr_engine_close(e);
@@ -218,24 +218,24 @@ typedef struct cb_state {
 static void contract_cb(void *user, const tsr_step_info *info)
 {
     cb_state *s = user;
-    if (info->state == TSR_JOB_DENOISING) {
-        if (info->job == s->victim && info->step == 1)
+    if (info->state == TSR_IMAGE_DENOISING) {
+        if (info->image == s->victim && info->step == 1)
             tsr_batch_cancel(s->b, s->victim); /* the image being reported */
         if (!s->submitted) {
             tsr_image_params p = small(77);
             tsr_batch_submit(s->b, &p, &s->submitted);
             s->step_rc = tsr_batch_step(s->b, NULL);
         }
-        tsr_job_info ji;
-        tsr_batch_job_info(s->b, info->job, &ji);
+        tsr_image_info ji;
+        tsr_batch_image_info(s->b, info->image, &ji);
         return;
     }
     s->finals++;
-    if (info->state == TSR_JOB_CANCELLED)
+    if (info->state == TSR_IMAGE_CANCELLED)
         s->cancels_reported++;
-    if (info->state == TSR_JOB_DONE && s->taken < 8) {
+    if (info->state == TSR_IMAGE_DONE && s->taken < 8) {
         tsr_result r;
-        if (tsr_batch_take(s->b, info->job, &r) == TSR_OK) {
+        if (tsr_batch_take(s->b, info->image, &r) == TSR_OK) {
             s->taken_rgb[s->taken++] = r.rgb;
             r.rgb = NULL;
             tsr_result_free(&r);

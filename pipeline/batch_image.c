@@ -1,5 +1,5 @@
 /*
- * pipeline/job.c - one image outside the UNet call: created from checked
+ * pipeline/batch_image.c - one image outside the UNet call: created from checked
  * parameters (a deep copy, so the caller's buffers are free the moment
  * submit returns), prepared (sampler, prompt encoding, initial latents) and
  * freed.
@@ -50,7 +50,7 @@ static void *dup_bytes(const void *p, size_t n)
     return d;
 }
 
-void tsr_job_free(tsr_job *j)
+void tsr_batch_image_free(tsr_batch_image *j)
 {
     if (!j)
         return;
@@ -72,14 +72,14 @@ void tsr_job_free(tsr_job *j)
     free(j);
 }
 
-int tsr_job_create(const tsr_engine *e, const tsr_image_params *p, const tsr_params_resolved *r,
-                   tsr_job **out)
+int tsr_batch_image_create(const tsr_engine *e, const tsr_image_params *p,
+                           const tsr_params_resolved *r, tsr_batch_image **out)
 {
     *out = NULL;
-    tsr_job *j = calloc(1, sizeof *j);
+    tsr_batch_image *j = calloc(1, sizeof *j);
     if (!j)
         return tsr_errorf(TSR_ERR_NOMEM, "out of memory");
-    j->state = TSR_JOB_QUEUED;
+    j->state = TSR_IMAGE_QUEUED;
     j->params = *p;
     j->params.prompt = j->params.negative_prompt = j->params.sampler = j->params.schedule = NULL;
     j->params.rng = NULL;
@@ -108,7 +108,7 @@ int tsr_job_create(const tsr_engine *e, const tsr_image_params *p, const tsr_par
         j->params.mask = dup_bytes(p->mask, npix);
     if (!j->prompt || (p->negative_prompt && !j->negative) ||
         (p->init_image && !j->params.init_image) || (p->mask && !j->params.mask)) {
-        tsr_job_free(j);
+        tsr_batch_image_free(j);
         return tsr_errorf(TSR_ERR_NOMEM, "out of memory copying the image parameters");
     }
     /* the copies stand in for the caller's strings from here on */
@@ -131,7 +131,7 @@ int tsr_job_create(const tsr_engine *e, const tsr_image_params *p, const tsr_par
 
 /* Encode an 8-bit RGB image to latents (diffusers' retrieve_latents with
  * sample mode): mean + std * noise drawn from the image's stream. */
-static int encode_image(tsr_engine *e, tsr_job *j, const float *pixels, float *latent)
+static int encode_image(tsr_engine *e, tsr_batch_image *j, const float *pixels, float *latent)
 {
     const size_t n = (size_t)j->lh * j->lw * e->latent_channels;
     float *mean = malloc(n * sizeof(float)), *logvar = malloc(n * sizeof(float));
@@ -151,7 +151,7 @@ done:
     return rc;
 }
 
-static int prepare_latents(tsr_engine *e, tsr_job *j, const tsr_image_params *p)
+static int prepare_latents(tsr_engine *e, tsr_batch_image *j, const tsr_image_params *p)
 {
     const size_t n = (size_t)j->lh * j->lw * e->latent_channels;
     const size_t npix = (size_t)j->width * j->height;
@@ -211,7 +211,8 @@ static int prepare_latents(tsr_engine *e, tsr_job *j, const tsr_image_params *p)
     /* binarize at 0.5, then torch's nearest resize to the latent size */
     for (int y = 0; y < j->lh; y++)
         for (int x = 0; x < j->lw; x++) {
-            int sy = (int)((int64_t)y * j->height / j->lh), sx = (int)((int64_t)x * j->width / j->lw);
+            int sy = (int)((int64_t)y * j->height / j->lh),
+                sx = (int)((int64_t)x * j->width / j->lw);
             j->mask[y * j->lw + x] = p->mask[(size_t)sy * j->width + sx] >= 128 ? 1.0f : 0.0f;
         }
     if (plain) {
@@ -249,7 +250,7 @@ done:
     return rc;
 }
 
-static int encode_prompts(tsr_engine *e, tsr_job *j, const tsr_image_params *p)
+static int encode_prompts(tsr_engine *e, tsr_batch_image *j, const tsr_image_params *p)
 {
     const char *prompt = p->prompt;
     TSR_TRY(tsr_text_cond_encode(e->cond, &prompt, 1, p->clip_skip, &j->cond));
@@ -284,7 +285,7 @@ static int encode_prompts(tsr_engine *e, tsr_job *j, const tsr_image_params *p)
     return TSR_OK;
 }
 
-static int make_sampler(tsr_engine *e, tsr_job *j, const tsr_image_params *p)
+static int make_sampler(tsr_engine *e, tsr_batch_image *j, const tsr_image_params *p)
 {
     tsr_sampler_params sp = tsr_sampler_params_default();
     sp.kind = j->sampler_kind;
@@ -299,7 +300,7 @@ static int make_sampler(tsr_engine *e, tsr_job *j, const tsr_image_params *p)
     return tsr_sampler_create(&e->sched, &sp, &j->sampler);
 }
 
-int tsr_job_prepare(tsr_engine *e, tsr_job *j)
+int tsr_batch_image_prepare(tsr_engine *e, tsr_batch_image *j)
 {
     const tsr_image_params *p = &j->params;
     tsr_rng_init(&j->rng, j->rng_kind, j->seed);
