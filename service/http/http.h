@@ -15,7 +15,6 @@
 #ifndef SVC_HTTP_H
 #define SVC_HTTP_H
 
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -47,6 +46,7 @@ typedef struct svc_req {
     bool encoded;     /* the path came percent-encoded (not a canonical resource URL) */
     size_t bytes_out; /* streamed responses count here */
     svc_dialect dialect; /* the matched route's (router.c) */
+    bool waited;         /* svc_route_wait ran it again: it waits no more */
 } svc_req;
 
 /* Once per process, before the loop: libevent's log through the server's,
@@ -80,13 +80,13 @@ typedef struct svc_problem {
     int retry_after;     /* seconds, sent as Retry-After; 0: none */
 } svc_problem;
 void svc_reply_problem(svc_req *r, svc_dialect d, const svc_problem *p);
-void svc_reply_verror(svc_req *r, svc_dialect d, int status, const char *code,
-                      const char *field, const char *fmt, va_list ap)
-    __attribute__((format(printf, 6, 0)));
-/* The native shape; the A1111 and OpenAI wrappers are svc_a1111_reply_error
+void svc_reply_errorf(svc_req *r, svc_dialect d, int status, const char *code,
+                      const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* The native shape; the A1111 and OpenAI ones are svc_a1111_reply_error
  * (a1111.h) and oai_reply_error (openai.h). */
-void svc_reply_error(svc_req *r, int status, const char *code, const char *field,
-                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+#define svc_reply_error(r, status, code, field, ...)                                          \
+    svc_reply_errorf((r), SVC_DIALECT_NATIVE, (status), (code), (field), __VA_ARGS__)
 /* 405 with Allow (the router's, from its table). */
 void svc_reply_method_not_allowed(svc_req *r, svc_dialect d, const char *allow);
 /* 503 with Retry-After. */
@@ -98,27 +98,27 @@ void svc_req_add_header(svc_req *r, const char *name, const char *value);
 const char *svc_req_header(svc_req *r, const char *name);
 /* The body as bytes (NUL-terminated copy, owned by r's request). */
 const char *svc_req_body(svc_req *r, size_t *len);
-/* Watch r's connection for the client going away while its answer is
- * pending (a stream, a call that waits for its job): on_close runs when
- * evhttp closes the connection, and *watch (a read event on its socket,
- * added; NULL when the socket is not available; the caller frees it) calls
- * on_readable, which classifies with svc_peer_state, to see an EOF that
- * evhttp would notice only at the next write.  Returns the connection, or
- * NULL (nothing watched) when r has none. */
-struct evhttp_connection *svc_req_watch_peer(svc_req *r,
-                                             void (*on_close)(struct evhttp_connection *, void *),
-                                             void (*on_readable)(int fd, short what, void *arg),
-                                             void *arg, struct event **watch);
 /* Access log + metrics for a response that ends outside svc_reply_*
  * (streams), then free r. */
 void svc_req_finish(svc_req *r, int status);
 
-/* --queue: answer later: again(r, rest) runs once ready(srv, id) holds or
- * `seconds` passed, looking every 10 ms (routes_jobs.c).  false: it cannot
- * wait (out of memory); answer now. */
+/* --queue: answer later: again(r, rest) runs (with r->waited set) once
+ * ready(srv, id) holds or `seconds` passed, looking every 10 ms
+ * (routes_jobs.c).  false: it cannot wait (out of memory); answer now. */
 bool svc_route_wait(svc_req *r, const char *rest, uint64_t id, double seconds,
                     bool (*ready)(struct svc_server *s, const char *rest, uint64_t id),
                     void (*again)(svc_req *r, const char *rest));
+/* --queue: a job or batch another api node accepted is known here once
+ * this node's follower has read it (docs/scale-out.md): when `known` is
+ * false and r has not waited yet, wait up to a second for ready(), then
+ * run handler(r, rest) again (true: r is answered later). */
+bool svc_route_await(svc_req *r, const char *rest, uint64_t id, bool known,
+                     bool (*ready)(struct svc_server *s, const char *rest, uint64_t id),
+                     void (*handler)(svc_req *r, const char *rest));
+/* The job (kind 'j') or batch ('b') of rest ("/<id>[/...]"), or NULL when
+ * r is answered (404) or waits (svc_route_await: handler runs again). */
+void *svc_route_lookup(svc_req *r, const char *rest, char kind,
+                       void (*handler)(svc_req *r, const char *rest));
 /* Answer every OpenAI call still waiting (shutdown). */
 void svc_openai_close_all(struct svc_server *s);
 

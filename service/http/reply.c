@@ -9,9 +9,9 @@
  * reports a problem (status, code, field, message, Retry-After) and
  * svc_reply_problem writes it in the dialect asked for, as nginx's
  * special_response.c writes every error page.  The router picks the
- * dialect from the route table (router.c); the per-dialect wrappers
- * (svc_reply_error, svc_a1111_reply_error, oai_reply_error) are one-line
- * calls into it.
+ * dialect from the route table (router.c); svc_reply_errorf formats the
+ * message, and the per-dialect names handlers call (svc_reply_error,
+ * svc_a1111_reply_error, oai_reply_error) are macros over it.
  *
  * Every reply adds the CORS headers when configured, counts into /metrics
  * and writes one access-log line (svc_req_finish), then frees the svc_req.
@@ -220,22 +220,16 @@ void svc_reply_problem(svc_req *r, svc_dialect d, const svc_problem *p)
     svc_reply_json(r, p->status, problem_body(d, p));
 }
 
-void svc_reply_verror(svc_req *r, svc_dialect d, int status, const char *code,
-                      const char *field, const char *fmt, va_list ap)
+void svc_reply_errorf(svc_req *r, svc_dialect d, int status, const char *code,
+                      const char *field, const char *fmt, ...)
 {
     char msg[1024];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    svc_problem p = {.status = status, .code = code, .field = field, .message = msg};
-    svc_reply_problem(r, d, &p);
-}
-
-void svc_reply_error(svc_req *r, int status, const char *code, const char *field,
-                     const char *fmt, ...)
-{
     va_list ap;
     va_start(ap, fmt);
-    svc_reply_verror(r, SVC_DIALECT_NATIVE, status, code, field, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    svc_problem p = {.status = status, .code = code, .field = field, .message = msg};
+    svc_reply_problem(r, d, &p);
 }
 
 void svc_reply_method_not_allowed(svc_req *r, svc_dialect d, const char *allow)

@@ -2,14 +2,12 @@
  * service/http/sse.h - Server-Sent Event streams of jobs and batches.
  *
  * A client is a cursor into its job's (or batch's) event history: it is
- * sent every event after the cursor, as long as its connection's output
- * stays under a high-water mark; past it, the client waits for the flush
- * callback, so a slow reader costs its own buffer and nothing else.
- * Last-Event-ID sets the starting cursor; a client arriving after the end
- * gets the history and the final event, then the stream closes.  A
- * `: keepalive` comment goes to every stream every 15 s from its start (after
- * the chunk in flight, if any).  Disconnects are
- * seen by a read watch on the socket (EOF) and by failed writes.
+ * sent every event after the cursor, one chunk in flight at a time (the
+ * long-reply primitive, stream.h: a slow reader costs its own buffer and
+ * nothing else; a `: keepalive` every 15 s; disconnects seen by a read
+ * watch on the socket and by failed writes).  Last-Event-ID sets the
+ * starting cursor; a client arriving after the end gets the history and
+ * the final event, then the stream closes.
  *
  * Owner: the event loop.  A client is freed at a safe point after its
  * connection closes (never inside evhttp's own callback).

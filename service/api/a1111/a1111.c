@@ -38,6 +38,7 @@
 #include "log.h"
 #include "server.h"
 #include "images.h"
+#include "stream.h"
 #include "util.h"
 
 #define IMAGE_FILE_MAX (256u << 20)
@@ -66,8 +67,7 @@ struct a1111_call {
     bool accepted, listed, holding, gone;
     double t0;                    /* monotonic start */
     char timestamp[16];
-    struct evhttp_connection *evcon;
-    struct event *rwatch;
+    svc_peer peer;                /* the client, while the call waits (stream.h) */
     a1111_call *prev, *next;
 };
 
@@ -116,15 +116,6 @@ void svc_a1111_free(svc_server *s)
 
 /* ------------------------------------------------------------------ replies */
 
-void svc_a1111_reply_error(svc_req *r, int status, const char *code, const char *field,
-                           const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    svc_reply_verror(r, SVC_DIALECT_A1111, status, code, field, fmt, ap);
-    va_end(ap);
-}
-
 /* ------------------------------------------------------------------ calls */
 
 static void list_remove(a1111_call *c)
@@ -147,14 +138,7 @@ static void list_remove(a1111_call *c)
 /* Stop hearing about the connection (before replying or freeing). */
 static void detach_conn(a1111_call *c)
 {
-    if (c->evcon) {
-        evhttp_connection_set_closecb(c->evcon, NULL, NULL);
-        c->evcon = NULL;
-    }
-    if (c->rwatch) {
-        event_free(c->rwatch);
-        c->rwatch = NULL;
-    }
+    svc_peer_stop(&c->peer);
 }
 
 static void unwatch_all(a1111_call *c)
@@ -222,54 +206,34 @@ static void abandon(a1111_call *c)
     /* not accepted yet: on_accepted frees it */
 }
 
-static void on_conn_close(struct evhttp_connection *evcon, void *arg)
+/* The client went away (stream.h's peer watch).  Closed by evhttp: r is
+ * gone with the connection (a detached request is freed here).  EOF:
+ * answer into the void (evhttp then sees the close).  Then cancel. */
+static void on_gone(void *arg)
 {
-    (void)evcon;
     a1111_call *c = arg;
-    c->evcon = NULL; /* evhttp frees it, with the request... */
-    if (c->r) {
-        /* ...unless a failure detached the request first: then it is ours,
-         * and a reply without a connection frees it */
-        if (c->r->req && !evhttp_request_get_connection(c->r->req))
-            evhttp_send_reply(c->r->req, 499, "Client Closed Request", NULL);
-        c->r->req = NULL;
-        svc_req_finish(c->r, 499);
+    const char *what = c->q.img2img ? "img2img" : "txt2img";
+    if (c->peer.closed) {
+        svc_peer_release(&c->peer, c->r, false, 499);
         c->r = NULL;
-    }
-    c->gone = true;
-    SVC_INFO("a1111: the connection of a %s call closed; %s", c->q.img2img ? "img2img" : "txt2img",
-             c->s->phase == SVC_PHASE_READY ? "its jobs are cancelled"
-                                            : "its jobs stay queued (shutdown)");
-    abandon(c);
-}
-
-static void on_readable(evutil_socket_t fd, short what, void *arg)
-{
-    (void)what;
-    a1111_call *c = arg;
-    const int peer = svc_peer_state(fd);
-    if (peer == SVC_PEER_CLOSED) {
-        /* EOF: answer into the void (evhttp then sees the close) and end */
+        SVC_INFO("a1111: the connection of a %s call closed; %s", what,
+                 c->s->phase == SVC_PHASE_READY ? "its jobs are cancelled"
+                                                : "its jobs stay queued (shutdown)");
+    } else {
         detach_conn(c);
-        if (c->r) {
+        if (c->r)
             svc_a1111_reply_error(c->r, 499, "client_closed", NULL,
                                   "the client closed the connection");
-            c->r = NULL;
-        }
-        c->gone = true;
-        SVC_INFO("a1111: the client of a %s call went away; its jobs are cancelled",
-                 c->q.img2img ? "img2img" : "txt2img");
-        abandon(c);
-        return;
+        c->r = NULL;
+        SVC_INFO("a1111: the client of a %s call went away; its jobs are cancelled", what);
     }
-    /* bytes (a pipelined request): stop watching; evhttp's close still tells */
-    if (peer == SVC_PEER_SENT && c->rwatch)
-        event_del(c->rwatch);
+    c->gone = true;
+    abandon(c);
 }
 
 static void watch_conn(a1111_call *c)
 {
-    c->evcon = svc_req_watch_peer(c->r, on_conn_close, on_readable, c, &c->rwatch);
+    svc_peer_watch(&c->peer, c->r, on_gone, c);
 }
 
 /* ------------------------------------------------------------------ answer */
@@ -665,8 +629,9 @@ static char *preview_b64(svc_server *s, svc_job *j, int index)
     return b64;
 }
 
-static void progress(svc_req *r)
+void svc_a1111_progress(svc_req *r, const char *rest)
 {
+    (void)rest;
     svc_server *s = r->srv;
     svc_a1111 *a = svc_a1111_state(s);
     if (!a) {
@@ -758,32 +723,12 @@ static void stop_calls(svc_req *r, bool skip)
 
 /* ------------------------------------------------------------------ routes */
 
-void svc_a1111_txt2img(svc_req *r, const char *rest)
+void svc_a1111_generate(svc_req *r, const char *rest)
 {
-    (void)rest;
-    generate(r, false);
+    generate(r, strcmp(rest, "/img2img") == 0);
 }
 
-void svc_a1111_img2img(svc_req *r, const char *rest)
+void svc_a1111_stop(svc_req *r, const char *rest)
 {
-    (void)rest;
-    generate(r, true);
-}
-
-void svc_a1111_progress(svc_req *r, const char *rest)
-{
-    (void)rest;
-    progress(r);
-}
-
-void svc_a1111_interrupt(svc_req *r, const char *rest)
-{
-    (void)rest;
-    stop_calls(r, false);
-}
-
-void svc_a1111_skip(svc_req *r, const char *rest)
-{
-    (void)rest;
-    stop_calls(r, true);
+    stop_calls(r, strcmp(rest, "/skip") == 0);
 }

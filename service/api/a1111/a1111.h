@@ -94,16 +94,16 @@ bool svc_a1111_schedule(const char *name, const char **schedule, const char **la
 
 /* ---- routes (a1111.c, a1111_info.c) ---- */
 struct svc_req;
-/* An error in Tessera's shape plus FastAPI's "detail" (ends r). */
-void svc_a1111_reply_error(struct svc_req *r, int status, const char *code, const char *field,
-                           const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* An error in Tessera's shape plus FastAPI's "detail" (ends r;
+ * http/reply.c renders it). */
+#define svc_a1111_reply_error(r, status, code, field, ...)                                    \
+    svc_reply_errorf((r), SVC_DIALECT_A1111, (status), (code), (field), __VA_ARGS__)
 /* The routes (http/router.c's table; rest is the path after /sdapi/v1).
- * POST /txt2img, /img2img, /interrupt, /skip; GET /progress (a1111.c). */
-void svc_a1111_txt2img(struct svc_req *r, const char *rest);
-void svc_a1111_img2img(struct svc_req *r, const char *rest);
+ * POST /txt2img and /img2img (generate), /interrupt and /skip (stop);
+ * GET /progress (a1111.c). */
+void svc_a1111_generate(struct svc_req *r, const char *rest);
+void svc_a1111_stop(struct svc_req *r, const char *rest);
 void svc_a1111_progress(struct svc_req *r, const char *rest);
-void svc_a1111_interrupt(struct svc_req *r, const char *rest);
-void svc_a1111_skip(struct svc_req *r, const char *rest);
 /* GET /options, /samplers, /schedulers, /sd-models, /cmd-flags, /memory;
  * POST /options (a1111_info.c). */
 void svc_a1111_options(struct svc_req *r, const char *rest);

@@ -180,14 +180,7 @@ done:
     cJSON_Delete(obj);
 }
 
-/* --queue: the waits of routes_jobs.c (a batch accepted by another api
- * node is known once the follower has read its jobs' accept events). */
-static bool batch_known(svc_server *s, const char *rest, uint64_t id)
-{
-    (void)rest;
-    return svc_jobs_find_batch(s->jobs, id) != NULL;
-}
-
+/* --queue: a cancel waits for its jobs' `cancel` events (routes_jobs.c). */
 static bool batch_final(svc_server *s, const char *rest, uint64_t id)
 {
     (void)rest;
@@ -224,37 +217,13 @@ void svc_batches_submit(svc_req *r, const char *rest)
     submit(r);
 }
 
-/* The batch of rest ("/<id>[/...]"), or NULL.  --queue: one that is not
- * known yet is waited for (true: again() answers later). */
-static bool find_batch(svc_req *r, const char *rest, bool may_wait,
-                       void (*again)(svc_req *r, const char *rest), svc_batch **out)
-{
-    svc_server *s = r->srv;
-    uint64_t bid;
-    svc_route_id(rest, 'b', &bid);
-    *out = bid ? svc_jobs_find_batch(s->jobs, bid) : NULL;
-    return !*out && bid && may_wait && s->cluster && s->cfg.role != TSR_ROLE_WORKER &&
-           svc_route_wait(r, rest, bid, 1.0, batch_known, again);
-}
-
-static void batch_at(svc_req *r, const char *rest, bool may_wait);
-
-static void batch_again(svc_req *r, const char *rest)
-{
-    batch_at(r, rest, false);
-}
-
 /* GET, HEAD, DELETE /v1/batches/<id> */
-static void batch_at(svc_req *r, const char *rest, bool may_wait)
+void svc_batches_batch(svc_req *r, const char *rest)
 {
     svc_server *s = r->srv;
-    svc_batch *b;
-    if (find_batch(r, rest, may_wait, batch_again, &b))
+    svc_batch *b = svc_route_lookup(r, rest, 'b', svc_batches_batch);
+    if (!b)
         return;
-    if (!b) {
-        svc_reply_error(r, 404, "not_found", NULL, "no batch %.40s", rest + 1);
-        return;
-    }
     if (strcmp(r->method, "DELETE") == 0 && s->cluster && s->cfg.role != TSR_ROLE_WORKER &&
         !batch_final(s, rest, b->id)) {
         /* every api node cancels them when its follower reads the cancels */
@@ -273,28 +242,12 @@ static void batch_at(svc_req *r, const char *rest, bool may_wait)
     svc_reply_json(r, 200, svc_batch_json(s, b));
 }
 
-void svc_batches_batch(svc_req *r, const char *rest)
-{
-    batch_at(r, rest, true);
-}
-
-static void events_at(svc_req *r, const char *rest, bool may_wait);
-
-static void events_again(svc_req *r, const char *rest)
-{
-    events_at(r, rest, false);
-}
-
 /* GET /v1/batches/<id>/events */
-static void events_at(svc_req *r, const char *rest, bool may_wait)
+void svc_batches_events(svc_req *r, const char *rest)
 {
-    svc_batch *b;
-    if (find_batch(r, rest, may_wait, events_again, &b))
+    svc_batch *b = svc_route_lookup(r, rest, 'b', svc_batches_events);
+    if (!b)
         return;
-    if (!b) {
-        svc_reply_error(r, 404, "not_found", NULL, "no batch %.40s", rest + 1);
-        return;
-    }
     const char *h = svc_req_header(r, "Last-Event-ID");
     unsigned long long last = 0;
     if (h && *h) {
@@ -307,9 +260,4 @@ static void events_at(svc_req *r, const char *rest, bool may_wait)
         }
     }
     svc_sse_open_batch(r->srv, r, b, (uint32_t)last);
-}
-
-void svc_batches_events(svc_req *r, const char *rest)
-{
-    events_at(r, rest, true);
 }

@@ -386,6 +386,7 @@ static void on_lookup_timer(evutil_socket_t fd, short what, void *arg)
     const char *rest = w->rest;
     void (*again)(svc_req *, const char *) = w->again;
     free(w);
+    r->waited = true;
     again(r, rest);
 }
 
@@ -462,37 +463,46 @@ void svc_jobs_submit(svc_req *r, const char *rest)
     submit(r);
 }
 
-/* The job of rest ("/<id>[/...]"), or NULL.  --queue: one that is not
- * known yet is waited for (true: again() answers later). */
-static bool find_job(svc_req *r, const char *rest, bool may_wait,
-                     void (*again)(svc_req *r, const char *rest), svc_job **out)
+bool svc_route_await(svc_req *r, const char *rest, uint64_t id, bool known,
+                     bool (*ready)(svc_server *s, const char *rest, uint64_t id),
+                     void (*handler)(svc_req *r, const char *rest))
 {
     svc_server *s = r->srv;
-    uint64_t jid;
-    svc_route_id(rest, 'j', &jid);
-    *out = jid ? svc_jobs_find(s->jobs, jid) : NULL;
-    return !*out && jid && may_wait && s->cluster && s->cfg.role != TSR_ROLE_WORKER &&
-           svc_route_wait(r, rest, jid, LOOKUP_WAIT_S, job_known, again);
+    return !known && id && !r->waited && s->cluster && s->cfg.role != TSR_ROLE_WORKER &&
+           svc_route_wait(r, rest, id, LOOKUP_WAIT_S, ready, handler);
 }
 
-static void job_at(svc_req *r, const char *rest, bool may_wait);
-
-static void job_again(svc_req *r, const char *rest)
+static bool batch_known(svc_server *s, const char *rest, uint64_t id)
 {
-    job_at(r, rest, false);
+    (void)rest;
+    return svc_jobs_find_batch(s->jobs, id) != NULL;
+}
+
+void *svc_route_lookup(svc_req *r, const char *rest, char kind,
+                       void (*handler)(svc_req *r, const char *rest))
+{
+    svc_server *s = r->srv;
+    uint64_t id;
+    svc_route_id(rest, kind, &id);
+    void *found = !id ? NULL
+                  : kind == 'j' ? (void *)svc_jobs_find(s->jobs, id)
+                                : (void *)svc_jobs_find_batch(s->jobs, id);
+    if (svc_route_await(r, rest, id, found != NULL, kind == 'j' ? job_known : batch_known,
+                        handler))
+        return NULL;
+    if (!found)
+        svc_reply_error(r, 404, "not_found", NULL, "no %s %.40s", kind == 'j' ? "job" : "batch",
+                        rest + 1);
+    return found;
 }
 
 /* GET, HEAD, DELETE /v1/jobs/<id> */
-static void job_at(svc_req *r, const char *rest, bool may_wait)
+void svc_jobs_job(svc_req *r, const char *rest)
 {
     svc_server *s = r->srv;
-    svc_job *j;
-    if (find_job(r, rest, may_wait, job_again, &j))
+    svc_job *j = svc_route_lookup(r, rest, 'j', svc_jobs_job);
+    if (!j)
         return;
-    if (!j) {
-        svc_reply_error(r, 404, "not_found", NULL, "no job %.40s", rest + 1);
-        return;
-    }
     if (strcmp(r->method, "DELETE") == 0 && s->cluster && !svc_state_final(j->state) &&
         s->cfg.role != TSR_ROLE_WORKER) {
         /* every api node cancels it when its follower reads the cancel */
@@ -513,28 +523,12 @@ static void job_at(svc_req *r, const char *rest, bool may_wait)
     send_job(r, j, 200);
 }
 
-void svc_jobs_job(svc_req *r, const char *rest)
-{
-    job_at(r, rest, true);
-}
-
-static void events_at(svc_req *r, const char *rest, bool may_wait);
-
-static void events_again(svc_req *r, const char *rest)
-{
-    events_at(r, rest, false);
-}
-
 /* GET /v1/jobs/<id>/events */
-static void events_at(svc_req *r, const char *rest, bool may_wait)
+void svc_jobs_events(svc_req *r, const char *rest)
 {
-    svc_job *j;
-    if (find_job(r, rest, may_wait, events_again, &j))
+    svc_job *j = svc_route_lookup(r, rest, 'j', svc_jobs_events);
+    if (!j)
         return;
-    if (!j) {
-        svc_reply_error(r, 404, "not_found", NULL, "no job %.40s", rest + 1);
-        return;
-    }
     uint32_t last = 0;
     if (!parse_last_event_id(r, &last)) {
         svc_reply_error(r, 400, "invalid_parameter", "Last-Event-ID",
@@ -542,11 +536,6 @@ static void events_at(svc_req *r, const char *rest, bool may_wait)
         return;
     }
     svc_sse_open_job(r->srv, r, j, last);
-}
-
-void svc_jobs_events(svc_req *r, const char *rest)
-{
-    events_at(r, rest, true);
 }
 
 /* The name after "/<id>/images/". */
@@ -579,28 +568,14 @@ bool svc_jobs_is_image_name(const char *rest)
     return png_index(image_name(rest), &index);
 }
 
-static void image_at(svc_req *r, const char *rest, bool may_wait);
-
-static void image_again(svc_req *r, const char *rest)
-{
-    image_at(r, rest, false);
-}
-
 /* GET, HEAD /v1/jobs/<id>/images/<i>.png and .../<i>/tiles[/<v>/<row>_<col>.jpg] */
-static void image_at(svc_req *r, const char *rest, bool may_wait)
+void svc_jobs_image(svc_req *r, const char *rest)
 {
     svc_server *s = r->srv;
-    svc_job *j;
-    if (find_job(r, rest, may_wait, image_again, &j))
+    svc_job *j = svc_route_lookup(r, rest, 'j', svc_jobs_image);
+    if (!j || svc_route_await(r, rest, j->id, resource_ready(s, rest, j->id), resource_ready,
+                              svc_jobs_image))
         return;
-    if (j && may_wait && s->cluster && s->cfg.role != TSR_ROLE_WORKER &&
-        !resource_ready(s, rest, j->id) &&
-        svc_route_wait(r, rest, j->id, LOOKUP_WAIT_S, resource_ready, image_again))
-        return;
-    if (!j) {
-        svc_reply_error(r, 404, "not_found", NULL, "no job %.40s", rest + 1);
-        return;
-    }
     const char *name = image_name(rest);
     long index = 0, version = 0, row = 0, col = 0;
     bool manifest = false;
@@ -620,14 +595,9 @@ static void image_at(svc_req *r, const char *rest, bool may_wait)
         send_tile(r, j, (int)index, (int)version, (int)row, (int)col);
 }
 
-void svc_jobs_image(svc_req *r, const char *rest)
-{
-    image_at(r, rest, true);
-}
-
 void svc_jobs_tiles(svc_req *r, const char *rest)
 {
-    image_at(r, rest, true);
+    svc_jobs_image(r, rest);
 }
 
 void svc_jobs_no_image(svc_req *r, const char *rest)

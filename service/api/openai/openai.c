@@ -36,17 +36,6 @@
 
 static oai_call *live_calls; /* the loop's; one server per process */
 
-/* ---------------------------------------------------------------- errors */
-
-void oai_reply_error(svc_req *r, int status, const char *param, const char *code,
-                     const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    svc_reply_verror(r, SVC_DIALECT_OPENAI, status, code, param, fmt, ap);
-    va_end(ap);
-}
-
 /* ----------------------------------------------------------------- calls */
 
 static void free_later(evutil_socket_t fd, short what, void *arg)
@@ -54,18 +43,7 @@ static void free_later(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     oai_call *c = arg;
-    if (c->r) {
-        if (c->req_detached && c->r->req) {
-            /* evhttp detached the request when the connection failed: it
-             * is ours, and a reply on a request without connection frees it */
-            if (c->started)
-                evhttp_send_reply_end(c->r->req);
-            else
-                evhttp_send_reply(c->r->req, 499, "Client Closed Request", NULL);
-        }
-        c->r->req = NULL;
-        svc_req_finish(c->r, 499);
-    }
+    svc_peer_release(&c->peer, c->r, c->started, 499);
     if (c->pending)
         evbuffer_free(c->pending);
     free(c->partials_sent);
@@ -74,13 +52,7 @@ static void free_later(evutil_socket_t fd, short what, void *arg)
 
 void oai_call_detach_conn(oai_call *c)
 {
-    if (c->fdwatch) {
-        event_free(c->fdwatch);
-        c->fdwatch = NULL;
-    }
-    if (c->evcon && !c->evcon_dead)
-        evhttp_connection_set_closecb(c->evcon, NULL, NULL);
-    c->evcon = NULL;
+    svc_peer_stop(&c->peer);
 }
 
 void oai_call_finish(oai_call *c)
@@ -93,10 +65,7 @@ void oai_call_finish(oai_call *c)
         c->watching = false;
     }
     oai_call_detach_conn(c);
-    if (c->keepalive) {
-        event_free(c->keepalive);
-        c->keepalive = NULL;
-    }
+    svc_stream_stop(&c->st);
     if (c->prev)
         c->prev->next = c->next;
     else if (live_calls == c)
@@ -114,7 +83,7 @@ void oai_call_finish(oai_call *c)
 static void call_fail(oai_call *c, int status, const char *code, const char *msg)
 {
     oai_call_detach_conn(c);
-    if (c->r && c->r->req && !c->req_detached) {
+    if (c->r && svc_peer_answerable(&c->peer)) {
         svc_req *r = c->r;
         c->r = NULL;
         if (status == 503)
@@ -132,8 +101,6 @@ static void client_gone(oai_call *c)
 {
     svc_server *s = c->srv;
     c->gone = true;
-    if (c->fdwatch)
-        event_del(c->fdwatch);
     if (c->done || !c->accepted)
         return;
     if (c->job && !svc_state_final(c->job->state)) {
@@ -150,31 +117,12 @@ static void client_gone(oai_call *c)
     call_fail(c, 499, "client_closed", "the client closed the connection");
 }
 
-static void on_close(struct evhttp_connection *evcon, void *arg)
+/* The peer watch's word (stream.h): EOF, or evhttp closed the connection. */
+static void on_gone(void *arg)
 {
-    (void)evcon;
     oai_call *c = arg;
-    c->evcon_dead = true;
-    if (c->done)
-        return;
-    c->req_detached = c->r && c->r->req && evhttp_request_get_connection(c->r->req) == NULL;
-    if (c->r && !c->req_detached)
-        c->r->req = NULL; /* evhttp frees it with the connection */
-    client_gone(c);
-}
-
-static void on_readable(evutil_socket_t fd, short what, void *arg)
-{
-    (void)what;
-    oai_call *c = arg;
-    const int peer = svc_peer_state(fd);
-    if (peer == SVC_PEER_CLOSED) {
-        if (!c->done)
-            client_gone(c);
-        return;
-    }
-    if (peer == SVC_PEER_SENT && c->fdwatch)
-        event_del(c->fdwatch); /* pipelined bytes: failed writes still tell */
+    if (!c->done)
+        client_gone(c);
 }
 
 oai_call *oai_call_new(svc_req *r, bool edit)
@@ -198,7 +146,7 @@ static void call_attach(oai_call *c)
     if (live_calls)
         live_calls->prev = c;
     live_calls = c;
-    c->evcon = svc_req_watch_peer(c->r, on_close, on_readable, c, &c->fdwatch);
+    svc_peer_watch(&c->peer, c->r, on_gone, c);
 }
 
 void svc_openai_close_all(svc_server *s)

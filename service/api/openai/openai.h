@@ -17,6 +17,7 @@
 
 #include "http.h"
 #include "jobs.h"
+#include "stream.h"
 
 struct svc_server;
 struct event;
@@ -43,26 +44,22 @@ typedef struct oai_call {
     double created;
     int *partials_sent;         /* per image (stream) */
     /* connection */
-    struct evhttp_connection *evcon;
-    struct event *fdwatch;      /* EOF of the client's socket */
-    struct event *keepalive;    /* streams: a comment every 15 s */
-    struct evbuffer *pending;   /* streams: bytes not yet handed to evhttp */
+    svc_peer peer;              /* the client, from the accept on (stream.h) */
+    svc_stream st;              /* streams: the reply (stream.h) */
+    struct evbuffer *pending;   /* streams: events not yet handed to the stream */
     bool started;               /* streams: reply started */
-    bool inflight;              /* streams: a chunk waits for its flush callback */
     bool closing;               /* streams: end once pending is sent */
     bool accepted;              /* the job is journaled and in the table */
     bool gone;                  /* the client went away (EOF or closed connection) */
-    bool evcon_dead;            /* evhttp closed the connection (its close callback ran) */
-    bool req_detached;          /* evhttp let go of the request: we free it */
     bool done;                  /* finished: waiting for the deferred free */
     struct oai_call *prev, *next; /* every live call (close_all) */
 } oai_call;
 
 /* Errors in OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
  * type follows the status (400/404/405/413 invalid_request_error, 401
- * authentication_error... see the .c).  Ends r. */
-void oai_reply_error(svc_req *r, int status, const char *param, const char *code,
-                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+ * authentication_error...: http/reply.c renders it).  Ends r. */
+#define oai_reply_error(r, status, param, code, ...)                                          \
+    svc_reply_errorf((r), SVC_DIALECT_OPENAI, (status), (code), (param), __VA_ARGS__)
 /* Stop watching the connection (before a reply ends it normally). */
 void oai_call_detach_conn(oai_call *c);
 /* Unwatch, drop the socket watch, and free c at a safe point (r must have

@@ -19,9 +19,10 @@
  * A failed or cancelled job ends the stream with `event: error`, whose
  * data {"type": "error", "error": {...}} the official client raises.
  *
- * Flow control as in sse.c: one chunk in flight, the rest waits in
- * `pending` (bounded: at most n x (partial_images + 1) events).  A comment
- * line goes out every 15 s.  A client that goes away cancels its job.
+ * The reply is the long-reply primitive's (stream.h): one chunk in
+ * flight, the rest waits in `pending` (bounded: at most n x
+ * (partial_images + 1) events), a comment line every 15 s.  A client that
+ * goes away cancels its job (openai.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,55 +39,31 @@
 #include "tiles.h"
 #include "util.h"
 
-#define KEEPALIVE_S 15
-
-static void pump(oai_call *c);
-
-static void end_now(oai_call *c)
+/* The stream asks for its next chunk: what is pending; complete once the
+ * job's end was queued and sent. */
+static bool next_chunk(void *arg, struct evbuffer *out)
 {
-    oai_call_detach_conn(c);
-    if (c->r && c->r->req && !c->req_detached) {
-        evhttp_send_reply_end(c->r->req);
-        c->r->req = NULL;
-        svc_req_finish(c->r, 200);
-        c->r = NULL;
+    oai_call *c = arg;
+    if (evbuffer_get_length(c->pending)) {
+        evbuffer_add_buffer(out, c->pending);
+        return true;
     }
+    return !c->closing;
+}
+
+/* The stream ended whole: r was answered. */
+static void on_done(void *arg)
+{
+    oai_call *c = arg;
+    c->r = NULL;
     oai_call_finish(c);
 }
 
-static void on_flushed(struct evhttp_connection *evcon, void *arg)
+static void end_now(oai_call *c)
 {
-    (void)evcon;
-    oai_call *c = arg;
-    c->inflight = false;
-    if (!c->done)
-        pump(c);
-}
-
-static void pump(oai_call *c)
-{
-    if (c->done || c->inflight || !c->r || !c->r->req || c->evcon_dead)
-        return;
-    size_t n = evbuffer_get_length(c->pending);
-    if (n) {
-        c->r->bytes_out += n;
-        c->inflight = true;
-        evhttp_send_reply_chunk_with_cb(c->r->req, c->pending, on_flushed, c);
-        return;
-    }
-    if (c->closing)
-        end_now(c);
-}
-
-static void on_keepalive(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    oai_call *c = arg;
-    if (c->done || c->closing)
-        return;
-    evbuffer_add(c->pending, ": keepalive\n\n", 13);
-    pump(c);
+    if (svc_stream_end(&c->st, NULL))
+        c->r = NULL;
+    oai_call_finish(c);
 }
 
 void oai_stream_start(oai_call *c)
@@ -98,13 +75,8 @@ void oai_stream_start(oai_call *c)
         return;
     }
     svc_req_add_header(r, "X-Tessera-Job", c->job->ids);
-    svc_reply_stream_start(r);
     c->started = true;
-    c->keepalive = event_new(c->srv->base, -1, EV_PERSIST, on_keepalive, c);
-    if (c->keepalive) {
-        struct timeval tv = {KEEPALIVE_S, 0};
-        event_add(c->keepalive, &tv);
-    }
+    svc_stream_begin(&c->st, &c->peer, next_chunk, on_done, c);
 }
 
 void oai_stream_abort(oai_call *c)
@@ -113,7 +85,7 @@ void oai_stream_abort(oai_call *c)
         return;
     if (c->pending)
         evbuffer_drain(c->pending, evbuffer_get_length(c->pending));
-    if (!c->started || c->evcon_dead) {
+    if (!c->started || c->peer.closed) {
         /* nothing more can be sent: the deferred free ends what is left */
         oai_call_finish(c);
         return;
@@ -127,15 +99,12 @@ void oai_stream_shutdown(oai_call *c)
 {
     if (c->done)
         return;
-    if (c->started && !c->evcon_dead && c->r && c->r->req && !c->req_detached) {
+    if (c->started && !c->peer.closed && c->r && svc_peer_answerable(&c->peer)) {
         error_event(c, "unavailable", "the server is shutting down: the job reruns at the next "
                     "start (see X-Tessera-Job)");
         /* past the flow control: the last bytes go out with the end */
-        size_t n = evbuffer_get_length(c->pending);
-        if (n) {
-            c->r->bytes_out += n;
-            evhttp_send_reply_chunk(c->r->req, c->pending);
-        }
+        if (svc_stream_end(&c->st, c->pending))
+            c->r = NULL;
     }
     oai_stream_abort(c);
 }
@@ -152,7 +121,7 @@ static void add_event(oai_call *c, const char *name, cJSON *data)
     }
     evbuffer_add_printf(c->pending, "event: %s\ndata: %s\n\n", name, text);
     cJSON_free(text);
-    pump(c);
+    svc_stream_pump(&c->st);
 }
 
 static cJSON *image_event(oai_call *c, const char *kind, char *type, size_t type_size,
@@ -302,6 +271,6 @@ void oai_stream_event(oai_call *c, const svc_event *ev)
             svc_job_unwatch(c->job, &c->watch);
             c->watching = false;
         }
-        pump(c);
+        svc_stream_pump(&c->st);
     }
 }
