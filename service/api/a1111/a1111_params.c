@@ -11,13 +11,25 @@
  * applies the native checks, and its errors are renamed back to A1111's
  * field names (svc_a1111_field).  No server state is read, so the fuzzer
  * runs it alone.
+ *
+ * Why a table: the fields are data, as the CLI's options are (tsr_arg_spec,
+ * cli/args.h).  k_fields lists every field A1111 clients send, with its
+ * type, range, default and where its value goes (or that it is checked and
+ * ignored), and is read in order through the shared field reader
+ * (service/api/fields.h), so the first bad field is the one named and the
+ * wording is the other dialects'.  What a row cannot say is a named rule,
+ * run in a fixed order after the table: values that depend on each other
+ * (batch_size * n_iter, the size, the seeds), names to resolve (sampler and
+ * scheduler), what Tessera refuses (scripts, variation seeds, hires fix),
+ * and img2img's images and masks.
  */
 #include "a1111.h"
 
 #include <ctype.h>
-#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,35 +177,6 @@ static const cJSON *item(rd *x, const char *name)
     return svc_fields_get(&x->f, name);
 }
 
-static int get_int(rd *x, const char *name, long long lo, long long hi, long long dflt,
-                   long long *out)
-{
-    return svc_fields_int(&x->f, name, lo, hi, dflt, out) < 0 ? refused(x) : 0;
-}
-
-static int get_num(rd *x, const char *name, double dflt, double *out)
-{
-    return svc_fields_number(&x->f, name, -HUGE_VAL, HUGE_VAL, false, dflt, out, NULL) < 0
-               ? refused(x)
-               : 0;
-}
-
-/* A boolean; 0 and 1 count too (A1111's forms send some flags as ints). */
-static int get_bool(rd *x, const char *name, bool dflt, bool *out)
-{
-    return svc_fields_bool(&x->f, name, true, dflt, out) < 0 ? refused(x) : 0;
-}
-
-static int get_str(rd *x, const char *name, size_t max, const char **out)
-{
-    return svc_fields_string(&x->f, name, max, false, out) < 0 ? refused(x) : 0;
-}
-
-static int get_kind(rd *x, const char *name, int kind)
-{
-    return svc_fields_kind(&x->f, name, kind) < 0 ? refused(x) : 0;
-}
-
 /* seed: -1 (random) or 0 .. 2^64-1 */
 static int get_seed(rd *x, const char *name, uint64_t *out, bool *random)
 {
@@ -204,54 +187,6 @@ static int get_seed(rd *x, const char *name, uint64_t *out, bool *random)
     /* A1111: random.randrange(4294967294) */
     if (*random)
         *out = svc_random_u64() % 4294967294ull;
-    return 0;
-}
-
-/* ------------------------------------------------------------ the fields */
-
-/* Fields A1111 clients send that Tessera accepts and ignores, with the type
- * each must still have ('n' number, 'i' integer, 'b' boolean, 's' string,
- * 'a' array, 'o' object). */
-static const struct {
-    const char *name;
-    char type;
-} k_ignored[] = {
-    {"eta", 'n'},          {"s_churn", 'n'},       {"s_noise", 'n'},
-    {"s_tmin", 'n'},       {"s_tmax", 'n'},        {"s_min_uncond", 'n'},
-    {"script_args", 'a'},  {"do_not_save_samples", 'b'}, {"do_not_save_grid", 'b'},
-    {"override_settings_restore_afterwards", 'b'}, {"disable_extra_networks", 'b'},
-    {"comments", 'o'},     {"force_task_id", 's'}, {"infotext", 's'},
-    {"refiner_switch_at", 'n'}, {"firstphase_width", 'i'}, {"firstphase_height", 'i'},
-    {"hr_scale", 'n'},     {"hr_upscaler", 's'},   {"hr_second_pass_steps", 'i'},
-    {"hr_resize_x", 'i'},  {"hr_resize_y", 'i'},   {"hr_checkpoint_name", 's'},
-    {"hr_sampler_name", 's'}, {"hr_scheduler", 's'}, {"hr_prompt", 's'},
-    {"hr_negative_prompt", 's'}, {"image_cfg_scale", 'n'}, {"mask_blur", 'i'},
-    {"mask_blur_x", 'i'},  {"mask_blur_y", 'i'},   {"mask_round", 'b'},
-    {"inpaint_full_res", 'b'}, {"inpaint_full_res_padding", 'i'},
-    {"include_init_images", 'b'}, {"initial_noise_multiplier", 'n'},
-    {"sampler_index", 's'}, {"firstpass_image", 's'},
-};
-
-static int check_ignored(rd *x)
-{
-    for (size_t i = 0; i < sizeof k_ignored / sizeof k_ignored[0]; i++) {
-        const char *n = k_ignored[i].name;
-        long long iv;
-        double dv;
-        bool bv;
-        const char *sv;
-        int rc = 0;
-        switch (k_ignored[i].type) {
-        case 'n': rc = get_num(x, n, 0, &dv); break;
-        case 'i': rc = get_int(x, n, -(1ll << 40), 1ll << 40, 0, &iv); break;
-        case 'b': rc = get_bool(x, n, false, &bv); break;
-        case 's': rc = get_str(x, n, SVC_MAX_PROMPT_BYTES, &sv); break;
-        case 'a': rc = get_kind(x, n, cJSON_Array); break;
-        default: rc = get_kind(x, n, cJSON_Object); break;
-        }
-        if (rc < 0)
-            return -1;
-    }
     return 0;
 }
 
@@ -339,6 +274,323 @@ static int prepare_image(rd *x, const char *field, const char *b64, int channels
     return fail(x, rc == -2 ? 400 : 422, rc == -2 ? NULL : field, "%s", why);
 }
 
+/* ------------------------------------------------------------ the table */
+
+/* What the fields resolve to while a call is translated. */
+typedef struct a1111_vals {
+    const char *prompt, *negative, *sampler_name, *sampler_index, *scheduler, *script_name,
+        *refiner, *mask;
+    long long steps, width, height, subseed, rh, rw, batch_size, n_iter, resize_mode, fill,
+        invert;
+    double cfg, strength, subseed_strength;
+    uint64_t seed;
+    bool seed_random, send_images, save_images, with_images;
+    /* resolved by the rules */
+    const svc_a1111_defaults *d;
+    int max_size;
+    long long clip_skip;
+    const char *tsampler, *sched; /* Tessera's sampler and schedule (NULL: the default) */
+    const cJSON *init;            /* init_images[0] */
+    const char *init_b64;         /* it, ready for the native parser */
+} a1111_vals;
+
+/* One A1111 field: its type, range and default, and where its value goes
+ * (the CLI's tsr_arg_spec, cli/args.h, for a JSON body).  Types: 'i'
+ * integer in [lo, hi]; 'n' any finite number; 'b' boolean (0 and 1 too);
+ * 's' string of at most hi bytes; 'a' array; 'o' object; 'S' seed (-1 or
+ * 0 .. 2^64-1, get_seed); 't' a flag refused when true (refuse_true, `why`
+ * says so).  at = NONE: checked, then ignored (A1111 clients send dozens of
+ * fields Tessera has no use for; a wrong type is still a 422). */
+typedef struct a1111_field {
+    const char *name;
+    char type;
+    long long lo, hi;
+    double dflt;
+    ptrdiff_t at;
+    const char *why;
+} a1111_field;
+
+#define NONE ((ptrdiff_t)-1)
+#define AT(m) ((ptrdiff_t)offsetof(a1111_vals, m))
+#define TEXT SVC_MAX_PROMPT_BYTES
+#define WIDE (1ll << 40) /* ignored integers: any that a client may send */
+/* rows of fields checked, then ignored */
+#define NUM(n) {n, 'n', 0, 0, 0, NONE, NULL}
+#define INT(n) {n, 'i', -WIDE, WIDE, 0, NONE, NULL}
+#define BOOL(n) {n, 'b', 0, 0, 0, NONE, NULL}
+#define STR(n) {n, 's', 0, TEXT, 0, NONE, NULL}
+#define ARR(n) {n, 'a', 0, 0, 0, NONE, NULL}
+#define OBJ(n) {n, 'o', 0, 0, 0, NONE, NULL}
+
+/* Read in this order, so that the first bad field is the one named. */
+static const a1111_field k_fields[] = {
+    {"prompt", 's', 0, TEXT, 0, AT(prompt), NULL},
+    {"negative_prompt", 's', 0, TEXT, 0, AT(negative), NULL},
+    {"steps", 'i', 1, TSR_MAX_STEPS, 50, AT(steps), NULL},
+    {"cfg_scale", 'n', 0, 0, 7.0, AT(cfg), NULL},
+    {"width", 'i', 0, 1 << 30, 512, AT(width), NULL},
+    {"height", 'i', 0, 1 << 30, 512, AT(height), NULL},
+    {"seed", 'S', 0, 0, 0, AT(seed), NULL},
+    {"subseed", 'i', -1, UINT32_MAX, -1, AT(subseed), NULL},
+    {"subseed_strength", 'n', 0, 0, 0, AT(subseed_strength), NULL},
+    {"seed_resize_from_h", 'i', -1, 1 << 30, -1, AT(rh), NULL},
+    {"seed_resize_from_w", 'i', -1, 1 << 30, -1, AT(rw), NULL},
+    {"sampler_name", 's', 0, 96, 0, AT(sampler_name), NULL},
+    {"sampler_index", 's', 0, 96, 0, AT(sampler_index), NULL},
+    {"scheduler", 's', 0, 64, 0, AT(scheduler), NULL},
+    {"batch_size", 'i', 1, SVC_A1111_MAX_IMAGES, 1, AT(batch_size), NULL},
+    {"n_iter", 'i', 1, SVC_A1111_MAX_IMAGES, 1, AT(n_iter), NULL},
+    {"denoising_strength", 'n', 0, 0, 0.75, AT(strength), NULL},
+    {"send_images", 'b', 0, 0, 1, AT(send_images), NULL},
+    {"save_images", 'b', 0, 0, 0, AT(save_images), NULL},
+    {"script_name", 's', 0, 256, 0, AT(script_name), NULL},
+    {"refiner_checkpoint", 's', 0, 256, 0, AT(refiner), NULL},
+    {"alwayson_scripts", 'o', 0, 0, 0, NONE, NULL},
+    {"override_settings", 'o', 0, 0, 0, NONE, NULL},
+    {"styles", 'a', 0, 0, 0, NONE, NULL},
+    {"restore_faces", 't', 0, 0, 0, NONE, "Tessera has no face restoration model"},
+    {"tiling", 't', 0, 0, 0, NONE, "Tessera does not make tileable images"},
+    {"enable_hr", 't', 0, 0, 0, NONE,
+     "Tessera has no hires-fix second pass (generate at the final size, or upscale with "
+     "img2img)"},
+    /* accepted and ignored (type-checked) */
+    NUM("eta"), NUM("s_churn"), NUM("s_noise"), NUM("s_tmin"), NUM("s_tmax"), NUM("s_min_uncond"),
+    ARR("script_args"), BOOL("do_not_save_samples"), BOOL("do_not_save_grid"),
+    BOOL("override_settings_restore_afterwards"), BOOL("disable_extra_networks"), OBJ("comments"),
+    STR("force_task_id"), STR("infotext"), NUM("refiner_switch_at"), INT("firstphase_width"),
+    INT("firstphase_height"), NUM("hr_scale"), STR("hr_upscaler"), INT("hr_second_pass_steps"),
+    INT("hr_resize_x"), INT("hr_resize_y"), STR("hr_checkpoint_name"), STR("hr_sampler_name"),
+    STR("hr_scheduler"), STR("hr_prompt"), STR("hr_negative_prompt"), NUM("image_cfg_scale"),
+    INT("mask_blur"), INT("mask_blur_x"), INT("mask_blur_y"), BOOL("mask_round"),
+    BOOL("inpaint_full_res"), INT("inpaint_full_res_padding"),
+    {"include_init_images", 'b', 0, 0, 0, AT(with_images), NULL},
+    NUM("initial_noise_multiplier"), STR("firstpass_image"),
+};
+
+/* img2img's own, read once init_images is known to be one image. */
+static const a1111_field k_img2img_fields[] = {
+    {"resize_mode", 'i', 0, 3, 0, AT(resize_mode), NULL},
+    {"inpainting_fill", 'i', 0, 3, 0, AT(fill), NULL},
+    {"inpainting_mask_invert", 'i', 0, 1, 0, AT(invert), NULL},
+    {"mask", 's', 0, LLONG_MAX, 0, AT(mask), NULL},
+};
+
+static int refuse_true(rd *x, const char *name, const char *why)
+{
+    bool v = false;
+    if (svc_fields_bool(&x->f, name, true, false, &v) < 0)
+        return refused(x);
+    if (v)
+        return fail(x, 422, name, "%s=true is not supported: %s", name, why);
+    return 0;
+}
+
+static int read_field(rd *x, const a1111_field *fd, a1111_vals *v)
+{
+    union {
+        long long i;
+        double n;
+        bool b;
+        const char *s;
+    } val;
+    size_t size = 0; /* of the value kept */
+    int rc = 0;
+    switch (fd->type) {
+    case 'S': return get_seed(x, fd->name, &v->seed, &v->seed_random);
+    case 't': return refuse_true(x, fd->name, fd->why);
+    case 'i':
+        rc = svc_fields_int(&x->f, fd->name, fd->lo, fd->hi, (long long)fd->dflt, &val.i);
+        size = sizeof val.i;
+        break;
+    case 'n':
+        rc = svc_fields_number(&x->f, fd->name, -HUGE_VAL, HUGE_VAL, false, fd->dflt, &val.n,
+                               NULL);
+        size = sizeof val.n;
+        break;
+    case 'b':
+        rc = svc_fields_bool(&x->f, fd->name, true, fd->dflt != 0, &val.b);
+        size = sizeof val.b;
+        break;
+    case 's':
+        rc = svc_fields_string(&x->f, fd->name, (size_t)fd->hi, false, &val.s);
+        size = sizeof val.s;
+        break;
+    default: rc = svc_fields_kind(&x->f, fd->name, fd->type == 'a' ? cJSON_Array : cJSON_Object);
+    }
+    if (rc < 0)
+        return refused(x);
+    if (size && fd->at != NONE)
+        memcpy((char *)v + fd->at, &val, size);
+    return 0;
+}
+
+static int read_fields(rd *x, const a1111_field *t, size_t n, a1111_vals *v)
+{
+    for (size_t i = 0; i < n; i++)
+        if (read_field(x, &t[i], v) < 0)
+            return -1;
+    return 0;
+}
+
+/* ------------------------------------------------------------ the rules */
+
+/* What the table cannot say: values that depend on each other, names to
+ * resolve, and what Tessera refuses.  Run in this order after the table
+ * (the first refusal is the one answered). */
+typedef int a1111_rule(rd *x, a1111_vals *v);
+
+static int styles_are_strings(rd *x, a1111_vals *v)
+{
+    (void)v;
+    const cJSON *st;
+    cJSON_ArrayForEach(st, item(x, "styles"))
+    {
+        if (!cJSON_IsString(st))
+            return fail(x, 422, "styles", "styles must be an array of strings");
+    }
+    return 0;
+}
+
+static int images_per_call(rd *x, a1111_vals *v)
+{
+    if (v->batch_size * v->n_iter > SVC_A1111_MAX_IMAGES)
+        return fail(x, 422, "batch_size", "batch_size * n_iter is %lld; at most %d images per call",
+                    v->batch_size * v->n_iter, SVC_A1111_MAX_IMAGES);
+    return 0;
+}
+
+static int no_variation_seeds(rd *x, a1111_vals *v)
+{
+    if (v->subseed_strength != 0)
+        return fail(x, 422, "subseed_strength",
+                    "subseed_strength must be 0: variation seeds are not supported, got %g",
+                    v->subseed_strength);
+    if (v->rh > 0 || v->rw > 0)
+        return fail(x, 422, v->rh > 0 ? "seed_resize_from_h" : "seed_resize_from_w",
+                    "seed_resize_from_h/w must be -1 or 0: resizing the seed is not supported");
+    return 0;
+}
+
+static int no_scripts(rd *x, a1111_vals *v)
+{
+    if (v->script_name && v->script_name[0])
+        return fail(x, 422, "script_name", "script_name: no scripts are available on this "
+                    "server (got \"%.64s\")", v->script_name);
+    const cJSON *aos = item(x, "alwayson_scripts");
+    if (aos && aos->child)
+        return fail(x, 422, "alwayson_scripts",
+                    "alwayson_scripts: no scripts are available on this server (got \"%.64s\")",
+                    aos->child->string);
+    if (v->refiner && v->refiner[0])
+        return fail(x, 422, "refiner_checkpoint", "refiner_checkpoint is not supported");
+    return 0;
+}
+
+static int size_ok(rd *x, a1111_vals *v)
+{
+    const long long w = v->width, h = v->height, max = v->max_size;
+    if (w % 8 || h % 8 || w < TSR_MIN_SIZE || h < TSR_MIN_SIZE || w > max || h > max) {
+        bool bw = w % 8 || w < TSR_MIN_SIZE || w > max;
+        return fail(x, 422, bw ? "width" : "height",
+                    "%s must be a multiple of 8 between %d and %d, got %lld",
+                    bw ? "width" : "height", TSR_MIN_SIZE, v->max_size, bw ? w : h);
+    }
+    return 0;
+}
+
+/* sampler_name (or sampler_index, or "Euler") and scheduler to Tessera's
+ * names; "DPM++ 2M Karras" carries its schedule in the name. */
+static int sampler_and_scheduler(rd *x, a1111_vals *v, svc_a1111_req *q)
+{
+    const char *sname = v->sampler_name    ? v->sampler_name
+                        : v->sampler_index ? v->sampler_index
+                                           : "Euler";
+    const char *field = v->sampler_name ? "sampler_name" : "sampler_index";
+    const char *a1111 = NULL, *label = "Automatic";
+    if (!svc_a1111_sampler(sname, &v->tsampler, &a1111, &v->sched))
+        return fail(x, 422, field, "%s: unknown sampler \"%.80s\" (GET /sdapi/v1/samplers lists "
+                    "them)", field, sname);
+    if (v->sched) {
+        const char *dummy;
+        q->schedule_in_name = true;
+        svc_a1111_schedule(v->sched, &dummy, &label);
+    } else if (v->scheduler && !svc_a1111_schedule(v->scheduler, &v->sched, &label)) {
+        return fail(x, 422, "scheduler",
+                    "scheduler: unknown or unsupported scheduler \"%.64s\" (GET "
+                    "/sdapi/v1/schedulers lists them)",
+                    v->scheduler);
+    }
+    snprintf(q->sampler_name, sizeof q->sampler_name, "%s", a1111);
+    snprintf(q->scheduler, sizeof q->scheduler, "%s", label);
+    return 0;
+}
+
+/* override_settings.CLIP_stop_at_last_layers over the server's default. */
+static int clip_skip(rd *x, a1111_vals *v)
+{
+    v->clip_skip = v->d && v->d->clip_skip ? v->d->clip_skip : 1;
+    const cJSON *ov = item(x, "override_settings");
+    svc_fields fo;
+    svc_fields_init(&fo, ov, NULL, false);
+    if (ov && svc_fields_int(&fo, "CLIP_stop_at_last_layers", 1, 12, v->clip_skip,
+                             &v->clip_skip) < 0)
+        return fail(x, 422, "override_settings.CLIP_stop_at_last_layers", "%s", fo.message);
+    return 0;
+}
+
+/* The sub-seed is reported only; the seeds of the call must not wrap. */
+static int seeds(rd *x, a1111_vals *v, svc_a1111_req *q)
+{
+    q->subseed = (int64_t)(v->subseed < 0 ? svc_random_u64() % 4294967294ull
+                                          : (uint64_t)v->subseed);
+    q->subseed_strength = v->subseed_strength;
+    if (!v->seed_random && v->seed > UINT64_MAX - (uint64_t)(v->batch_size * v->n_iter))
+        return fail(x, 422, "seed", "seed + batch_size * n_iter passes 18446744073709551615");
+    return 0;
+}
+
+static a1111_rule *const k_rules[] = {styles_are_strings, images_per_call, no_variation_seeds,
+                                      no_scripts, size_ok};
+
+/* img2img: init_images is one base64 image. */
+static int one_init_image(rd *x, a1111_vals *v)
+{
+    const cJSON *inits = item(x, "init_images");
+    if (!inits)
+        return fail(x, 422, "init_images", "init_images is required (a list with one base64 "
+                    "image)");
+    if (!cJSON_IsArray(inits) || cJSON_GetArraySize(inits) != 1 ||
+        !cJSON_IsString(inits->child))
+        return fail(x, 422, "init_images",
+                    "init_images must be a list of exactly one base64 PNG or JPEG string");
+    if (inits->child->type & SVC_JSON_HAS_NUL)
+        return fail(x, 422, "init_images", "init_images is not valid base64: it contains U+0000");
+    v->init = inits->child;
+    return 0;
+}
+
+/* img2img: what Tessera's inpainting and resizing do not cover. */
+static int img2img_supported(rd *x, a1111_vals *v)
+{
+    if (item(x, "latent_mask"))
+        return fail(x, 422, "latent_mask", "latent_mask is not supported");
+    if (v->resize_mode != 0)
+        return fail(x, 422, "resize_mode",
+                    "resize_mode must be 0 (just resize): crop, fill and latent upscale are not "
+                    "supported, got %lld",
+                    v->resize_mode);
+    if (!(v->strength > 0 && v->strength <= 1))
+        return fail(x, 422, "denoising_strength",
+                    "denoising_strength must be a number in (0, 1], got %g", v->strength);
+    if (v->mask && v->fill != 1)
+        return fail(x, 422, "inpainting_fill",
+                    "inpainting_fill must be 1 (original) with a mask: Tessera inpaints from the "
+                    "original image's latents; fill (0), latent noise (2) and latent nothing (3) "
+                    "are not supported, got %lld",
+                    v->fill);
+    return 0;
+}
+
 /* ------------------------------------------------------------ translate */
 
 void svc_a1111_req_free(svc_a1111_req *q)
@@ -346,16 +598,6 @@ void svc_a1111_req_free(svc_a1111_req *q)
     cJSON_Delete(q->native);
     cJSON_Delete(q->parameters);
     memset(q, 0, sizeof *q);
-}
-
-static int refuse_true(rd *x, const char *name, const char *why)
-{
-    bool v = false;
-    if (get_bool(x, name, false, &v) < 0)
-        return -1;
-    if (v)
-        return fail(x, 422, name, "%s=true is not supported: %s", name, why);
-    return 0;
 }
 
 static int add_or_fail(rd *x, cJSON *o, const char *name, cJSON *v)
@@ -367,7 +609,58 @@ static int add_or_fail(rd *x, cJSON *o, const char *name, cJSON *v)
     return 0;
 }
 
-int svc_a1111_translate(const cJSON *body, bool img2img, const svc_a1111_defaults *d,
+/* A base64 image for the native object, resized (and a mask inverted) by
+ * svc_a1111_image; the native object takes it. */
+static int add_image(rd *x, cJSON *n, const char *native, const char *field, const char *b64,
+                     int channels, const a1111_vals *v, bool invert)
+{
+    char *b = NULL;
+    if (prepare_image(x, field, b64, channels, (int)v->width, (int)v->height, invert, &b) < 0)
+        return -1;
+    int rc = add_or_fail(x, n, native, cJSON_CreateString(b));
+    free(b);
+    return rc;
+}
+
+/* The native object: the resolved values under the native names. */
+static cJSON *native_json(rd *x, const a1111_vals *v)
+{
+    cJSON *n = cJSON_CreateObject();
+    if (!n) {
+        fail(x, 400, NULL, "out of memory");
+        return NULL;
+    }
+    if (add_or_fail(x, n, "prompt", cJSON_CreateString(v->prompt ? v->prompt : "")) < 0 ||
+        add_or_fail(x, n, "negative_prompt", cJSON_CreateString(v->negative ? v->negative : "")) <
+            0 ||
+        add_or_fail(x, n, "width", cJSON_CreateNumber((double)v->width)) < 0 ||
+        add_or_fail(x, n, "height", cJSON_CreateNumber((double)v->height)) < 0 ||
+        add_or_fail(x, n, "steps", cJSON_CreateNumber((double)v->steps)) < 0 ||
+        add_or_fail(x, n, "cfg_scale", cJSON_CreateNumber(v->cfg)) < 0 ||
+        add_or_fail(x, n, "sampler", cJSON_CreateString(v->tsampler)) < 0 ||
+        (v->sched && add_or_fail(x, n, "scheduler", cJSON_CreateString(v->sched)) < 0) ||
+        add_or_fail(x, n, "clip_skip", cJSON_CreateNumber((double)v->clip_skip)) < 0) {
+        cJSON_Delete(n);
+        return NULL;
+    }
+    return n;
+}
+
+/* img2img's half: the images into the native object n. */
+static int img2img(rd *x, a1111_vals *v, cJSON *n)
+{
+    if (one_init_image(x, v) < 0 ||
+        read_fields(x, k_img2img_fields, sizeof k_img2img_fields / sizeof k_img2img_fields[0],
+                    v) < 0 ||
+        img2img_supported(x, v) < 0 ||
+        add_image(x, n, "init_image", "init_images", v->init->valuestring, 3, v, false) < 0 ||
+        (v->mask && add_image(x, n, "mask", "mask", v->mask, 1, v, v->invert == 1) < 0) ||
+        add_or_fail(x, n, "strength", cJSON_CreateNumber(v->strength)) < 0)
+        return -1;
+    return 0;
+}
+
+int svc_a1111_translate(const cJSON *body, bool img2img_call, const svc_a1111_defaults *d,
                         svc_a1111_req *q, svc_a1111_error *err)
 {
     rd x;
@@ -375,245 +668,44 @@ int svc_a1111_translate(const cJSON *body, bool img2img, const svc_a1111_default
     x.err = err;
     memset(q, 0, sizeof *q);
     memset(err, 0, sizeof *err);
-    q->img2img = img2img;
+    q->img2img = img2img_call;
     if (!cJSON_IsObject(body))
         return fail(&x, 400, NULL, "the body must be a JSON object");
-    const int max_size = d && d->max_size ? d->max_size : TSR_MAX_SIZE;
-    const char *prompt, *negative, *sampler_name, *sampler_index, *scheduler, *script_name,
-        *refiner, *mask;
-    long long steps, width, height, batch_size, n_iter, subseed, rh, rw, resize_mode = 0,
-                                                                  fill = 0, invert = 0;
-    double cfg, strength, subseed_strength;
-    uint64_t subseed_u = 0;
-    bool sub_random = false;
-    if (get_str(&x, "prompt", SVC_MAX_PROMPT_BYTES, &prompt) < 0 ||
-        get_str(&x, "negative_prompt", SVC_MAX_PROMPT_BYTES, &negative) < 0 ||
-        get_int(&x, "steps", 1, TSR_MAX_STEPS, 50, &steps) < 0 ||
-        get_num(&x, "cfg_scale", 7.0, &cfg) < 0 ||
-        get_int(&x, "width", 0, 1 << 30, 512, &width) < 0 ||
-        get_int(&x, "height", 0, 1 << 30, 512, &height) < 0 ||
-        get_seed(&x, "seed", &q->seed, &q->seed_random) < 0 ||
-        get_int(&x, "subseed", -1, (long long)UINT32_MAX, -1, &subseed) < 0 ||
-        get_num(&x, "subseed_strength", 0, &subseed_strength) < 0 ||
-        get_int(&x, "seed_resize_from_h", -1, 1 << 30, -1, &rh) < 0 ||
-        get_int(&x, "seed_resize_from_w", -1, 1 << 30, -1, &rw) < 0 ||
-        get_str(&x, "sampler_name", 96, &sampler_name) < 0 ||
-        get_str(&x, "sampler_index", 96, &sampler_index) < 0 ||
-        get_str(&x, "scheduler", 64, &scheduler) < 0 ||
-        get_int(&x, "batch_size", 1, SVC_A1111_MAX_IMAGES, 1, &batch_size) < 0 ||
-        get_int(&x, "n_iter", 1, SVC_A1111_MAX_IMAGES, 1, &n_iter) < 0 ||
-        get_num(&x, "denoising_strength", 0.75, &strength) < 0 ||
-        get_bool(&x, "send_images", true, &q->send_images) < 0 ||
-        get_bool(&x, "save_images", false, &q->save_images) < 0 ||
-        get_str(&x, "script_name", 256, &script_name) < 0 ||
-        get_str(&x, "refiner_checkpoint", 256, &refiner) < 0 ||
-        get_kind(&x, "alwayson_scripts", cJSON_Object) < 0 ||
-        get_kind(&x, "override_settings", cJSON_Object) < 0 ||
-        get_kind(&x, "styles", cJSON_Array) < 0 ||
-        refuse_true(&x, "restore_faces", "Tessera has no face restoration model") < 0 ||
-        refuse_true(&x, "tiling", "Tessera does not make tileable images") < 0 ||
-        refuse_true(&x, "enable_hr",
-                    "Tessera has no hires-fix second pass (generate at the final size, or "
-                    "upscale with img2img)") < 0 ||
-        check_ignored(&x) < 0)
+    a1111_vals v;
+    memset(&v, 0, sizeof v);
+    v.d = d;
+    v.max_size = d && d->max_size ? d->max_size : TSR_MAX_SIZE;
+    if (read_fields(&x, k_fields, sizeof k_fields / sizeof k_fields[0], &v) < 0)
         goto bad;
-    const cJSON *styles = item(&x, "styles"), *st;
-    cJSON_ArrayForEach(st, styles)
-    {
-        if (!cJSON_IsString(st)) {
-            fail(&x, 422, "styles", "styles must be an array of strings");
+    for (size_t i = 0; i < sizeof k_rules / sizeof k_rules[0]; i++)
+        if (k_rules[i](&x, &v) < 0)
             goto bad;
-        }
-    }
-    if (batch_size * n_iter > SVC_A1111_MAX_IMAGES) {
-        fail(&x, 422, "batch_size", "batch_size * n_iter is %lld; at most %d images per call",
-             batch_size * n_iter, SVC_A1111_MAX_IMAGES);
+    if (sampler_and_scheduler(&x, &v, q) < 0 || clip_skip(&x, &v) < 0 || seeds(&x, &v, q) < 0)
         goto bad;
-    }
-    if (subseed_strength != 0) {
-        fail(&x, 422, "subseed_strength",
-             "subseed_strength must be 0: variation seeds are not supported, got %g",
-             subseed_strength);
+    q->seed = v.seed;
+    q->seed_random = v.seed_random;
+    q->native = native_json(&x, &v);
+    if (!q->native || (img2img_call && img2img(&x, &v, q->native) < 0))
         goto bad;
-    }
-    if (rh > 0 || rw > 0) {
-        fail(&x, 422, rh > 0 ? "seed_resize_from_h" : "seed_resize_from_w",
-             "seed_resize_from_h/w must be -1 or 0: resizing the seed is not supported");
-        goto bad;
-    }
-    if (script_name && script_name[0]) {
-        fail(&x, 422, "script_name", "script_name: no scripts are available on this server "
-             "(got \"%.64s\")", script_name);
-        goto bad;
-    }
-    const cJSON *aos = item(&x, "alwayson_scripts");
-    if (aos && aos->child) {
-        fail(&x, 422, "alwayson_scripts",
-             "alwayson_scripts: no scripts are available on this server (got \"%.64s\")",
-             aos->child->string);
-        goto bad;
-    }
-    if (refiner && refiner[0]) {
-        fail(&x, 422, "refiner_checkpoint", "refiner_checkpoint is not supported");
-        goto bad;
-    }
-    if (width % 8 || height % 8 || width < TSR_MIN_SIZE || height < TSR_MIN_SIZE ||
-        width > max_size || height > max_size) {
-        bool bw = width % 8 || width < TSR_MIN_SIZE || width > max_size;
-        fail(&x, 422, bw ? "width" : "height",
-             "%s must be a multiple of 8 between %d and %d, got %lld", bw ? "width" : "height",
-             TSR_MIN_SIZE, max_size, bw ? width : height);
-        goto bad;
-    }
-    /* sampler and scheduler */
-    const char *sname = sampler_name ? sampler_name : sampler_index ? sampler_index : "Euler";
-    const char *field = sampler_name ? "sampler_name" : "sampler_index";
-    const char *tsampler = NULL, *a1111 = NULL, *sched = NULL, *label = "Automatic";
-    if (!svc_a1111_sampler(sname, &tsampler, &a1111, &sched)) {
-        fail(&x, 422, field, "%s: unknown sampler \"%.80s\" (GET /sdapi/v1/samplers lists them)",
-             field, sname);
-        goto bad;
-    }
-    if (sched) {
-        const char *dummy;
-        q->schedule_in_name = true;
-        svc_a1111_schedule(sched, &dummy, &label);
-    } else if (scheduler) {
-        if (!svc_a1111_schedule(scheduler, &sched, &label)) {
-            fail(&x, 422, "scheduler",
-                 "scheduler: unknown or unsupported scheduler \"%.64s\" (GET "
-                 "/sdapi/v1/schedulers lists them)",
-                 scheduler);
-            goto bad;
-        }
-    }
-    snprintf(q->sampler_name, sizeof q->sampler_name, "%s", a1111);
-    snprintf(q->scheduler, sizeof q->scheduler, "%s", label);
-    /* override_settings */
-    long long clip_skip = d && d->clip_skip ? d->clip_skip : 1;
-    const cJSON *ov = item(&x, "override_settings");
-    svc_fields fo;
-    svc_fields_init(&fo, ov, NULL, false);
-    if (ov && svc_fields_int(&fo, "CLIP_stop_at_last_layers", 1, 12, clip_skip, &clip_skip) < 0) {
-        fail(&x, 422, "override_settings.CLIP_stop_at_last_layers", "%s", fo.message);
-        goto bad;
-    }
-    /* sub-seed: reported only */
-    if (subseed < 0) {
-        sub_random = true;
-        subseed_u = svc_random_u64() % 4294967294ull;
-    } else {
-        subseed_u = (uint64_t)subseed;
-    }
-    (void)sub_random;
-    q->subseed = (int64_t)subseed_u;
-    q->subseed_strength = subseed_strength;
-    if (!q->seed_random && q->seed > UINT64_MAX - (uint64_t)(batch_size * n_iter)) {
-        fail(&x, 422, "seed", "seed + batch_size * n_iter passes 18446744073709551615");
-        goto bad;
-    }
-    /* the native object */
-    cJSON *n = q->native = cJSON_CreateObject();
-    if (!n) {
-        fail(&x, 400, NULL, "out of memory");
-        goto bad;
-    }
-    if (add_or_fail(&x, n, "prompt", cJSON_CreateString(prompt ? prompt : "")) < 0 ||
-        add_or_fail(&x, n, "negative_prompt", cJSON_CreateString(negative ? negative : "")) < 0 ||
-        add_or_fail(&x, n, "width", cJSON_CreateNumber((double)width)) < 0 ||
-        add_or_fail(&x, n, "height", cJSON_CreateNumber((double)height)) < 0 ||
-        add_or_fail(&x, n, "steps", cJSON_CreateNumber((double)steps)) < 0 ||
-        add_or_fail(&x, n, "cfg_scale", cJSON_CreateNumber(cfg)) < 0 ||
-        add_or_fail(&x, n, "sampler", cJSON_CreateString(tsampler)) < 0 ||
-        (sched && add_or_fail(&x, n, "scheduler", cJSON_CreateString(sched)) < 0) ||
-        add_or_fail(&x, n, "clip_skip", cJSON_CreateNumber((double)clip_skip)) < 0)
-        goto bad;
-    if (img2img) {
-        const cJSON *inits = item(&x, "init_images");
-        if (!inits) {
-            fail(&x, 422, "init_images", "init_images is required (a list with one base64 image)");
-            goto bad;
-        }
-        if (!cJSON_IsArray(inits) || cJSON_GetArraySize(inits) != 1 ||
-            !cJSON_IsString(inits->child)) {
-            fail(&x, 422, "init_images",
-                 "init_images must be a list of exactly one base64 PNG or JPEG string");
-            goto bad;
-        }
-        if (inits->child->type & SVC_JSON_HAS_NUL) {
-            fail(&x, 422, "init_images", "init_images is not valid base64: it contains U+0000");
-            goto bad;
-        }
-        if (get_int(&x, "resize_mode", 0, 3, 0, &resize_mode) < 0 ||
-            get_int(&x, "inpainting_fill", 0, 3, 0, &fill) < 0 ||
-            get_int(&x, "inpainting_mask_invert", 0, 1, 0, &invert) < 0 ||
-            get_str(&x, "mask", SIZE_MAX, &mask) < 0)
-            goto bad;
-        if (item(&x, "latent_mask")) {
-            fail(&x, 422, "latent_mask", "latent_mask is not supported");
-            goto bad;
-        }
-        if (resize_mode != 0) {
-            fail(&x, 422, "resize_mode",
-                 "resize_mode must be 0 (just resize): crop, fill and latent upscale are not "
-                 "supported, got %lld",
-                 resize_mode);
-            goto bad;
-        }
-        if (!(strength > 0 && strength <= 1)) {
-            fail(&x, 422, "denoising_strength",
-                 "denoising_strength must be a number in (0, 1], got %g", strength);
-            goto bad;
-        }
-        if (mask && fill != 1) {
-            fail(&x, 422, "inpainting_fill",
-                 "inpainting_fill must be 1 (original) with a mask: Tessera inpaints from the "
-                 "original image's latents; fill (0), latent noise (2) and latent nothing (3) "
-                 "are not supported, got %lld",
-                 fill);
-            goto bad;
-        }
-        char *b = NULL;
-        if (prepare_image(&x, "init_images", inits->child->valuestring, 3, (int)width,
-                          (int)height, false, &b) < 0)
-            goto bad;
-        if (add_or_fail(&x, n, "init_image", cJSON_CreateString(b)) < 0) {
-            free(b);
-            goto bad;
-        }
-        free(b);
-        if (mask) {
-            if (prepare_image(&x, "mask", mask, 1, (int)width, (int)height, invert == 1, &b) < 0)
-                goto bad;
-            if (add_or_fail(&x, n, "mask", cJSON_CreateString(b)) < 0) {
-                free(b);
-                goto bad;
-            }
-            free(b);
-        }
-        if (add_or_fail(&x, n, "strength", cJSON_CreateNumber(strength)) < 0)
-            goto bad;
-    }
-    bool with_images = false;
-    if (img2img && get_bool(&x, "include_init_images", false, &with_images) < 0)
-        goto bad;
-    q->parameters = parameters_json(body, img2img, with_images);
+    q->parameters = parameters_json(body, img2img_call, img2img_call && v.with_images);
     if (!q->parameters) {
         fail(&x, 400, NULL, "out of memory");
         goto bad;
     }
     q->styles = cJSON_GetObjectItemCaseSensitive(q->parameters, "styles");
-    q->batch_size = (int)batch_size;
-    q->n_iter = (int)n_iter;
-    q->total = (int)(batch_size * n_iter);
-    q->prompt = cJSON_GetObjectItemCaseSensitive(n, "prompt")->valuestring;
-    q->negative_prompt = cJSON_GetObjectItemCaseSensitive(n, "negative_prompt")->valuestring;
-    q->width = (int)width;
-    q->height = (int)height;
-    q->steps = (int)steps;
-    q->clip_skip = (int)clip_skip;
-    q->cfg_scale = cfg;
-    q->denoising_strength = img2img ? strength : 0;
+    q->batch_size = (int)v.batch_size;
+    q->n_iter = (int)v.n_iter;
+    q->total = (int)(v.batch_size * v.n_iter);
+    q->prompt = cJSON_GetObjectItemCaseSensitive(q->native, "prompt")->valuestring;
+    q->negative_prompt = cJSON_GetObjectItemCaseSensitive(q->native, "negative_prompt")->valuestring;
+    q->width = (int)v.width;
+    q->height = (int)v.height;
+    q->steps = (int)v.steps;
+    q->clip_skip = (int)v.clip_skip;
+    q->cfg_scale = v.cfg;
+    q->denoising_strength = img2img_call ? v.strength : 0;
+    q->send_images = v.send_images;
+    q->save_images = v.save_images;
     return 0;
 bad:
     svc_a1111_req_free(q);
