@@ -13,6 +13,11 @@
  * are decoded in tiles, so the VAE's workspace is bounded whatever the
  * batch holds.  When the batch runs empty, its buffers and the UNet/VAE
  * workspaces are released.
+ *
+ * step_group is cut as unet.c is: pick_group chooses the images,
+ * lay_out_rows writes their rows, run_unet makes the one call, advance
+ * lets each image's guidance and sampler consume it; each part reads the
+ * call_group the pick filled, and nothing else passes between them.
  */
 #include <math.h>
 #if defined(__GLIBC__) || defined(__linux__)
@@ -300,31 +305,60 @@ static void release_if_idle(tsr_batch *b)
 #endif
 }
 
-static int step_group(tsr_batch *b, int *finished)
+/* One UNet call's group: its images, their rows, and the shape they share
+ * (the lead's: every member has its latent size and prompt length). */
+typedef struct call_group {
+    tsr_batch_image *images[MAX_ROWS];
+    int n, rows;
+    int lh, lw, C, Cin;    /* latent size, latent and UNet input channels */
+    int L, D, P;           /* prompt tokens, context width, pooled width */
+    size_t px, nl;         /* latent pixels, latent floats per row */
+    double unet_seconds;
+} call_group;
+
+/* Pick: the oldest denoising image leads, and every compatible denoising
+ * image joins while its rows fit.  false when nothing is denoising. */
+static bool pick_group(const tsr_batch *b, call_group *g)
 {
-    tsr_engine *e = b->e;
+    const tsr_engine *e = b->e;
     tsr_batch_image *lead = NULL;
     for (int i = 0; i < b->n_images; i++)
         if (b->images[i]->state == TSR_IMAGE_DENOISING &&
             (!lead || b->images[i]->order < lead->order))
             lead = b->images[i];
     if (!lead)
-        return TSR_OK;
-
-    /* the group: the oldest image and every compatible one that fits */
-    tsr_batch_image *group[MAX_ROWS];
-    int n = 0, rows = 0;
+        return false;
+    g->n = 0;
+    g->rows = 0;
     for (int i = 0; i < b->n_images; i++) {
         tsr_batch_image *j = b->images[i];
         if (j->state != TSR_IMAGE_DENOISING || !same_group(lead, j) ||
-            rows + tsr_batch_image_rows(j) > b->opt.max_rows)
+            g->rows + tsr_batch_image_rows(j) > b->opt.max_rows)
             continue;
-        group[n++] = j;
-        rows += tsr_batch_image_rows(j);
+        g->images[g->n++] = j;
+        g->rows += tsr_batch_image_rows(j);
     }
-    const int lh = lead->lh, lw = lead->lw, C = e->latent_channels, Cin = e->in_channels;
-    const int L = lead->cond.n_tokens, D = lead->cond.dim, P = lead->cond.pooled_dim;
-    const size_t px = (size_t)lh * lw, nl = px * C;
+    g->lh = lead->lh;
+    g->lw = lead->lw;
+    g->C = e->latent_channels;
+    g->Cin = e->in_channels;
+    g->L = lead->cond.n_tokens;
+    g->D = lead->cond.dim;
+    g->P = lead->cond.pooled_dim;
+    g->px = (size_t)g->lh * g->lw;
+    g->nl = g->px * g->C;
+    return true;
+}
+
+/* Lay out: [uncond, cond] rows per image (one row without guidance), each
+ * with its scaled latent (inpainting: latent, mask and masked-image
+ * latents per pixel), timestep, context and SDXL's pooled embedding and
+ * time ids. */
+static int lay_out_rows(tsr_batch *b, const call_group *g)
+{
+    const tsr_engine *e = b->e;
+    const int rows = g->rows, C = g->C, Cin = g->Cin, L = g->L, D = g->D, P = g->P;
+    const size_t px = g->px, nl = g->nl;
     TSR_TRY(reserve(&b->in, &b->in_cap, rows * px * Cin));
     TSR_TRY(reserve(&b->out, &b->out_cap, rows * nl));
     TSR_TRY(reserve(&b->ctx, &b->ctx_cap, (size_t)rows * L * D));
@@ -336,8 +370,8 @@ static int step_group(tsr_batch *b, int *finished)
     }
 
     int r = 0;
-    for (int g = 0; g < n; g++) {
-        tsr_batch_image *j = group[g];
+    for (int gi = 0; gi < g->n; gi++) {
+        tsr_batch_image *j = g->images[gi];
         /* scale_model_input once, shared by the image's rows */
         float *row0 = b->in + (size_t)r * px * Cin;
         if (Cin == C) {
@@ -365,14 +399,21 @@ static int step_group(tsr_batch *b, int *finished)
         }
         r += tsr_batch_image_rows(j);
     }
+    return TSR_OK;
+}
 
+/* Run: the one UNet call, timed into the batch's stats.  A failing call
+ * fails every image in it (each with the call's message). */
+static int run_unet(tsr_batch *b, call_group *g)
+{
+    tsr_engine *e = b->e;
     tsr_unet_inputs in;
     memset(&in, 0, sizeof in);
-    in.batch = rows;
-    in.height = lh;
-    in.width = lw;
-    in.channels = Cin;
-    in.context_len = L;
+    in.batch = g->rows;
+    in.height = g->lh;
+    in.width = g->lw;
+    in.channels = g->Cin;
+    in.context_len = g->L;
     in.latents = b->in;
     in.timesteps = b->t;
     in.context = b->ctx;
@@ -384,33 +425,40 @@ static int step_group(tsr_batch *b, int *finished)
     const double t0 = tsr_pipeline_now();
     int rc = tsr_unet_forward(e->unet, &in, b->out);
     const double unet_s = tsr_pipeline_now() - t0;
+    g->unet_seconds = unet_s;
     b->stats.unet_calls++;
-    b->stats.unet_rows += (uint64_t)rows;
-    b->stats.images_evaluated += (uint64_t)n;
-    b->stats.last_call_images = n;
-    b->stats.last_call_rows = rows;
+    b->stats.unet_rows += (uint64_t)g->rows;
+    b->stats.images_evaluated += (uint64_t)g->n;
+    b->stats.last_call_images = g->n;
+    b->stats.last_call_rows = g->rows;
     b->stats.last_call_seconds = unet_s;
     b->stats.unet_seconds += unet_s;
     if (rc < 0) {
         const char *why = tsr_last_error();
         char msg[512];
         snprintf(msg, sizeof msg, "%s", why);
-        for (int g = 0; g < n; g++) {
+        for (int gi = 0; gi < g->n; gi++) {
             tsr_errorf(rc, "%s", msg);
-            if (group[g]->state == TSR_IMAGE_DENOISING)
-                tsr_batch_fail_image(b, group[g], rc);
+            if (g->images[gi]->state == TSR_IMAGE_DENOISING)
+                tsr_batch_fail_image(b, g->images[gi], rc);
         }
-        if (finished)
-            *finished = n;
         return tsr_errorf(rc, "%s", msg);
     }
+    return TSR_OK;
+}
 
-    r = 0;
-    for (int g = 0; g < n; g++) {
-        tsr_batch_image *j = group[g];
+/* Advance: each image applies its own guidance to its rows' output and its
+ * sampler takes the step; progress is reported, and an image whose sampler
+ * is done moves on to DECODING. */
+static void advance(tsr_batch *b, const call_group *g)
+{
+    const size_t nl = g->nl;
+    int r = 0;
+    for (int gi = 0; gi < g->n; gi++) {
+        tsr_batch_image *j = g->images[gi];
         const float *pred = b->out + (size_t)r * nl;
         r += tsr_batch_image_rows(j);
-        j->denoise_s += unet_s;
+        j->denoise_s += g->unet_seconds;
         if (j->state != TSR_IMAGE_DENOISING)
             continue; /* cancelled from the callback during this step */
         if (j->cfg) {
@@ -422,9 +470,9 @@ static int step_group(tsr_batch *b, int *finished)
                 rescale_guidance(b->guided, c, nl, j->rescale);
             pred = b->guided;
         }
-        rc = tsr_sampler_step(j->sampler, pred, j->latent, &j->rng, j->x0);
+        int rc = tsr_sampler_step(j->sampler, pred, j->latent, &j->rng, j->x0);
         if (rc == TSR_OK && j->image_latent)
-            rc = blend_known(j, C, b->guided);
+            rc = blend_known(j, g->C, b->guided);
         if (rc < 0) {
             tsr_batch_fail_image(b, j, rc);
             continue;
@@ -433,7 +481,23 @@ static int step_group(tsr_batch *b, int *finished)
             j->state = TSR_IMAGE_DECODING;
         report_step(b, j);
     }
-    int nd = decode_finished(b, group, n);
+}
+
+/* One UNet call: pick, lay out, run, advance, then decode what finished. */
+static int step_group(tsr_batch *b, int *finished)
+{
+    call_group g;
+    if (!pick_group(b, &g))
+        return TSR_OK;
+    TSR_TRY(lay_out_rows(b, &g));
+    int rc = run_unet(b, &g);
+    if (rc < 0) {
+        if (finished)
+            *finished = g.n;
+        return rc;
+    }
+    advance(b, &g);
+    int nd = decode_finished(b, g.images, g.n);
     if (finished)
         *finished = nd;
     return TSR_OK;
