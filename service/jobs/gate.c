@@ -7,9 +7,9 @@
  *
  * - One function decides for every dialect.  The four submit paths used to
  *   carry their own copies of the phase, role, reachability and 429 checks
- *   (issue 56), and the copies drifted.  The routes keep their error shapes
- *   and only render the svc_gate they get back; the decision carries the
- *   native code, the status and Retry-After, never a body.
+ *   (issue 56), and the copies drifted.  The decision carries the native
+ *   code, the status and Retry-After, never a body; svc_gate_reply gives it
+ *   to the one error renderer in the request's dialect.
  * - Memory comes from the engine, not from a formula kept here.
  *   tsr_engine_memory_estimate walks the UNet's and the VAE's planners for
  *   the exact shape (the same passes that size the arenas a step
@@ -313,14 +313,15 @@ bool svc_gate_check(svc_server *s, svc_params *const *jobs, int n, svc_gate *out
     return true;
 }
 
-void svc_gate_reply(svc_req *r, const svc_gate *g, const char *field, svc_gate_renderer *render)
+void svc_gate_reply(svc_req *r, const svc_gate *g, const char *field)
 {
-    if (g->retry_after > 0) {
-        char ra[16];
-        snprintf(ra, sizeof ra, "%d", g->retry_after);
-        svc_req_add_header(r, "Retry-After", ra);
-    }
-    render(r, g->status, g->code, field, g->message);
+    const bool openai_429 = r->dialect == SVC_DIALECT_OPENAI && g->status == 429;
+    const svc_problem p = {.status = g->status,
+                           .code = openai_429 ? "rate_limit_exceeded" : g->code,
+                           .field = field,
+                           .message = g->message,
+                           .retry_after = g->retry_after};
+    svc_reply_problem(r, r->dialect, &p);
 }
 
 /* ---------------------------------------------------------------- accept */

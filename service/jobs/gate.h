@@ -21,9 +21,10 @@
  *
  * 1-3 need no body and are also asked alone (svc_gate_open) before a body
  * is parsed, so a draining server answers 503 whatever it is sent, as
- * before.  The decision is data (svc_gate): each dialect renders it in its
- * own error shape through svc_gate_reply and a renderer of its own; nothing
- * here writes a body.
+ * before.  The decision is data (svc_gate), made without knowing who asks;
+ * svc_gate_reply hands it to the one error renderer (http/reply.c) in the
+ * request's dialect (native, A1111 with `detail`, OpenAI), so the same
+ * refusal reads the same in every shape.
  *
  * The cost model (docs/service-design.md, "Limits: admission by cost"):
  * - memory: one batch of min(n, --max-batch) images of a job's size runs
@@ -110,14 +111,10 @@ void svc_gate_accept(struct svc_server *s, struct svc_job **jobs, int n,
  * "<what> could not be journaled: <why>", what = "the job", "the batch"). */
 bool svc_gate_accepted(int status, const char *what, svc_gate *out);
 
-/* A dialect's error writer: status, its code, the field (or NULL) and the
- * message; it ends r. */
-typedef void svc_gate_renderer(struct svc_req *r, int status, const char *code,
-                               const char *field, const char *message);
-
-/* Render a refusal: Retry-After when it has one, then render(...) with the
- * decision's native code (a dialect may rename it).  Ends r. */
-void svc_gate_reply(struct svc_req *r, const svc_gate *g, const char *field,
-                    svc_gate_renderer *render);
+/* Answer a refusal in r's dialect (the route's, r->dialect), with
+ * Retry-After when it has one and the dialect's name for the code (OpenAI:
+ * rate_limit_exceeded for queue_full); field NULL or the member named.
+ * Ends r. */
+void svc_gate_reply(struct svc_req *r, const svc_gate *g, const char *field);
 
 #endif

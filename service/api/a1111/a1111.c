@@ -411,13 +411,6 @@ static void on_job_event(svc_server *s, svc_job *j, const svc_event *ev, void *a
         finish(c);
 }
 
-/* The A1111 shape for the gate's decisions (svc_gate_reply). */
-static void render(svc_req *r, int status, const char *code, const char *field,
-                   const char *message)
-{
-    svc_a1111_reply_error(r, status, code, field, "%s", message);
-}
-
 static void on_accepted(void *user, int status)
 {
     a1111_call *c = user;
@@ -428,7 +421,7 @@ static void on_accepted(void *user, int status)
         c->n_jobs = 0;
         if (c->r) {
             detach_conn(c);
-            svc_gate_reply(c->r, &g, NULL, render);
+            svc_gate_reply(c->r, &g, NULL);
             c->r = NULL;
         }
         call_free(c);
@@ -471,7 +464,7 @@ static void generate(svc_req *r, bool img2img)
     svc_server *s = r->srv;
     svc_gate g;
     if (!svc_gate_open(s, &g)) {
-        svc_gate_reply(r, &g, NULL, render);
+        svc_gate_reply(r, &g, NULL);
         return;
     }
     svc_a1111 *a = svc_a1111_state(s);
@@ -541,7 +534,7 @@ static void generate(svc_req *r, bool img2img)
         }
     }
     if (k == n && !svc_gate_check(s, ps, n, &g)) {
-        svc_gate_reply(r, &g, NULL, render);
+        svc_gate_reply(r, &g, NULL);
         k = -1;
     }
     double created = svc_now_unix();

@@ -1,15 +1,10 @@
 /*
  * service/api/native/routes.h - the native API's handlers, as the route
- * table (http/router.c) calls them, and its renderer for the submit
- * gate's decisions.
+ * table (http/router.c) calls them.
  *
  * Handlers: rest is the path after the row's root ("/<id>[/...]" under
  * /v1/jobs and /v1/batches).  The table has checked the method; each
  * handler answers r once.
- *
- * The gate (service/jobs/gate.h) decides and never writes a body; each
- * dialect passes svc_gate_reply a renderer in its own error shape, and
- * svc_native_render is the native one ({"error": {code, message, field}}).
  */
 #ifndef SVC_NATIVE_ROUTES_H
 #define SVC_NATIVE_ROUTES_H
@@ -17,10 +12,6 @@
 #include <stdbool.h>
 
 struct svc_req;
-
-/* svc_gate_renderer for the native shape (routes_jobs.c); ends r. */
-void svc_native_render(struct svc_req *r, int status, const char *code, const char *field,
-                       const char *message);
 
 /* GET /healthz, /readyz, /metrics, /v1/models, /v1/samplers,
  * /v1/schedulers (routes_ops.c) */

@@ -32,7 +32,7 @@ static void on_accepted(void *user, int status)
     free(c);
     svc_gate g;
     if (!svc_gate_accepted(status, "the batch", &g)) {
-        svc_gate_reply(r, &g, NULL, svc_native_render);
+        svc_gate_reply(r, &g, NULL);
         return;
     }
     cJSON *o = cJSON_CreateObject();
@@ -58,7 +58,7 @@ static void submit(svc_req *r)
     svc_server *s = r->srv;
     svc_gate g;
     if (!svc_gate_open(s, &g)) {
-        svc_gate_reply(r, &g, NULL, svc_native_render);
+        svc_gate_reply(r, &g, NULL);
         return;
     }
     size_t len = 0;
@@ -133,7 +133,7 @@ static void submit(svc_req *r)
             snprintf(msg, sizeof msg, "jobs[%d]: %s", g.job, g.message);
             snprintf(g.message, sizeof g.message, "%s", msg);
         }
-        svc_gate_reply(r, &g, field[0] ? field : NULL, svc_native_render);
+        svc_gate_reply(r, &g, field[0] ? field : NULL);
         goto done;
     }
     svc_job **list = calloc((size_t)n, sizeof *list);

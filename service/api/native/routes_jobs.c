@@ -59,7 +59,7 @@ static void on_accepted(void *user, int status)
     free(c);
     svc_gate g;
     if (!svc_gate_accepted(status, "the job", &g)) {
-        svc_gate_reply(r, &g, NULL, svc_native_render);
+        svc_gate_reply(r, &g, NULL);
         return;
     }
     char loc[64];
@@ -68,20 +68,13 @@ static void on_accepted(void *user, int status)
     svc_reply_json(r, 202, accepted_json(j));
 }
 
-/* The native error shape for the gate's decisions (svc_gate_reply). */
-void svc_native_render(svc_req *r, int status, const char *code, const char *field,
-                       const char *message)
-{
-    svc_reply_error(r, status, code, field, "%s", message);
-}
-
 /* parse -> gate -> accept (service/jobs/gate.h) */
 static void submit(svc_req *r)
 {
     svc_server *s = r->srv;
     svc_gate g;
     if (!svc_gate_open(s, &g)) {
-        svc_gate_reply(r, &g, NULL, svc_native_render);
+        svc_gate_reply(r, &g, NULL);
         return;
     }
     size_t len = 0;
@@ -109,7 +102,7 @@ static void submit(svc_req *r)
     }
     if (!svc_gate_check(s, &p, 1, &g)) {
         svc_params_unref(p);
-        svc_gate_reply(r, &g, NULL, svc_native_render);
+        svc_gate_reply(r, &g, NULL);
         return;
     }
     svc_job *j = svc_job_new(svc_jobs_new_id(s->jobs), p, svc_now_unix());

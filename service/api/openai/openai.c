@@ -496,15 +496,6 @@ static const char *openai_param(const char *native)
     return native;
 }
 
-/* The OpenAI shape for the gate's decisions (svc_gate_reply); OpenAI's
- * name for a full queue is rate_limit_exceeded. */
-static void render(svc_req *r, int status, const char *code, const char *field,
-                   const char *message)
-{
-    oai_reply_error(r, status, field, status == 429 ? "rate_limit_exceeded" : code, "%s",
-                    message);
-}
-
 /* Parse `nat`, check the queue, create and accept the job; ends in a reply
  * (error) or in on_accepted.  Takes c over. */
 void oai_submit(oai_call *c, cJSON *nat)
@@ -527,7 +518,7 @@ void oai_submit(oai_call *c, cJSON *nat)
     if (!svc_gate_check(s, &p, 1, &g)) {
         svc_params_unref(p);
         free(c);
-        svc_gate_reply(r, &g, NULL, render);
+        svc_gate_reply(r, &g, NULL);
         return;
     }
     svc_job *j = svc_job_new(svc_jobs_new_id(s->jobs), p, svc_now_unix());
@@ -551,7 +542,7 @@ bool oai_can_accept(svc_req *r)
     svc_gate g;
     if (svc_gate_open(r->srv, &g))
         return true;
-    svc_gate_reply(r, &g, NULL, render);
+    svc_gate_reply(r, &g, NULL);
     return false;
 }
 
