@@ -119,8 +119,8 @@ int tsr_cmd_serve(int argc, char **argv)
          "0 = all)",
          0, 100000000, 0, 0},
         {"keep-hours", TSR_ARG_FLOAT, &keep_hours, "H",
-         "delete finished jobs (and files) H hours after they finished (0 = never; default {})", 0, 0, 0,
-         1e6},
+         "delete finished jobs (and files) H hours after they finished (0 = never; default {})",
+         0, 0, 0, 1e6},
         {"tile-cache-mb", TSR_ARG_INT, &tile_cache, "MB",
          "preview tiles of finished jobs kept in RAM, MiB; past it the oldest go and their "
          "final tiles are read from --data-dir (default {}; 0 = none)",

@@ -44,21 +44,13 @@ static pending_accept *accepting_of(svc_server *s, uint64_t id)
 }
 
 /* --queue: a follower message (started, step, tiles, ...) for a job whose
- * accept has not ended here yet is kept for svc_server_accept_done, so that this node
- * applies the job's events in the stream's order like every other api node
- * (the message's owned fields move to the copy). */
+ * accept has not ended here yet is kept for svc_server_accept_done, so
+ * that this node applies the job's events in the stream's order like every
+ * other api node (the message's owned fields move to the copy). */
 bool svc_server_defer_for_accept(svc_server *s, svc_msg *m)
 {
-    switch (m->type) {
-    case SVC_MSG_IMAGE_STARTED:
-    case SVC_MSG_IMAGE_STEP:
-    case SVC_MSG_IMAGE_STORED:
-    case SVC_MSG_IMAGE_FAILED:
-    case SVC_MSG_IMAGE_CANCELLED:
-    case SVC_MSG_TILES:
-    case SVC_MSG_CLUSTER_CANCEL: break;
-    default: return false;
-    }
+    if (!svc_msg_is_image_news(m->type) && m->type != SVC_MSG_CLUSTER_CANCEL)
+        return false;
     pending_accept *pa = accepting_of(s, m->job);
     svc_msg *copy = pa ? malloc(sizeof *copy) : NULL;
     if (!copy)

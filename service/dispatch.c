@@ -19,25 +19,19 @@
 void svc_server_on_work_msg(void *user, svc_msg *m)
 {
     svc_server *s = user;
-    switch (m->type) {
-    case SVC_MSG_IMAGE_STARTED:
-    case SVC_MSG_IMAGE_STEP:
-    case SVC_MSG_IMAGE_STORED:
-    case SVC_MSG_IMAGE_FAILED:
-    case SVC_MSG_IMAGE_CANCELLED:
-    case SVC_MSG_TILES:
-        if (m->type == SVC_MSG_IMAGE_STORED)
-            s->metrics.images++;
-        if (m->type == SVC_MSG_TILES && m->tiles && s->cfg.role == TSR_ROLE_WORKER) {
-            s->metrics.tile_encode_seconds += m->tiles->encode_seconds;
-            s->metrics.tiles_published += (uint64_t)m->tiles->n;
-            for (int i = 0; i < m->tiles->n; i++)
-                s->metrics.tile_bytes += m->tiles->tiles[i].len;
-        }
-        svc_cluster_forward(s->cluster, m);
-        break;
-    default: svc_server_on_msg(user, m); break;
+    if (!svc_msg_is_image_news(m->type)) {
+        svc_server_on_msg(user, m);
+        return;
     }
+    if (m->type == SVC_MSG_IMAGE_STORED)
+        s->metrics.images++;
+    if (m->type == SVC_MSG_TILES && m->tiles && s->cfg.role == TSR_ROLE_WORKER) {
+        s->metrics.tile_encode_seconds += m->tiles->encode_seconds;
+        s->metrics.tiles_published += (uint64_t)m->tiles->n;
+        for (int i = 0; i < m->tiles->n; i++)
+            s->metrics.tile_bytes += m->tiles->tiles[i].len;
+    }
+    svc_cluster_forward(s->cluster, m);
 }
 
 /* The last running image just ended and nothing is queued: hand the pages

@@ -14,6 +14,7 @@
 #ifndef SVC_MAILBOX_H
 #define SVC_MAILBOX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,6 +55,16 @@ typedef struct svc_msg {
     struct svc_tileset *tiles; /* TILES: owned by the message until the loop takes it */
     struct svc_msg *next;
 } svc_msg;
+
+/* A message about one image of a job (started, step, stored, failed,
+ * cancelled, tiles): what a worker role forwards to Redis and what waits
+ * for a pending accept (accept.c, dispatch.c). */
+static inline bool svc_msg_is_image_news(svc_msg_type type)
+{
+    return type == SVC_MSG_IMAGE_STARTED || type == SVC_MSG_IMAGE_STEP ||
+           type == SVC_MSG_IMAGE_STORED || type == SVC_MSG_IMAGE_FAILED ||
+           type == SVC_MSG_IMAGE_CANCELLED || type == SVC_MSG_TILES;
+}
 
 typedef struct svc_mailbox svc_mailbox;
 typedef void (*svc_mailbox_fn)(void *user, svc_msg *msg);
