@@ -91,8 +91,6 @@ void svc_reply_errorf(svc_req *r, svc_dialect d, int status, const char *code,
 void svc_reply_method_not_allowed(svc_req *r, svc_dialect d, const char *allow);
 /* 503 with Retry-After. */
 void svc_reply_unavailable(svc_req *r);
-/* 503 + Retry-After 5: --queue's Redis is away (docs/scale-out.md). */
-void svc_reply_queue_unreachable(svc_req *r);
 
 void svc_req_add_header(svc_req *r, const char *name, const char *value);
 const char *svc_req_header(svc_req *r, const char *name);

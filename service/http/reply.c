@@ -251,13 +251,3 @@ void svc_reply_unavailable(svc_req *r)
                      .retry_after = loading ? 5 : 30};
     svc_reply_problem(r, SVC_DIALECT_NATIVE, &p);
 }
-
-void svc_reply_queue_unreachable(svc_req *r)
-{
-    svc_problem p = {.status = 503,
-                     .code = "unavailable",
-                     .message = "the job queue (Redis, --queue) cannot be reached; nothing "
-                                "was accepted",
-                     .retry_after = 5};
-    svc_reply_problem(r, SVC_DIALECT_NATIVE, &p);
-}

@@ -498,15 +498,24 @@ static const char *openai_param(const char *native)
 
 /* Parse `nat`, check the queue, create and accept the job; ends in a reply
  * (error) or in on_accepted.  Takes c over. */
-void oai_submit(oai_call *c, cJSON *nat)
+void oai_submit(svc_req *r, oai_call *c, cJSON *nat, int taken, const oai_err *e)
 {
+    if (!c || !nat || taken < 0) {
+        if (!c || !nat)
+            oai_reply_error(r, 500, NULL, "internal", "out of memory");
+        else
+            oai_reply_error(r, e->status, e->param, e->code, "%s", e->msg);
+        cJSON_Delete(nat);
+        free(c);
+        return;
+    }
     svc_server *s = c->srv;
-    svc_req *r = c->r;
     svc_params_ctx ctx;
     svc_server_params_ctx(s, &ctx);
     svc_params *p = NULL;
     svc_param_error pe;
     int rc = svc_params_parse(nat, NULL, &ctx, &p, &pe);
+    cJSON_Delete(nat);
     if (rc < 0) {
         free(c);
         oai_reply_error(r, 400, openai_param(pe.field), "invalid_value", "%s", pe.message);
@@ -563,17 +572,7 @@ void oai_generations(svc_req *r)
     oai_call *c = oai_call_new(r, false);
     cJSON *nat = cJSON_CreateObject();
     oai_err e;
-    if (!c || !nat || oai_take_fields(c, in, nat, &e) < 0) {
-        cJSON_Delete(in);
-        cJSON_Delete(nat);
-        free(c);
-        if (!c || !nat)
-            oai_reply_error(r, 500, NULL, "internal", "out of memory");
-        else
-            oai_reply_error(r, e.status, e.param, e.code, "%s", e.msg);
-        return;
-    }
+    const int taken = c && nat ? oai_take_fields(c, in, nat, &e) : -1;
     cJSON_Delete(in);
-    oai_submit(c, nat);
-    cJSON_Delete(nat);
+    oai_submit(r, c, nat, taken, &e);
 }

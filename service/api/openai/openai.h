@@ -85,9 +85,11 @@ bool oai_can_accept(svc_req *r);
 /* Check OpenAI's fields of `in` into c; move what the native parser reads
  * (prompt, n, size as width/height, the extensions) into `nat`. */
 int oai_take_fields(oai_call *c, cJSON *in, cJSON *nat, oai_err *e);
-/* Parse `nat` into a job, check the queue, accept it: takes c over and
- * ends in a reply (error) or in the job's watch. */
-void oai_submit(oai_call *c, cJSON *nat);
+/* After the fields were taken into c and nat (taken: 0, or -1 with *e;
+ * c or nat NULL: out of memory): parse `nat` into a job, ask the submit
+ * gate, accept it.  Takes c and nat over and ends in a reply (error) or in
+ * the job's watch. */
+void oai_submit(svc_req *r, oai_call *c, cJSON *nat, int taken, const oai_err *e);
 /* The routes (http/router.c's table): POST /v1/images/generations and
  * /edits, any other path under /v1/images (404), GET /v1/models/{id}
  * (rest: the id). */

@@ -247,19 +247,9 @@ void oai_edits(svc_req *r)
     oai_call *c = oai_call_new(r, true);
     cJSON *nat = cJSON_CreateObject();
     oai_err e;
-    if (!c || !nat || edit_fields(c, &form, nat, &e) < 0) {
-        svc_mp_free(&form);
-        cJSON_Delete(nat);
-        free(c);
-        if (!c || !nat)
-            oai_reply_error(r, 500, NULL, "internal", "out of memory");
-        else
-            oai_reply_error(r, e.status, e.param, e.code, "%s", e.msg);
-        return;
-    }
+    const int taken = c && nat ? edit_fields(c, &form, nat, &e) : -1;
     svc_mp_free(&form);
-    oai_submit(c, nat);
-    cJSON_Delete(nat);
+    oai_submit(r, c, nat, taken, &e);
 }
 
 /* ------------------------------------------------------- models, routes */
