@@ -47,7 +47,7 @@
  * closes the connection without an answer: evhttp's own would be an HTML
  * page outside the contract, and it would close anyway.
  *
- * Output goes from the filter's buffer straight to the socket (on_kick),
+ * Output goes from the filter's buffer straight to the socket (writer.c),
  * so evhttp's write callback, which SSE uses for flow control and evhttp
  * for closing, fires only when the kernel has every byte.
  *
@@ -69,6 +69,7 @@
 #include "http.h"
 #include "log.h"
 #include "server.h"
+#include "writer.h"
 
 #define GUARD_LINE_MAX 8192           /* request line */
 #define GUARD_HEADERS_MAX 16384       /* header lines, CRLFs included */
@@ -89,8 +90,7 @@ typedef enum gstate {
 typedef struct guard {
     svc_server *srv;
     struct bufferevent *bev; /* the filter (the connection's bufferevent) */
-    struct event *kick;      /* flushes output evhttp queued (see on_output) */
-    struct event *writable;  /* the socket can take more output (see on_kick) */
+    svc_writer out;          /* the output side (writer.c) */
     gstate state;
     size_t line_start;       /* G_HEAD: where the current line starts in src */
     bool first_line;
@@ -443,7 +443,7 @@ static bool end_of_head(guard *g, struct evbuffer *src, struct evbuffer *dst, si
 }
 
 /* A gathered request is whole: hand it to evhttp in one piece; its body's
- * charge now lasts until its answer is written (on_kick). */
+ * charge now lasts until its answer is written (on_written). */
 static void hand_over(guard *g, struct evbuffer *dst)
 {
     if (g->chunked) {
@@ -620,10 +620,7 @@ static void guard_free(void *ctx)
     guard *g = ctx;
     release_held(g);
     release_passed(g);
-    if (g->kick)
-        event_free(g->kick);
-    if (g->writable)
-        event_free(g->writable);
+    svc_writer_free(&g->out);
     if (g->head)
         evbuffer_free(g->head);
     if (g->body)
@@ -631,93 +628,11 @@ static void guard_free(void *ctx)
     free(g);
 }
 
-/* The output side.  evhttp writes into the filter's output buffer; this
- * file moves those bytes to the socket itself, from an event of its own
- * (`kick`, activated whenever evhttp adds output), and then tells evhttp
- * the buffer has drained with a deferred write callback.  Why not let the
- * filter hand its output to the socket bufferevent:
- * - libevent 2.1's filter moves output only when data is added while
- *   writing is enabled; evhttp adds a reply first and enables writing
- *   after, so replies (its own error pages included) would wait;
- * - the filter reports "drained" as soon as the bytes reach the socket
- *   bufferevent, not the kernel, and evhttp then frees a Connection: close
- *   connection with its last reply unsent;
- * - when the filter writes while evhttp is still inside
- *   evhttp_send_reply_chunk_with_cb, the write callback fires before evhttp
- *   has installed it, and an SSE stream waiting for it stalls.
- * Here the callback fires only once every byte is in the kernel, always
- * from the loop, never inside an evhttp call. */
-
-static bool alive(guard *g)
+/* An answer is out: the body its request held is gone, or about to be
+ * (evhttp frees a request once its reply is written). */
+static void on_written(void *arg)
 {
-    /* evhttp frees a connection with bufferevent_free, which clears the
-     * callbacks at once but finalizes (and frees g) later; touching the
-     * bufferevent in between would finalize it twice */
-    bufferevent_event_cb eventcb = NULL;
-    bufferevent_getcb(g->bev, NULL, NULL, &eventcb, NULL);
-    return eventcb != NULL;
-}
-
-static void on_kick(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    guard *g = arg;
-    if (!alive(g)) {
-        if (g->writable)
-            event_del(g->writable);
-        return;
-    }
-    struct evbuffer *out = bufferevent_get_output(g->bev);
-    evutil_socket_t sock = bufferevent_getfd(g->bev);
-    if (sock < 0 || evbuffer_get_length(out) == 0)
-        return;
-    while (evbuffer_get_length(out) > 0) {
-        int n = evbuffer_write(out, sock);
-        if (n > 0)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-            if (!g->writable)
-                g->writable = event_new(bufferevent_get_base(g->bev), sock, EV_WRITE, on_kick, g);
-            if (g->writable)
-                event_add(g->writable, NULL);
-            return;
-        }
-        /* the peer is gone: give the bytes to the socket bufferevent, whose
-         * own write fails and reports it to evhttp */
-        struct bufferevent *u = bufferevent_get_underlying(g->bev);
-        if (u)
-            evbuffer_add_buffer(bufferevent_get_output(u), out);
-        else
-            evbuffer_drain(out, evbuffer_get_length(out));
-        return;
-    }
-    /* an answer is out: the body its request held is gone, or about to
-     * be (evhttp frees a request once its reply is written) */
-    release_passed(g);
-    bufferevent_trigger(g->bev, EV_WRITE, BEV_TRIG_DEFER_CALLBACKS);
-}
-
-static void on_output(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
-{
-    (void)buf;
-    guard *g = arg;
-    if (info->n_added)
-        event_active(g->kick, 0, 0);
-}
-
-/* The filter's own output path is not used (see above): bytes stay in the
- * filter's output buffer until on_kick writes them. */
-static enum bufferevent_filter_result filter_out(struct evbuffer *src, struct evbuffer *dst,
-                                                 ev_ssize_t limit,
-                                                 enum bufferevent_flush_mode mode, void *ctx)
-{
-    (void)src;
-    (void)dst;
-    (void)limit;
-    (void)mode;
-    (void)ctx;
-    return BEV_NEED_MORE;
+    release_passed(arg);
 }
 
 struct bufferevent *svc_guard_bev(struct event_base *base, void *server)
@@ -736,7 +651,8 @@ struct bufferevent *svc_guard_bev(struct event_base *base, void *server)
      * fills these and then its own socket */
     bufferevent_setwatermark(sock, EV_READ, 0, GUARD_IN_HIGH);
     struct bufferevent *f =
-        bufferevent_filter_new(sock, filter_in, filter_out, BEV_OPT_CLOSE_ON_FREE, guard_free, g);
+        bufferevent_filter_new(sock, filter_in, svc_writer_filter, BEV_OPT_CLOSE_ON_FREE,
+                               guard_free, g);
     if (!f) {
         bufferevent_free(sock);
         free(g);
@@ -744,8 +660,7 @@ struct bufferevent *svc_guard_bev(struct event_base *base, void *server)
     }
     bufferevent_setwatermark(f, EV_READ, 0, GUARD_IN_HIGH);
     g->bev = f;
-    g->kick = event_new(base, -1, 0, on_kick, g);
-    if (!g->kick || !evbuffer_add_cb(bufferevent_get_output(f), on_output, g)) {
+    if (svc_writer_init(&g->out, f, on_written, g) < 0) {
         bufferevent_free(f); /* frees g through guard_free */
         return NULL;
     }
