@@ -139,6 +139,19 @@ void svc_store_scan(const char *data_dir,
     closedir(d);
 }
 
+/* A calloc'd task of a type for one image (index -1: the whole job); NULL
+ * on out of memory. */
+static task *task_new(task_type type, uint64_t job, int index)
+{
+    task *t = calloc(1, sizeof *t);
+    if (t) {
+        t->type = type;
+        t->job = job;
+        t->index = index;
+    }
+    return t;
+}
+
 static void task_free(task *t)
 {
     if (!t)
@@ -387,9 +400,8 @@ void svc_store_stop(svc_store *s)
 {
     if (!s)
         return;
-    task *t = calloc(1, sizeof *t);
+    task *t = task_new(TASK_STOP, 0, -1);
     if (t) {
-        t->type = TASK_STOP;
         enqueue(s, t);
         pthread_join(s->thread, NULL);
     } else {
@@ -408,7 +420,7 @@ void svc_store_stop(svc_store *s)
 
 void svc_store_journal(svc_store *s, char **payloads, size_t *lens, int n, void *cookie)
 {
-    task *t = calloc(1, sizeof *t);
+    task *t = task_new(TASK_JOURNAL, 0, -1);
     if (!t) {
         for (int i = 0; i < n; i++)
             free(payloads[i]);
@@ -419,7 +431,6 @@ void svc_store_journal(svc_store *s, char **payloads, size_t *lens, int n, void 
             post_done(s, cookie, -ENOMEM);
         return;
     }
-    t->type = TASK_JOURNAL;
     t->payloads = payloads;
     t->lens = lens;
     t->n = n;
@@ -430,7 +441,7 @@ void svc_store_journal(svc_store *s, char **payloads, size_t *lens, int n, void 
 void svc_store_image(svc_store *s, uint64_t job, int index, uint8_t *rgb, int width, int height,
                      char *infotext)
 {
-    task *t = calloc(1, sizeof *t);
+    task *t = task_new(TASK_IMAGE, job, index);
     if (!t) {
         free(rgb);
         free(infotext);
@@ -444,9 +455,6 @@ void svc_store_image(svc_store *s, uint64_t job, int index, uint8_t *rgb, int wi
         }
         return;
     }
-    t->type = TASK_IMAGE;
-    t->job = job;
-    t->index = index;
     t->rgb = rgb;
     t->width = width;
     t->height = height;
@@ -456,7 +464,7 @@ void svc_store_image(svc_store *s, uint64_t job, int index, uint8_t *rgb, int wi
 
 void svc_store_final(svc_store *s, uint64_t job, char *json, char *record)
 {
-    task *t = calloc(1, sizeof *t);
+    task *t = task_new(TASK_FINAL, job, -1);
     char **p = malloc(sizeof *p);
     size_t *l = malloc(sizeof *l);
     if (!t || !p || !l || !record) {
@@ -470,8 +478,6 @@ void svc_store_final(svc_store *s, uint64_t job, char *json, char *record)
     }
     p[0] = record;
     l[0] = strlen(record);
-    t->type = TASK_FINAL;
-    t->job = job;
     t->text = json;
     t->payloads = p;
     t->lens = l;
@@ -481,15 +487,12 @@ void svc_store_final(svc_store *s, uint64_t job, char *json, char *record)
 
 void svc_store_tiles(svc_store *s, uint64_t job, int index, uint8_t *data, size_t len)
 {
-    task *t = calloc(1, sizeof *t);
+    task *t = task_new(TASK_TILES, job, index);
     if (!t) {
         free(data);
         SVC_ERROR("store: out of memory queueing tiles");
         return;
     }
-    t->type = TASK_TILES;
-    t->job = job;
-    t->index = index;
     t->blob = data;
     t->blob_len = len;
     enqueue(s, t);
@@ -497,22 +500,19 @@ void svc_store_tiles(svc_store *s, uint64_t job, int index, uint8_t *data, size_
 
 void svc_store_remove_job(svc_store *s, uint64_t job)
 {
-    task *t = calloc(1, sizeof *t);
+    task *t = task_new(TASK_REMOVE, job, -1);
     if (!t)
         return;
-    t->type = TASK_REMOVE;
-    t->job = job;
     enqueue(s, t);
 }
 
 void svc_store_barrier(svc_store *s, void *cookie)
 {
-    task *t = calloc(1, sizeof *t);
+    task *t = task_new(TASK_BARRIER, 0, -1);
     if (!t) {
         post_done(s, cookie, -ENOMEM);
         return;
     }
-    t->type = TASK_BARRIER;
     t->cookie = cookie;
     enqueue(s, t);
 }

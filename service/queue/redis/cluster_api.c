@@ -32,6 +32,19 @@
 
 /* ------------------------------------------------------------ accepts */
 
+/* Hand a task to the api thread (any thread). */
+static void push_atask(svc_cluster *c, atask *t)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->a_tail)
+        c->a_tail->next = t;
+    else
+        c->a_head = t;
+    c->a_tail = t;
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->mu);
+}
+
 void svc_cluster_accept(svc_cluster *c, char **ids, int *images, char **recs, int n,
                         void *cookie)
 {
@@ -57,14 +70,7 @@ void svc_cluster_accept(svc_cluster *c, char **ids, int *images, char **recs, in
     t->images = images;
     t->n = n;
     t->cookie = cookie;
-    pthread_mutex_lock(&c->mu);
-    if (c->a_tail)
-        c->a_tail->next = t;
-    else
-        c->a_head = t;
-    c->a_tail = t;
-    pthread_cond_broadcast(&c->cond);
-    pthread_mutex_unlock(&c->mu);
+    push_atask(c, t);
 }
 
 void svc_cluster_cancel(svc_cluster *c, uint64_t job)
@@ -75,14 +81,7 @@ void svc_cluster_cancel(svc_cluster *c, uint64_t job)
         return;
     }
     t->cancel = job;
-    pthread_mutex_lock(&c->mu);
-    if (c->a_tail)
-        c->a_tail->next = t;
-    else
-        c->a_head = t;
-    c->a_tail = t;
-    pthread_cond_broadcast(&c->cond);
-    pthread_mutex_unlock(&c->mu);
+    push_atask(c, t);
 }
 
 static void run_cancel(svc_cluster *c, rconn *r, uint64_t job)

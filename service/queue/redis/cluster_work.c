@@ -315,6 +315,24 @@ static bool flight_id(svc_cluster *c, uint64_t job, int index, char *id, size_t 
     return found;
 }
 
+/* The four replies of MULTI, SET, XADD, EXEC: whether EXEC ran them
+ * (false, with the connection dropped when Redis went away). */
+static bool exec_ok(rconn *r)
+{
+    bool ok = true;
+    for (int i = 0; i < 4; i++) {
+        redisReply *rep = NULL;
+        if (redisGetReply(r->ctx, (void **)&rep) != REDIS_OK) {
+            svc_cl_rc_drop(r);
+            return false;
+        }
+        if (i == 3)
+            ok = rep && rep->type == REDIS_REPLY_ARRAY;
+        freeReplyObject(rep);
+    }
+    return ok;
+}
+
 /* A published tile set: its bytes (the .tiles file format of service/tiles/tiles.h,
  * a few KB per changed tile) under a key of their own with the result's
  * TTL, and a small `tiles` event naming the key, in one MULTI.  The key is
@@ -348,18 +366,7 @@ static bool publish_tiles(svc_cluster *c, rconn *r, ptask *t, const char *job, c
                        t->tiles->final ? 1 : 0, t->tiles->n, key);
     redisAppendCommand(r->ctx, "EXEC");
     free(bytes);
-    bool ok = true;
-    for (int i = 0; i < 4; i++) {
-        redisReply *rep = NULL;
-        if (redisGetReply(r->ctx, (void **)&rep) != REDIS_OK) {
-            svc_cl_rc_drop(r);
-            return false;
-        }
-        if (i == 3)
-            ok = rep && rep->type == REDIS_REPLY_ARRAY;
-        freeReplyObject(rep);
-    }
-    return ok;
+    return exec_ok(r);
 }
 
 /* One task; false: Redis is away, retry it. */
@@ -439,18 +446,7 @@ static bool publish(svc_cluster *c, rconn *r, ptask *t)
                        c->consumer);
     redisAppendCommand(r->ctx, "EXEC");
     free(png);
-    bool ok = true;
-    for (int i = 0; i < 4; i++) {
-        redisReply *rep = NULL;
-        if (redisGetReply(r->ctx, (void **)&rep) != REDIS_OK) {
-            svc_cl_rc_drop(r);
-            return false;
-        }
-        if (i == 3)
-            ok = rep && rep->type == REDIS_REPLY_ARRAY;
-        freeReplyObject(rep);
-    }
-    if (!ok)
+    if (!exec_ok(r))
         return false;
     atomic_fetch_add(&c->results, 1);
     if (flight_id(c, t->job, t->index, id, sizeof id) && !svc_cl_ack(c, r, id))
