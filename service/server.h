@@ -1,6 +1,8 @@
 /*
  * service/server.h - the server: what the event loop owns, and the few
- * calls that cross files (replies, the mailbox dispatch, drain).
+ * calls the rest of service/ makes on it (accept, cancel, persist, the
+ * parameter checks).  The calls between its own four files (server.c,
+ * accept.c, dispatch.c, drain.c) are server_int.h's.
  *
  * Ownership (one owner per piece of state):
  * - svc_server and everything reached from it below is owned by the loop
