@@ -190,6 +190,14 @@ static bool fits_a_device(svc_server *s, const svc_params *p, size_t *need, size
 
 /* ------------------------------------------------------------------ gate */
 
+int svc_gate_parse(svc_server *s, const cJSON *job, const cJSON *defaults, svc_params **out,
+                   svc_param_error *err)
+{
+    svc_params_ctx ctx;
+    svc_server_params_ctx(s, &ctx);
+    return svc_params_parse(job, defaults, &ctx, out, err);
+}
+
 /* A refusal of checks 1-3 (503), or of the accept. */
 static bool refuse(svc_gate *out, svc_gate_why why, int status, int retry_after, const char *msg)
 {

@@ -87,6 +87,12 @@ typedef struct svc_gate {
     size_t limit_bytes;  /* what the device or --max-memory gives; 0 = unknown */
 } svc_gate;
 
+/* A dialect's native job object (over a batch's defaults, or NULL) as
+ * parameters, with this server's context (the model's size, the engine's
+ * check): svc_params_parse's result, the gate's input. */
+int svc_gate_parse(struct svc_server *s, const cJSON *job, const cJSON *defaults,
+                   svc_params **out, svc_param_error *err);
+
 /* What one image of these parameters counts, in queue units (>= 1). */
 double svc_gate_image_units(struct svc_server *s, const svc_params *p);
 

@@ -508,8 +508,6 @@ static void generate(svc_req *r, bool img2img)
         svc_a1111_reply_error(r, 500, "internal", NULL, "out of memory");
         return;
     }
-    svc_params_ctx ctx;
-    svc_server_params_ctx(s, &ctx);
     int k = 0;
     for (; k < n; k++) {
         int images = 0;
@@ -519,7 +517,7 @@ static void generate(svc_req *r, bool img2img)
             svc_a1111_reply_error(r, 500, "internal", NULL, "out of memory");
             break;
         }
-        rc = svc_params_parse(chunk, NULL, &ctx, &ps[k], &pe);
+        rc = svc_gate_parse(s, chunk, NULL, &ps[k], &pe);
         cJSON_Delete(chunk);
         if (rc < 0) {
             /* native names in the message; A1111's in front when they differ */

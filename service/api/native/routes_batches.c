@@ -100,8 +100,6 @@ static void submit(svc_req *r)
         svc_reply_error(r, 500, "internal", NULL, "out of memory");
         goto done;
     }
-    svc_params_ctx ctx;
-    svc_server_params_ctx(s, &ctx);
     const cJSON *job;
     cJSON_ArrayForEach(job, jobs)
     {
@@ -112,7 +110,7 @@ static void submit(svc_req *r)
             goto done;
         }
         svc_param_error pe;
-        if (svc_params_parse(job, defaults, &ctx, &params[n], &pe) < 0) {
+        if (svc_gate_parse(s, job, defaults, &params[n], &pe) < 0) {
             if (pe.field[0] && pe.from_defaults)
                 snprintf(field, sizeof field, "defaults.%s", pe.field);
             else if (pe.field[0])

@@ -90,11 +90,9 @@ static void submit(svc_req *r)
         svc_reply_error(r, 400, "invalid_json", NULL, "the body must be a JSON object");
         return;
     }
-    svc_params_ctx ctx;
-    svc_server_params_ctx(s, &ctx);
     svc_params *p = NULL;
     svc_param_error pe;
-    int rc = svc_params_parse(obj, NULL, &ctx, &p, &pe);
+    int rc = svc_gate_parse(s, obj, NULL, &p, &pe);
     cJSON_Delete(obj);
     if (rc < 0) {
         svc_reply_error(r, 400, "invalid_parameter", pe.field, "%s", pe.message);

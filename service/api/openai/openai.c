@@ -510,11 +510,9 @@ void oai_submit(svc_req *r, oai_call *c, cJSON *nat, int taken, const oai_err *e
         return;
     }
     svc_server *s = c->srv;
-    svc_params_ctx ctx;
-    svc_server_params_ctx(s, &ctx);
     svc_params *p = NULL;
     svc_param_error pe;
-    int rc = svc_params_parse(nat, NULL, &ctx, &p, &pe);
+    int rc = svc_gate_parse(s, nat, NULL, &p, &pe);
     cJSON_Delete(nat);
     if (rc < 0) {
         free(c);
