@@ -89,6 +89,11 @@ void svc_reply_errorf(svc_req *r, svc_dialect d, int status, const char *code,
     svc_reply_errorf((r), SVC_DIALECT_NATIVE, (status), (code), (field), __VA_ARGS__)
 /* 405 with Allow (the router's, from its table). */
 void svc_reply_method_not_allowed(svc_req *r, svc_dialect d, const char *allow);
+/* The request body as a JSON object (owned: cJSON_Delete), read with the
+ * strict reader (base/json.h); NULL after a 400 invalid_json in r's
+ * dialect ("the body is not valid JSON: ..." / "the body must be a JSON
+ * object"), which ends r. */
+cJSON *svc_req_json_object(svc_req *r);
 /* 503 with Retry-After. */
 void svc_reply_unavailable(svc_req *r);
 

@@ -251,3 +251,23 @@ void svc_reply_unavailable(svc_req *r)
                      .retry_after = loading ? 5 : 30};
     svc_reply_problem(r, SVC_DIALECT_NATIVE, &p);
 }
+
+cJSON *svc_req_json_object(svc_req *r)
+{
+    size_t len = 0;
+    const char *body = svc_req_body(r, &len);
+    char err[256];
+    cJSON *obj = svc_json_parse(body, len, err, sizeof err);
+    if (!obj) {
+        svc_reply_errorf(r, r->dialect, 400, "invalid_json", NULL,
+                         "the body is not valid JSON: %s", err);
+        return NULL;
+    }
+    if (!cJSON_IsObject(obj)) {
+        cJSON_Delete(obj);
+        svc_reply_errorf(r, r->dialect, 400, "invalid_json", NULL,
+                         "the body must be a JSON object");
+        return NULL;
+    }
+    return obj;
+}

@@ -162,19 +162,9 @@ static cJSON *options(svc_server *s)
 static void set_options(svc_req *r)
 {
     svc_server *s = r->srv;
-    size_t len = 0;
-    const char *body = svc_req_body(r, &len);
-    char why[256];
-    cJSON *o = svc_json_parse(body, len, why, sizeof why);
-    if (!o) {
-        svc_a1111_reply_error(r, 400, "invalid_json", NULL, "the body is not valid JSON: %s", why);
+    cJSON *o = svc_req_json_object(r);
+    if (!o)
         return;
-    }
-    if (!cJSON_IsObject(o)) {
-        cJSON_Delete(o);
-        svc_a1111_reply_error(r, 400, "invalid_json", NULL, "the body must be a JSON object");
-        return;
-    }
     int clip = -1;
     cJSON *applied = cJSON_CreateArray(), *ignored = cJSON_CreateArray();
     for (const cJSON *it = o->child; it; it = it->next) {

@@ -61,20 +61,11 @@ static void submit(svc_req *r)
         svc_gate_reply(r, &g, NULL);
         return;
     }
-    size_t len = 0;
-    const char *body = svc_req_body(r, &len);
-    char err[256];
-    cJSON *obj = svc_json_parse(body, len, err, sizeof err);
-    if (!obj) {
-        svc_reply_error(r, 400, "invalid_json", NULL, "the body is not valid JSON: %s", err);
+    cJSON *obj = svc_req_json_object(r);
+    if (!obj)
         return;
-    }
     svc_params **params = NULL;
     int n = 0;
-    if (!cJSON_IsObject(obj)) {
-        svc_reply_error(r, 400, "invalid_json", NULL, "the body must be a JSON object");
-        goto done;
-    }
     const cJSON *defaults = cJSON_GetObjectItemCaseSensitive(obj, "defaults");
     const cJSON *jobs = cJSON_GetObjectItemCaseSensitive(obj, "jobs");
     if (defaults && cJSON_IsNull(defaults))

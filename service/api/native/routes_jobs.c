@@ -77,19 +77,9 @@ static void submit(svc_req *r)
         svc_gate_reply(r, &g, NULL);
         return;
     }
-    size_t len = 0;
-    const char *body = svc_req_body(r, &len);
-    char err[256];
-    cJSON *obj = svc_json_parse(body, len, err, sizeof err);
-    if (!obj) {
-        svc_reply_error(r, 400, "invalid_json", NULL, "the body is not valid JSON: %s", err);
+    cJSON *obj = svc_req_json_object(r);
+    if (!obj)
         return;
-    }
-    if (!cJSON_IsObject(obj)) {
-        cJSON_Delete(obj);
-        svc_reply_error(r, 400, "invalid_json", NULL, "the body must be a JSON object");
-        return;
-    }
     svc_params *p = NULL;
     svc_param_error pe;
     int rc = svc_gate_parse(s, obj, NULL, &p, &pe);
