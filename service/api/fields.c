@@ -6,7 +6,12 @@
  * tests read.  Every refusal goes through svc_fields_fail with the member's
  * name first, so the three dialects cannot word one case three ways again;
  * the few real differences (how a string is shown, a range or none, 0/1 as
- * booleans, "-0" as a seed) are arguments, not copies.  The reader keeps no
+ * booleans, "-0" as a seed) are arguments, not copies.  A1111's looser
+ * types (pydantic's coercions: false for 0, 3.0 for 3, "7.5" for 7.5) are
+ * one table, k_coercions, that the int, number and boolean readers consult
+ * only when the reader's rules say PYDANTIC, so the rules are stated once,
+ * tested as a table (tests/service/test_fields.c), and cannot leak into the
+ * strict dialects.  The reader keeps no
  * allocation: strings are borrowed from the object, and the dialect copies
  * what it keeps.
  */
@@ -96,6 +101,87 @@ static bool integer_of(const cJSON *it, long long *v)
     return true;
 }
 
+/* ------------------------------------------------------ the coercion table */
+
+/* |v| below 2^53: a double that holds an integer exactly. */
+#define EXACT_INT 9007199254740992.0
+
+static bool from_int01(const cJSON *it, double *v)
+{
+    long long i = 0;
+    if (!integer_of(it, &i) || (i != 0 && i != 1))
+        return false;
+    *v = (double)i;
+    return true;
+}
+
+static bool from_bool(const cJSON *it, double *v)
+{
+    if (!cJSON_IsBool(it))
+        return false;
+    *v = cJSON_IsTrue(it) ? 1 : 0;
+    return true;
+}
+
+static bool from_integral_float(const cJSON *it, double *v)
+{
+    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) ||
+        it->valuedouble != floor(it->valuedouble) || fabs(it->valuedouble) >= EXACT_INT)
+        return false;
+    *v = it->valuedouble;
+    return true;
+}
+
+/* A string of [+-]digits[.digits][e[+-]digits] only: what Python's float()
+ * and int() read, less whitespace, "inf", "nan" and underscores. */
+static bool from_string(const cJSON *it, bool integer, double *v)
+{
+    if (!cJSON_IsString(it) || !it->valuestring || (it->type & SVC_JSON_HAS_NUL))
+        return false;
+    const char *p = it->valuestring;
+    size_t n = strlen(p);
+    if (n == 0 || n > 64)
+        return false;
+    for (const char *c = p; *c; c++)
+        if (!((*c >= '0' && *c <= '9') || *c == '+' || *c == '-' ||
+              (!integer && (*c == '.' || *c == 'e' || *c == 'E'))))
+            return false;
+    char *end = NULL;
+    errno = 0;
+    const double d = strtod(p, &end);
+    if (*end || errno == ERANGE || !isfinite(d) || (integer && fabs(d) >= EXACT_INT))
+        return false;
+    *v = d;
+    return true;
+}
+
+static bool from_integer_string(const cJSON *it, double *v) { return from_string(it, true, v); }
+static bool from_numeric_string(const cJSON *it, double *v) { return from_string(it, false, v); }
+
+/* Pydantic's lax conversions that A1111 clients rely on; a value matched by
+ * no row is refused.  (null is "absent" for every dialect: svc_fields_get.) */
+static const struct {
+    svc_coerce rules;
+    char want; /* 'b' boolean, 'i' integer, 'n' number */
+    bool (*take)(const cJSON *it, double *v);
+    const char *example;
+} k_coercions[] = {
+    {SVC_COERCE_PYDANTIC, 'b', from_int01, "0 and 1 for false and true"},
+    {SVC_COERCE_PYDANTIC, 'i', from_bool, "false and true for 0 and 1"},
+    {SVC_COERCE_PYDANTIC, 'i', from_integral_float, "3.0 for 3"},
+    {SVC_COERCE_PYDANTIC, 'i', from_integer_string, "\"3\" for 3"},
+    {SVC_COERCE_PYDANTIC, 'n', from_numeric_string, "\"7.5\" for 7.5"},
+};
+
+bool svc_fields_coerce(svc_coerce rules, char want, const cJSON *it, double *v)
+{
+    for (size_t i = 0; i < sizeof k_coercions / sizeof k_coercions[0]; i++)
+        if (k_coercions[i].rules == rules && k_coercions[i].want == want &&
+            k_coercions[i].take(it, v))
+            return true;
+    return false;
+}
+
 int svc_fields_refuse(svc_fields *f, const char *name, const cJSON *it, const char *what)
 {
     char got[64];
@@ -111,7 +197,13 @@ int svc_fields_int(svc_fields *f, const char *name, long long lo, long long hi, 
     if (!it)
         return 0;
     long long v = 0;
-    if (!integer_of(it, &v) || v < lo || v > hi) {
+    double c = 0;
+    bool ok = integer_of(it, &v);
+    if (!ok && svc_fields_coerce(f->coerce, 'i', it, &c)) {
+        v = (long long)c;
+        ok = true;
+    }
+    if (!ok || v < lo || v > hi) {
         char what[96];
         snprintf(what, sizeof what, "an integer between %lld and %lld", lo, hi);
         return svc_fields_refuse(f, name, it, what);
@@ -130,8 +222,9 @@ int svc_fields_number(svc_fields *f, const char *name, double lo, double hi, boo
     if (!it)
         return 0;
     const bool ranged = isfinite(lo) || isfinite(hi);
-    const double v = it->valuedouble;
-    if (!cJSON_IsNumber(it) || !isfinite(v) || (lo_open ? v <= lo : v < lo) || v > hi) {
+    double v = it->valuedouble;
+    const bool number = cJSON_IsNumber(it) || svc_fields_coerce(f->coerce, 'n', it, &v);
+    if (!number || !isfinite(v) || (lo_open ? v <= lo : v < lo) || v > hi) {
         char what[96] = "a number";
         if (ranged)
             snprintf(what, sizeof what, "a number in %s%g, %g]", lo_open ? "(" : "[", lo, hi);
@@ -197,6 +290,11 @@ int svc_fields_bool(svc_fields *f, const char *name, bool ints01, bool dflt, boo
     }
     if (ints01 && integer_of(it, &v) && (v == 0 || v == 1)) {
         *out = v == 1;
+        return 0;
+    }
+    double c = 0;
+    if (svc_fields_coerce(f->coerce, 'b', it, &c)) {
+        *out = c != 0;
         return 0;
     }
     return svc_fields_refuse(f, name, it, "a boolean");

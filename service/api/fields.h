@@ -35,10 +35,16 @@
 
 #define SVC_FIELDS_MAX_SOURCES 24
 
+/* How a reader takes a value of another JSON type than the field's.
+ * STRICT (native, OpenAI): none.  PYDANTIC (A1111, whose bodies pydantic
+ * parses): the rows of fields.c's k_coercions, and nothing else. */
+typedef enum { SVC_COERCE_STRICT = 0, SVC_COERCE_PYDANTIC } svc_coerce;
+
 typedef struct svc_fields {
     const cJSON *obj;      /* the object read (borrowed) */
     const cJSON *defaults; /* read where obj lacks a member; NULL = none */
     bool show_strings;     /* "got \"abc\"" (OpenAI) rather than "got a string" */
+    svc_coerce coerce;     /* set after svc_fields_init; STRICT by default */
     /* set by a refusal */
     char field[64];        /* the member refused; "" when not one member */
     bool from_defaults;    /* its value came from `defaults` */
@@ -67,6 +73,12 @@ const cJSON *svc_fields_get(svc_fields *f, const char *name);
 /* A value in a few characters for "got ...": "a string" or "\"abc\"",
  * "true", the number's literal, "an array", "an object", "null". */
 void svc_fields_describe(const svc_fields *f, const cJSON *it, char *buf, size_t size);
+
+/* The coercion table: what a field of type `want` ('b' boolean, 'i'
+ * integer, 'n' number) takes from `it`, a value of another JSON type,
+ * under `rules`.  true: *v is the value (0 or 1 for a boolean); false: no
+ * row applies, and the reader refuses as it always did. */
+bool svc_fields_coerce(svc_coerce rules, char want, const cJSON *it, double *v);
 
 /* An integer in [lo, hi]. */
 int svc_fields_int(svc_fields *f, const char *name, long long lo, long long hi, long long dflt,

@@ -241,6 +241,21 @@ static cJSON *defaults_json(bool img2img)
 /* The request over the defaults: known fields only (pydantic drops the
  * rest); init_images and mask left out unless include_init_images, as
  * A1111 does. */
+/* A member as `parameters` echoes it: what pydantic would have made of it
+ * (the coercion table, fields.c), so "30" for steps reads back as 30. */
+static cJSON *echo_of(const cJSON *dflt, const cJSON *given)
+{
+    double v = 0;
+    if (cJSON_IsNumber(dflt) && !cJSON_IsNumber(given) &&
+        (svc_fields_coerce(SVC_COERCE_PYDANTIC, 'n', given, &v) ||
+         svc_fields_coerce(SVC_COERCE_PYDANTIC, 'i', given, &v)))
+        return cJSON_CreateNumber(v);
+    if (cJSON_IsBool(dflt) && !cJSON_IsBool(given) &&
+        svc_fields_coerce(SVC_COERCE_PYDANTIC, 'b', given, &v))
+        return cJSON_CreateBool(v != 0);
+    return cJSON_Duplicate(given, true);
+}
+
 static cJSON *parameters_json(const cJSON *body, bool img2img, bool with_images)
 {
     cJSON *o = defaults_json(img2img);
@@ -251,7 +266,7 @@ static cJSON *parameters_json(const cJSON *body, bool img2img, bool with_images)
         if (!given || (img2img && !with_images && (strcmp(it->string, "init_images") == 0 ||
                                                    strcmp(it->string, "mask") == 0)))
             continue;
-        cJSON *copy = cJSON_Duplicate(given, true);
+        cJSON *copy = echo_of(it, given);
         if (!copy) {
             cJSON_Delete(o);
             return NULL;
@@ -532,6 +547,7 @@ static int clip_skip(rd *x, a1111_vals *v)
     const cJSON *ov = item(x, "override_settings");
     svc_fields fo;
     svc_fields_init(&fo, ov, NULL, false);
+    fo.coerce = SVC_COERCE_PYDANTIC;
     if (ov && svc_fields_int(&fo, "CLIP_stop_at_last_layers", 1, 12, v->clip_skip,
                              &v->clip_skip) < 0)
         return fail(x, 422, "override_settings.CLIP_stop_at_last_layers", "%s", fo.message);
@@ -665,6 +681,7 @@ int svc_a1111_translate(const cJSON *body, bool img2img_call, const svc_a1111_de
 {
     rd x;
     svc_fields_init(&x.f, body, NULL, false);
+    x.f.coerce = SVC_COERCE_PYDANTIC; /* A1111's bodies: pydantic's types */
     x.err = err;
     memset(q, 0, sizeof *q);
     memset(err, 0, sizeof *err);
