@@ -340,6 +340,7 @@ int tsr_service_run(const tsr_service_config *cfg)
             goto out;
     }
     svc_jobs_gc(s);
+    svc_a1111_state(s); /* A1111's options from the data dir (a1111_options.c) */
     s->sse = svc_sse_new(s);
     if (!s->store || !s->sse || svc_server_watch_signals(s) < 0) {
         rc = TSR_ERR_NOMEM;

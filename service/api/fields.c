@@ -319,6 +319,14 @@ int svc_fields_seed(svc_fields *f, const char *name, bool minus_zero, const char
     if (!it)
         return 0;
     const char *lit = svc_json_literal(it);
+    double c = 0;
+    if ((!cJSON_IsNumber(it) || !lit || !svc_json_literal_is_integer(lit)) &&
+        svc_fields_coerce(f->coerce, 'i', it, &c) && c >= -1) {
+        *random = c == -1;
+        if (c >= 0)
+            *out = (uint64_t)c;
+        return 0;
+    }
     if (!cJSON_IsNumber(it) || !lit || !svc_json_literal_is_integer(lit))
         return svc_fields_refuse(f, name, it, expected);
     if (strcmp(lit, "-1") == 0)

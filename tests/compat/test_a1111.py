@@ -292,8 +292,8 @@ def test_lists_and_options(c):
     assert opts["CLIP_stop_at_last_layers"] == 1 and opts["sd_model_checkpoint"], opts
     res = c.api.set_options({"CLIP_stop_at_last_layers": 2, "samples_format": "jpg",
                              "sd_model_checkpoint": models[0]["title"]})
-    assert res == {"applied": ["CLIP_stop_at_last_layers", "sd_model_checkpoint"],
-                   "ignored": ["samples_format"]}, res
+    assert res["applied"] == ["CLIP_stop_at_last_layers", "sd_model_checkpoint"] and \
+        res["stored"] == ["samples_format"] and res["ignored"] == [] and res["saved"], res
     try:
         r = c.api.txt2img(prompt=PROMPT, width=64, height=64, seed=51)
         assert r.info["clip_skip"] == 2 and "Clip skip: 2" in r.info["infotexts"][0], r.info
@@ -341,7 +341,8 @@ def test_spec_routes(c):
         r = post(s, path, None)
         assert r.status == 200 and r.json == {}, r
     r = post(s, "/options", {})
-    assert r.status == 200 and r.json == {"applied": [], "ignored": []}, r
+    assert r.status == 200 and r.json == {"applied": [], "stored": [], "ignored": [],
+                                          "notes": {}, "saved": True}, r
     r = post(s, "/options", "{nope")
     expect_error(r, 400, None, "options: not JSON")
     r = post(s, "/options", "[]")

@@ -47,6 +47,7 @@ typedef struct a1111_call a1111_call;
 
 struct svc_a1111 {
     int clip_skip;                /* POST /options CLIP_stop_at_last_layers */
+    cJSON *options;               /* the options set (a1111_options.c) */
     a1111_call *head, *tail;      /* calls in flight, oldest first */
     bool interrupted, skipped;    /* since the last call started */
     char job_timestamp[16];       /* of the last call */
@@ -77,10 +78,18 @@ svc_a1111 *svc_a1111_state(svc_server *s)
 {
     if (!s->a1111) {
         s->a1111 = calloc(1, sizeof *s->a1111);
-        if (s->a1111)
+        if (s->a1111) {
             s->a1111->clip_skip = 1;
+            s->a1111->options = svc_a1111_options_load(s); /* may set clip_skip */
+        }
     }
     return s->a1111;
+}
+
+cJSON *svc_a1111_options_set(svc_server *s)
+{
+    svc_a1111 *a = svc_a1111_state(s);
+    return a ? a->options : NULL;
 }
 
 int svc_a1111_clip_skip(svc_server *s)
@@ -110,6 +119,7 @@ void svc_a1111_free(svc_server *s)
         c->listed = false;
         call_free(c);
     }
+    cJSON_Delete(a->options);
     free(a);
     s->a1111 = NULL;
 }

@@ -124,5 +124,12 @@ svc_a1111 *svc_a1111_state(struct svc_server *s);
 void svc_a1111_free(struct svc_server *s);
 int svc_a1111_clip_skip(struct svc_server *s);
 void svc_a1111_set_clip_skip(struct svc_server *s, int v);
+/* The options store (a1111_options.c): the values POST /options set, read
+ * from the data dir when the state is made (svc_a1111_state, at start);
+ * borrowed from the state. */
+cJSON *svc_a1111_options_load(struct svc_server *s);
+cJSON *svc_a1111_options_set(struct svc_server *s);
+/* "demo [0123456789]" as A1111 titles the checkpoint (a1111_info.c). */
+void svc_a1111_model_title(struct svc_server *s, char *buf, size_t size);
 
 #endif

