@@ -377,6 +377,22 @@ int tsr_image_decode(const void *data, size_t len, int channels, int max_side, u
 int tsr_image_encode_png(const uint8_t *rgb, int width, int height, const char *parameters,
                          uint8_t **png, size_t *len);
 
+/* Resampling filters for tsr_image_resample: Pillow's Image.NEAREST and
+ * Image.LANCZOS (the Lanczos pixels equal Pillow's, tests/image/). */
+typedef enum tsr_resample { TSR_RESAMPLE_NEAREST = 0, TSR_RESAMPLE_LANCZOS = 1 } tsr_resample;
+
+/* An 8-bit image (channels 1, 3 or 4, rows without padding) resampled to
+ * out_width x out_height, each side up to max_side (0 = TSR_MAX_SIZE; at
+ * most 16384), checked before anything is allocated.  *out owned: free(). */
+int tsr_image_resample(const uint8_t *pixels, int width, int height, int channels,
+                       int out_width, int out_height, int max_side, tsr_resample filter,
+                       uint8_t **out);
+
+/* The A1111 infotext a PNG carries: its "parameters" text chunk (the last
+ * one, as PIL's info keeps), *text NULL when it has none.  Not a PNG, or a
+ * damaged one: an error.  *text owned: free(). */
+int tsr_image_png_parameters(const void *data, size_t len, char **text);
+
 /* SHA-256 (FIPS 180-4): content hashes for ETags and content-addressed
  * storage.  The same code hashes checkpoints for the A1111 infotext. */
 typedef struct tsr_sha256_ctx {

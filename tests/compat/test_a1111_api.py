@@ -236,7 +236,117 @@ def test_options_round_trip(c):
     assert "a1111-options.json: damaged" in s.output(), s.output()[-2000:]
 
 
+def extras_request(image_, **kw):
+    """test/test_extras.py's test_simple_upscaling_performed payload."""
+    body = {"resize_mode": 0, "show_extras_results": True, "gfpgan_visibility": 0,
+            "codeformer_visibility": 0, "codeformer_weight": 0, "upscaling_resize": 2,
+            "upscaling_resize_w": 128, "upscaling_resize_h": 128, "upscaling_crop": True,
+            "upscaler_1": "Lanczos", "upscaler_2": "None", "extras_upscaler_2_visibility": 0,
+            "image": image_}
+    body.update(kw)
+    return body
+
+
+def test_extras_single(c):
+    s = c.s
+    src_png = png_bytes(64, 64)
+    src = Image.open(io.BytesIO(src_png)).convert("RGB")
+    ups = get(s, "/upscalers").json
+    assert [u["name"] for u in ups] == ["None", "Lanczos", "Nearest"], ups
+    # A1111's own shape (data URL, as its conftest sends): Lanczos x2 = Pillow's bytes
+    r = post(s, "/extra-single-image", extras_request(data_url(src_png)))
+    assert r.status == 200 and set(r.json) == {"html_info", "image"}, r
+    out = image_of(r.json["image"]).convert("RGB")
+    assert out.size == (128, 128), out.size
+    assert out.tobytes() == src.resize((128, 128), Image.LANCZOS).tobytes(), "Lanczos != Pillow"
+    assert "Postprocess upscale by: 2" in r.json["html_info"], r.json["html_info"]
+    assert "Postprocess upscaler: Lanczos" in r.json["html_info"], r.json["html_info"]
+    # plain base64, Nearest
+    b64 = base64.b64encode(src_png).decode()
+    r = post(s, "/extra-single-image", extras_request(b64, upscaler_1="Nearest"))
+    out = image_of(r.json["image"]).convert("RGB")
+    assert out.tobytes() == src.resize((128, 128), Image.NEAREST).tobytes(), "Nearest != Pillow"
+    # two upscalers blended by visibility (Pillow's Image.blend)
+    r = post(s, "/extra-single-image", extras_request(b64, upscaler_2="Nearest",
+                                                      extras_upscaler_2_visibility=0.5))
+    assert r.status == 200 and "Postprocess upscaler 2: Nearest" in r.json["html_info"], r
+    want = Image.blend(src.resize((128, 128), Image.LANCZOS),
+                       src.resize((128, 128), Image.NEAREST), 0.5)
+    got = image_of(r.json["image"]).convert("RGB")
+    diff = max(abs(a - b) for a, b in zip(got.tobytes(), want.tobytes()))
+    assert diff <= 1, "blend differs from Pillow's by %d" % diff
+    # to a size, cropped: A1111's scale = max ratio, dest // 8 * 8, then the box
+    r = post(s, "/extra-single-image", extras_request(b64, resize_mode=1, upscaling_resize_w=100,
+                                                      upscaling_resize_h=60))
+    assert image_of(r.json["image"]).size == (100, 60), r
+    assert "Postprocess upscale to: 100x60" in r.json["html_info"], r.json["html_info"]
+    r = post(s, "/extra-single-image", extras_request(b64, resize_mode=1, upscaling_resize_w=100,
+                                                      upscaling_resize_h=60, upscaling_crop=False))
+    assert image_of(r.json["image"]).size == (96, 96), r
+    # test_png_info_performed / test_interrogate_performed: only an image (and
+    # "model") to extra-single-image: 200, the image as it was
+    for body in ({"image": b64}, {"image": b64, "model": "clip"}):
+        r = post(s, "/extra-single-image", body)
+        assert r.status == 200 and image_of(r.json["image"]).size == (64, 64), r
+        assert r.json["html_info"] == "<p></p>", r.json
+    # refusals, each with its reason, before any work
+    for extra, field, words in (
+            (dict(gfpgan_visibility=0.5), "gfpgan_visibility", "GFPGAN model"),
+            (dict(codeformer_visibility=1), "codeformer_visibility", "CodeFormer model"),
+            (dict(upscaler_1="R-ESRGAN 4x+"), "upscaler_1", "Lanczos"),
+            (dict(upscaling_resize=9), "upscaling_resize", "upscaling_resize must be"),
+            (dict(upscaling_resize_w=100000, resize_mode=1), "upscaling_resize_w", None),
+            (dict(upscaling_resize_w=8192, upscaling_resize_h=8192, resize_mode=1),
+             "upscaling_resize_w", "at most"),
+            (dict(image="%%%"), "image", "base64"), (dict(image=""), "image", None)):
+        expect_error(post(s, "/extra-single-image", extras_request(b64, **extra)), 422, field,
+                     "extras %s" % json.dumps(extra)[:40], words)
+    big = base64.b64encode(png_bytes(1024, 1024)).decode()
+    expect_error(post(s, "/extra-single-image", extras_request(big, upscaling_resize=8)), 422,
+                 "upscaling_resize", "8192x8192 from 1024x1024", "at most")
+
+
+def test_extras_batch_and_png_info(c):
+    s = c.s
+    a, b = png_bytes(64, 64), png_bytes(32, 48)
+    body = extras_request(None, upscaler_1="Nearest")
+    del body["image"]
+    body["imageList"] = [{"data": data_url(a), "name": "a.png"},
+                         {"data": base64.b64encode(b).decode(), "name": "b.png"},
+                         base64.b64encode(a).decode()]
+    r = post(s, "/extra-batch-images", body)
+    assert r.status == 200 and set(r.json) == {"html_info", "images"}, r
+    sizes = [image_of(i).size for i in r.json["images"]]
+    assert sizes == [(128, 128), (64, 96), (128, 128)], sizes
+    body["imageList"] = []
+    expect_error(post(s, "/extra-batch-images", body), 422, "imageList", "empty imageList")
+    body["imageList"] = [{"name": "x"}]
+    expect_error(post(s, "/extra-batch-images", body), 422, "imageList[0].data", "no data")
+    # png-info of an image Tessera made: A1111's infotext, parsed
+    t = a1111_txt2img()
+    t.update(seed=42, negative_prompt="blurry, bad")
+    r = post(s, "/txt2img", t)
+    assert r.status == 200, r
+    infotext = json.loads(r.json["info"])["infotexts"][0]
+    r = post(s, "/png-info", {"image": r.json["images"][0]})
+    assert r.status == 200 and r.json["info"] == infotext, (r.json, infotext)
+    p = r.json["parameters"]
+    assert p["Prompt"] == PROMPT and p["Negative prompt"] == "blurry, bad", p
+    assert p["Steps"] == "3" and p["Seed"] == "42" and p["Size-1"] == "64", p
+    assert p["Sampler"] == "Euler a", p
+    # the infotext survives an upscale
+    up = post(s, "/extra-single-image", extras_request(data_url(base64.b64decode(
+        post(s, "/txt2img", t).json["images"][0]))))
+    assert post(s, "/png-info", {"image": up.json["image"]}).json["info"] == infotext
+    # an image without one
+    r = post(s, "/png-info", {"image": data_url(a)})
+    assert r.status == 200 and r.json["info"] == "" and r.json["parameters"] == {}, r.json
+    expect_error(post(s, "/png-info", {"image": "aGVsbG8="}), 422, "image", "not an image")
+    expect_error(post(s, "/png-info", {}), 422, "image", "no image")
+
+
 if __name__ == "__main__":
     sys.exit(svc.run_tests([test_txt2img_shapes, test_img2img_shapes, test_coercions,
-                            test_options_round_trip],
+                            test_options_round_trip, test_extras_single,
+                            test_extras_batch_and_png_info],
                            setup=setup, teardown=teardown))

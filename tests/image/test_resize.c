@@ -151,10 +151,52 @@ static int test_edge_cases(void)
     return 0;
 }
 
+/* The public API (tessera.h): tsr_image_resample is image/resize.c's
+ * Lanczos and Pillow's nearest; tsr_image_png_parameters reads back what
+ * tsr_image_encode_png wrote. */
+static int test_public_api(void)
+{
+    uint8_t px[2 * 2 * 3] = {0, 0, 0, 255, 255, 255, 10, 20, 30, 40, 50, 60};
+    uint8_t *out = NULL;
+    ASSERT_EQ(tsr_image_resample(px, 2, 2, 3, 4, 4, 0, TSR_RESAMPLE_NEAREST, &out), TSR_OK);
+    for (int y = 0; y < 4; y++)
+        for (int x = 0; x < 4; x++)
+            ASSERT_TRUE(memcmp(out + (y * 4 + x) * 3, px + ((y / 2) * 2 + x / 2) * 3, 3) == 0);
+    free(out);
+    tsr_image src = {2, 2, 3, px}, ref;
+    memset(&ref, 0, sizeof ref);
+    ASSERT_EQ(tsr_image_resize(&src, 5, 3, &ref), TSR_OK);
+    ASSERT_EQ(tsr_image_resample(px, 2, 2, 3, 5, 3, 0, TSR_RESAMPLE_LANCZOS, &out), TSR_OK);
+    ASSERT_TRUE(memcmp(out, ref.data, 5 * 3 * 3) == 0);
+    free(out);
+    tsr_image_free(&ref);
+    /* bounded before allocating */
+    ASSERT_EQ(tsr_image_resample(px, 2, 2, 3, 100000, 100000, 0, TSR_RESAMPLE_LANCZOS, &out),
+              TSR_ERR_INVALID);
+    ASSERT_TRUE(out == NULL);
+    ASSERT_EQ(tsr_image_resample(px, 2, 2, 3, 8192, 8, 4096, TSR_RESAMPLE_NEAREST, &out),
+              TSR_ERR_INVALID);
+    uint8_t *png = NULL;
+    size_t len = 0;
+    char *text = NULL;
+    ASSERT_EQ(tsr_image_encode_png(px, 2, 2, "a cat\nSteps: 20", &png, &len), TSR_OK);
+    ASSERT_EQ(tsr_image_png_parameters(png, len, &text), TSR_OK);
+    ASSERT_STR_EQ(text, "a cat\nSteps: 20");
+    free(text);
+    free(png);
+    ASSERT_EQ(tsr_image_encode_png(px, 2, 2, NULL, &png, &len), TSR_OK);
+    ASSERT_EQ(tsr_image_png_parameters(png, len, &text), TSR_OK);
+    ASSERT_TRUE(text == NULL);
+    free(png);
+    ASSERT_TRUE(tsr_image_png_parameters("not a png", 9, &text) != TSR_OK);
+    return 0;
+}
+
 static const tsr_test_entry tests[] = {
     {"pillow_lanczos", test_pillow_lanczos},
     {"a1111_modes", test_a1111_modes},
     {"edge_cases", test_edge_cases},
+    {"public_api", test_public_api},
 };
 
 TSR_TEST_TABLE_MAIN(tests)

@@ -113,6 +113,10 @@ void svc_a1111_schedulers(struct svc_req *r, const char *rest);
 void svc_a1111_sd_models(struct svc_req *r, const char *rest);
 void svc_a1111_cmd_flags(struct svc_req *r, const char *rest);
 void svc_a1111_memory(struct svc_req *r, const char *rest);
+/* POST /extra-single-image, /extra-batch-images, /png-info (a1111_extras.c). */
+void svc_a1111_extra_single(struct svc_req *r, const char *rest);
+void svc_a1111_extra_batch(struct svc_req *r, const char *rest);
+void svc_a1111_png_info(struct svc_req *r, const char *rest);
 /* The lists clients probe, answered with a fixed value: rest is one of
  * them for GET (is_fixed_get) or a no-op POST (is_fixed_post). */
 void svc_a1111_fixed(struct svc_req *r, const char *rest);

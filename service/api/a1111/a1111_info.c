@@ -23,7 +23,12 @@ static const struct {
 } k_fixed[] = {
     {"/scripts", "{\"txt2img\":[],\"img2img\":[]}", false},
     {"/script-info", "[]", false},
+    /* the resamplers a1111_extras.c upscales with */
     {"/upscalers", "[{\"name\":\"None\",\"model_name\":null,\"model_path\":null,"
+                   "\"model_url\":null,\"scale\":4},"
+                   "{\"name\":\"Lanczos\",\"model_name\":null,\"model_path\":null,"
+                   "\"model_url\":null,\"scale\":4},"
+                   "{\"name\":\"Nearest\",\"model_name\":null,\"model_path\":null,"
                    "\"model_url\":null,\"scale\":4}]", false},
     {"/latent-upscale-modes", "[]", false},
     {"/sd-vae", "[]", false},
