@@ -119,6 +119,25 @@ static int test_coerce_direct(void)
     ASSERT_TRUE(svc_fields_coerce(SVC_COERCE_PYDANTIC, 'i', t, &v) && v == 1);
     ASSERT_TRUE(!svc_fields_coerce(SVC_COERCE_PYDANTIC, 'n', t, &v));
     cJSON_Delete(t);
+    /* seeds: "5" and 5.0 are 5 under PYDANTIC, refused STRICT; "-1" random */
+    const char *seeds[] = {"{\"s\":\"5\"}", "{\"s\":5.0}", "{\"s\":\"-1\"}"};
+    for (int i = 0; i < 3; i++) {
+        char why[64];
+        cJSON *o = svc_json_parse(seeds[i], strlen(seeds[i]), why, sizeof why);
+        ASSERT_TRUE(o != NULL);
+        for (int rules = 0; rules < 2; rules++) {
+            svc_fields f;
+            svc_fields_init(&f, o, NULL, false);
+            f.coerce = rules ? SVC_COERCE_PYDANTIC : SVC_COERCE_STRICT;
+            uint64_t seed = 0;
+            bool random = false;
+            int rc = svc_fields_seed(&f, "s", false, "a seed", &seed, &random);
+            ASSERT_EQ(rc, rules ? 0 : -1);
+            if (rules)
+                ASSERT_TRUE(i == 2 ? random : (!random && seed == 5));
+        }
+        cJSON_Delete(o);
+    }
     return 0;
 }
 
