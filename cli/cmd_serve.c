@@ -57,6 +57,7 @@ int tsr_cmd_serve(int argc, char **argv)
     int64_t keep_jobs = c.keep_jobs, tile_cache = c.tile_cache_mb,
             journal_compact = c.journal_compact_kb;
     const char *role = NULL;
+    bool insecure = false;
     int64_t result_ttl = c.result_ttl_s, claim_idle = c.claim_idle_ms,
             max_attempts = c.max_attempts;
     double tile_threshold = c.tile_threshold, keep_hours = c.keep_hours;
@@ -87,6 +88,12 @@ int tsr_cmd_serve(int argc, char **argv)
          "journal, images and job records (default {})", 0, 0, 0, 0},
         {"token-file", TSR_ARG_STRING, &c.token_file, "FILE",
          "require 'Authorization: Bearer <token>' on /v1/ (the file's first line)", 0, 0, 0, 0},
+        {"keys", TSR_ARG_STRING, &c.keys_file, "FILE",
+         "API keys, one 'NAME user|admin SHA256HEX' a line (make them with `tessera keys new`); "
+         "requests to /v1/ and /sdapi/ need 'Authorization: Bearer KEY'", 0, 0, 0, 0},
+        {"insecure-no-auth", TSR_ARG_FLAG, &insecure, NULL,
+         "allow a non-loopback --listen without --keys or --token-file (anyone who reaches "
+         "the port may use the server)", 0, 0, 0, 0},
         {"cors-origin", TSR_ARG_STRING, &c.cors_origin, "ORIGIN",
          "send Access-Control-Allow-Origin: ORIGIN (e.g. * or http://localhost:3000)", 0, 0, 0,
          0},
@@ -164,15 +171,16 @@ int tsr_cmd_serve(int argc, char **argv)
         return TSR_EXIT_OK;
     if (rc)
         return TSR_EXIT_USAGE;
+    if (host)
+        c.host = host;
+    if (port >= 0)
+        c.port = (int)port;
+    /* after --host and --port, which start from the defaults: --listen wins */
     if (listen && parse_listen(listen, &c.host, &c.port) < 0) {
         fprintf(stderr, "tessera serve: --listen must be HOST:PORT (port 0..65535), got '%s'\n",
                 listen);
         return TSR_EXIT_USAGE;
     }
-    if (host)
-        c.host = host;
-    if (port >= 0)
-        c.port = (int)port;
     c.log_level = tsr_log_level_current;
     if (level) {
         int l = tsr_log_level_parse(level);
@@ -241,6 +249,12 @@ int tsr_cmd_serve(int argc, char **argv)
     c.tile_cache_mb = (int)tile_cache;
     c.journal_compact_kb = (int)journal_compact;
     c.ready_out = stdout;
+    c.insecure_no_auth = insecure;
+    char err[640];
+    if (tsr_service_check_auth(&c, err, sizeof err) < 0) {
+        fprintf(stderr, "tessera serve: %s\n", err);
+        return TSR_EXIT_USAGE;
+    }
     rc = tsr_service_run(&c);
     return rc == 0 ? TSR_EXIT_OK : TSR_EXIT_FAILURE;
 }

@@ -12,6 +12,7 @@ int tsr_cmd_encode(int argc, char **argv);
 int tsr_cmd_generate(int argc, char **argv);
 int tsr_cmd_bench(int argc, char **argv);
 int tsr_cmd_serve(int argc, char **argv);
+int tsr_cmd_keys(int argc, char **argv);
 
 /* Exit codes shared by the subcommands. */
 enum { TSR_EXIT_OK = 0, TSR_EXIT_FAILURE = 1, TSR_EXIT_USAGE = 2 };

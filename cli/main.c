@@ -26,6 +26,7 @@ static const command_entry commands[] = {
     {"generate", tsr_cmd_generate, "generate images from a prompt"},
     {"bench", tsr_cmd_bench, "benchmark ops and models on a backend"},
     {"serve", tsr_cmd_serve, "serve the HTTP API (jobs, batches, events, images)"},
+    {"keys", tsr_cmd_keys, "make API keys for serve --keys (keys new NAME --keys FILE)"},
 };
 
 static void usage(FILE *out)

@@ -158,6 +158,6 @@ void svc_server_shutdown(svc_server *s)
         event_free(s->ev_gc);
     if (s->base)
         event_base_free(s->base);
-    free(s->token);
+    svc_keys_free(&s->keys);
     free(s);
 }

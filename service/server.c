@@ -280,7 +280,10 @@ int tsr_service_run(const tsr_service_config *cfg)
         SVC_ERROR("cannot create the event loop");
         goto out;
     }
-    if (s->cfg.token_file && svc_auth_load(s->cfg.token_file, &s->token, &s->token_len) < 0) {
+    char why[512];
+    if (svc_keys_load(s->cfg.keys_file, s->cfg.token_file, true, &s->keys, why, sizeof why) <
+        0) {
+        SVC_ERROR("%s", why);
         rc = TSR_ERR_INVALID;
         goto out;
     }

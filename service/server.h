@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "auth.h"
 #include "cluster.h"
 #include "jobs.h"
 #include "journal.h"
@@ -85,8 +86,7 @@ typedef struct svc_server {
     struct svc_sse *sse;
     struct svc_a1111 *a1111;   /* /sdapi/v1 state (a1111.c); NULL until used */
 
-    char *token;               /* bearer token, NULL = open */
-    size_t token_len;
+    svc_keys keys;             /* --keys / --token-file (http/auth.c); n == 0: open */
     char guard_secret[33];     /* marks requests the head guard rewrote (http/guard.c) */
 
     unsigned long long body_bytes; /* request bodies held, at most cfg.max_bodies (http/guard.c) */

@@ -27,7 +27,9 @@ typedef struct tsr_service_config {
     long long max_memory;    /* working memory one image batch may need, bytes (0 = the
                               * device's memory, the default) */
     const char *data_dir;    /* default "./tessera-data" */
-    const char *token_file;  /* NULL = no authentication */
+    const char *token_file;  /* NULL = no authentication; one admin key (http/auth.h) */
+    const char *keys_file;   /* --keys: `NAME ROLE SHA256HEX` lines; NULL = none */
+    int insecure_no_auth;    /* 1: listen on a non-loopback address without keys */
     const char *cors_origin; /* NULL = no CORS headers */
     int max_wait_ms;         /* default 0 */
     int static_batching;     /* 1 = admit images only into an empty batch (--batching static) */
@@ -63,6 +65,12 @@ typedef enum tsr_service_role {
 int tsr_service_check_queue_url(const char *url, char *err, size_t err_size);
 
 void tsr_service_config_init(tsr_service_config *c);
+
+/* The checks `tessera serve` makes before starting (exit 2 on failure):
+ * the key file and token file parse (a token has 16 bytes or more), and
+ * protected mode: a non-loopback host needs keys or insecure_no_auth.
+ * 0, or -1 with the reason in err. */
+int tsr_service_check_auth(const tsr_service_config *c, char *err, size_t err_size);
 
 /* Run until drained.  Returns 0 after a clean drain, or a negative
  * tsr_status when the server could not start (the reason is logged). */

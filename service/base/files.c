@@ -34,7 +34,7 @@ int svc_mkdirs(const char *path)
         if (buf[i] == '/' || buf[i] == '\0') {
             char keep = buf[i];
             buf[i] = '\0';
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            if (mkdir(buf, 0700) != 0 && errno != EEXIST)
                 return -errno;
             buf[i] = keep;
         }
@@ -50,7 +50,7 @@ int svc_write_file_atomic(const char *path, const void *data, size_t len)
     char tmp[PATH_MAX];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
         return -ENAMETOOLONG;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
         return -errno;
     const uint8_t *p = data;

@@ -47,6 +47,7 @@ typedef struct svc_req {
     size_t bytes_out; /* streamed responses count here */
     svc_dialect dialect; /* the matched route's (router.c) */
     bool waited;         /* svc_route_wait ran it again: it waits no more */
+    const struct svc_key *key; /* whose key (http/auth.c); NULL: keys off or public path */
 } svc_req;
 
 /* Once per process, before the loop: libevent's log through the server's,

@@ -253,34 +253,32 @@ static void preflight(svc_req *r)
     svc_reply_buffer(r, 204, NULL, NULL);
 }
 
-/* --token: /v1/... and /sdapi/... take a bearer token (A1111 clients may
- * send it as Basic's password). */
+/* --keys / --token-file: /v1/... and /sdapi/... take a key (A1111 clients
+ * may send it as Basic's password); r->key is whose it is. */
 static bool authorized(svc_req *r)
 {
     svc_server *s = r->srv;
     const bool v1 = strncmp(r->path, "/v1/", 4) == 0;
     const bool sdapi = strncmp(r->path, "/sdapi/", 7) == 0;
-    if (!(v1 || sdapi) || !s->token)
+    if (!(v1 || sdapi) || s->keys.n == 0)
         return true;
-    const char *authz = svc_req_header(r, "Authorization");
-    return svc_auth_check(s->token, s->token_len, authz) ||
-           (sdapi && svc_auth_check_basic(s->token, s->token_len, authz));
+    r->key = svc_keys_check(&s->keys, svc_req_header(r, "Authorization"), sdapi);
+    return r->key != NULL;
 }
 
 /* The 401: OpenAI's shape on OpenAI's paths (by prefix, before any
- * match: /v1/images..., /v1/models/...), the native one elsewhere, with
- * Basic offered on A1111's. */
+ * match: /v1/images..., /v1/models/...), the native one elsewhere.  The
+ * challenge is Bearer only, on /sdapi/ too: a Basic one would make a
+ * browser ask for and cache credentials, then send them with cross-site
+ * requests (webuiapi sends Basic unasked, which is still accepted). */
 static void unauthorized(svc_req *r)
 {
     const bool openai =
         strncmp(r->path, "/v1/images", 10) == 0 || strncmp(r->path, "/v1/models/", 11) == 0;
     svc_problem p = {.status = 401,
                      .code = openai ? "invalid_api_key" : "unauthorized",
-                     .message = "a valid bearer token is required (Authorization: Bearer "
-                                "<token>)"};
+                     .message = "a valid API key is required (Authorization: Bearer <key>)"};
     svc_req_add_header(r, "WWW-Authenticate", "Bearer");
-    if (strncmp(r->path, "/sdapi/", 7) == 0)
-        svc_req_add_header(r, "WWW-Authenticate", "Basic realm=\"tessera\"");
     svc_reply_problem(r, openai ? SVC_DIALECT_OPENAI : SVC_DIALECT_NATIVE, &p);
 }
 

@@ -271,7 +271,7 @@ static int replace_file(local_journal *j, int (*fill)(int fd, void *arg), void *
 {
     char tmp[PATH_MAX + 8];
     snprintf(tmp, sizeof tmp, "%s.tmp", j->path);
-    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
     if (fd < 0)
         return -errno;
     int rc = fill(fd, arg);
@@ -576,7 +576,7 @@ int svc_journal_local_open(const char *path, const svc_journal_options *opt, svc
     j->compact_bytes = opt ? opt->compact_bytes : 0;
     j->index_ok = true;
     snprintf(j->path, sizeof j->path, "%s", path);
-    j->fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    j->fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (j->fd < 0) {
         rc = -errno;
         goto fail;

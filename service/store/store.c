@@ -82,7 +82,7 @@ int svc_store_lock(const char *data_dir, int *fd, long *holder)
     *holder = 0;
     if (snprintf(path, sizeof path, "%s/lock", data_dir) >= (int)sizeof path)
         return -ENAMETOOLONG;
-    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (f < 0)
         return -errno;
     int rc = 0;
@@ -185,7 +185,7 @@ static int job_dir(svc_store *s, uint64_t job, char *buf, size_t size)
     char id[20];
     svc_id_format('j', job, id);
     snprintf(buf, size, "%s/jobs/%s", s->dir, id);
-    if (mkdir(buf, 0777) == 0) {
+    if (mkdir(buf, 0700) == 0) {
         char parent[PATH_MAX];
         snprintf(parent, sizeof parent, "%s/jobs", s->dir);
         return svc_fsync_dir(parent);

@@ -150,7 +150,9 @@ static cJSON *cmd_flags(svc_server *s)
     cJSON_AddNumberToObject(o, "port", s->port);
     cJSON_AddStringToObject(o, "ckpt", s->cfg.model);
     cJSON_AddStringToObject(o, "data_dir", s->cfg.data_dir);
-    svc_json_add_string_or_null(o, "api_auth", s->token ? "<token file>" : NULL);
+    svc_json_add_string_or_null(o, "api_auth", !s->keys.n          ? NULL
+                                               : s->cfg.keys_file ? "<keys>"
+                                                                  : "<token file>");
     cJSON_AddStringToObject(o, "device", s->device_desc);
     cJSON_AddNumberToObject(o, "max_batch", s->cfg.max_batch);
     cJSON_AddNumberToObject(o, "max_queue", s->cfg.max_queue);
