@@ -226,6 +226,8 @@ void svc_server_cluster_accept(svc_server *s, uint64_t id, const char *rec, int 
         svc_params_unref(p);
         return;
     }
+    const cJSON *owner = cJSON_GetObjectItemCaseSensitive(o, "owner");
+    svc_job_set_owner(j, cJSON_IsString(owner) ? owner->valuestring : NULL);
     svc_jobs_insert(s->jobs, j);
     /* a batch's jobs are accepted in one MULTI, so they arrive together */
     const cJSON *batch = cJSON_GetObjectItemCaseSensitive(o, "batch");

@@ -16,6 +16,8 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include <event2/buffer.h>
+
 #include "codec.h"
 #include "files.h"
 #include "log.h"
@@ -289,6 +291,42 @@ const svc_key *svc_keys_check(const svc_keys *k, const char *header, bool basic_
     if (basic_ok && strncasecmp(header, basic, sizeof basic - 1) == 0)
         return check_basic(k, header + sizeof basic - 1);
     return NULL;
+}
+
+bool svc_key_sees(const svc_key *k, const char *owner)
+{
+    return !k || k->role == SVC_KEY_ADMIN || (owner && owner[0] && strcmp(owner, k->name) == 0);
+}
+
+const char *svc_key_name(const svc_key *k)
+{
+    return k ? k->name : "";
+}
+
+void svc_keys_count(svc_keys *k, const char *owner, unsigned jobs, unsigned images)
+{
+    for (size_t i = 0; owner && owner[0] && i < k->n; i++)
+        if (strcmp(k->v[i].name, owner) == 0) {
+            k->v[i].jobs += jobs;
+            k->v[i].images += images;
+            return;
+        }
+}
+
+void svc_keys_metrics(const svc_keys *k, struct evbuffer *out)
+{
+    if (k->n == 0)
+        return;
+    evbuffer_add_printf(out, "# HELP tessera_key_jobs_total Jobs accepted, per API key.\n"
+                             "# TYPE tessera_key_jobs_total counter\n");
+    for (size_t i = 0; i < k->n; i++)
+        evbuffer_add_printf(out, "tessera_key_jobs_total{key=\"%s\"} %llu\n", k->v[i].name,
+                            k->v[i].jobs);
+    evbuffer_add_printf(out, "# HELP tessera_key_images_total Images stored, per API key.\n"
+                             "# TYPE tessera_key_images_total counter\n");
+    for (size_t i = 0; i < k->n; i++)
+        evbuffer_add_printf(out, "tessera_key_images_total{key=\"%s\"} %llu\n", k->v[i].name,
+                            k->v[i].images);
 }
 
 bool svc_host_is_loopback(const char *host)

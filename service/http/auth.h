@@ -29,6 +29,7 @@ typedef struct svc_key {
     char name[SVC_KEY_NAME_MAX];
     svc_key_role role;
     uint8_t hash[32]; /* SHA-256 of the key */
+    unsigned long long jobs, images; /* accepted, stored: /metrics key="NAME" */
 } svc_key;
 
 typedef struct svc_keys {
@@ -47,6 +48,16 @@ void svc_keys_free(svc_keys *k);
 const svc_key *svc_keys_check(const svc_keys *k, const char *header, bool basic_ok);
 /* Whether name is a valid key name: 1..63 of [A-Za-z0-9_.-]. */
 bool svc_key_name_ok(const char *name);
+/* Whether the key k may see a job owned by owner ("" = none): keys off
+ * (k NULL) or admin: all; a user key: its own jobs only. */
+bool svc_key_sees(const svc_key *k, const char *owner);
+/* The key's name, "" for NULL (the owner a new job gets). */
+const char *svc_key_name(const svc_key *k);
+/* Count an accepted job / a stored image for the key named owner (none: nothing). */
+void svc_keys_count(svc_keys *k, const char *owner, unsigned jobs, unsigned images);
+/* tessera_key_jobs_total and tessera_key_images_total, one line per key. */
+struct evbuffer;
+void svc_keys_metrics(const svc_keys *k, struct evbuffer *out);
 /* Whether a listen host is a loopback one (localhost, 127.x, ::1). */
 bool svc_host_is_loopback(const char *host);
 

@@ -52,7 +52,7 @@ enum {
 };
 #define M_READ (M_GET | M_HEAD)
 
-enum { AS_WRITTEN = 1 << 0 };
+enum { AS_WRITTEN = 1 << 0, ADMIN = 1 << 1 /* settings: an admin key (with keys on) */ };
 
 typedef struct svc_route {
     const char *root;
@@ -102,7 +102,7 @@ static const svc_route k_routes[] = {
     {"/sdapi/v1", "/interrupt", M_POST, svc_a1111_stop, A1111, NULL, 0},
     {"/sdapi/v1", "/skip", M_POST, svc_a1111_stop, A1111, NULL, 0},
     {"/sdapi/v1", "/options", M_READ, svc_a1111_options, A1111, NULL, 0},
-    {"/sdapi/v1", "/options", M_POST, svc_a1111_set_options, A1111, NULL, 0},
+    {"/sdapi/v1", "/options", M_POST, svc_a1111_set_options, A1111, NULL, ADMIN},
     {"/sdapi/v1", "/extra-single-image", M_POST, svc_a1111_extra_single, A1111, NULL, 0},
     {"/sdapi/v1", "/extra-batch-images", M_POST, svc_a1111_extra_batch, A1111, NULL, 0},
     {"/sdapi/v1", "/png-info", M_POST, svc_a1111_png_info, A1111, NULL, 0},
@@ -215,6 +215,12 @@ static void dispatch(svc_req *r)
     unsigned allowed = 0;
     for (size_t k = i; k < n && same_path(&k_routes[k], first); k++) {
         if (k_routes[k].methods & bit) {
+            if ((k_routes[k].flags & ADMIN) && r->key && r->key->role != SVC_KEY_ADMIN) {
+                svc_problem p = {.status = 403, .code = "forbidden",
+                                 .message = "changing settings needs an admin key"};
+                svc_reply_problem(r, r->dialect, &p);
+                return;
+            }
             k_routes[k].handler(r, rest);
             return;
         }

@@ -132,6 +132,7 @@ void svc_job_enqueue(svc_server *s, svc_job *j)
         t->qhead = j;
     t->qtail = j;
     s->metrics.jobs[SVC_JC_QUEUED]++;
+    svc_keys_count(&s->keys, j->owner, 1, 0);
     s->queue->ops->push(s->queue, entries, n);
     s->positions_dirty = true;
 }
@@ -312,6 +313,8 @@ void svc_jobs_on_stored(svc_server *s, uint64_t job, int index, const char *etag
     svc_image *img = image_of(s, job, index, &j);
     s->running_images--;
     s->metrics.images++;
+    if (j)
+        svc_keys_count(&s->keys, j->owner, 0, 1);
     if (!img || svc_state_final(img->state) || svc_state_final(j->state))
         return; /* cancelled meanwhile: the file stays, the job's story has ended */
     img->state = SVC_DONE;

@@ -129,6 +129,7 @@ typedef struct svc_job {
     svc_batch *batch;         /* borrowed (batches live as long as jobs) */
     uint64_t batch_id;        /* at start-up, before batches are rebuilt */
     int batch_index;
+    char owner[64];           /* the name of the key that made it; "" = none (docs/security.md) */
     svc_history hist;
     struct svc_sse_client *clients; /* subscribed streams (sse.c) */
     svc_watch *watches;       /* in-process observers (svc_job_watch) */
@@ -174,6 +175,10 @@ void svc_jobs_rebuild_batches(svc_jobs *t);
 /* A new queued job (not in the table yet); takes over params' reference. */
 svc_job *svc_job_new(uint64_t id, svc_params *params, double created);
 void svc_job_free(svc_job *j);
+/* The owner of a batch: its first job's ("" when empty). */
+const char *svc_batch_owner(const svc_batch *b);
+/* Give the job to the key named owner (NULL or "": no owner). */
+void svc_job_set_owner(svc_job *j, const char *owner);
 void svc_jobs_insert(svc_jobs *t, svc_job *j);
 svc_batch *svc_batch_new(svc_jobs *t, uint64_t id, double created);
 void svc_batch_add(svc_batch *b, svc_job *j, int index);

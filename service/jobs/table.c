@@ -10,6 +10,7 @@
  * batch goes as a whole and its jobs are spread through the list.
  */
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -392,4 +393,14 @@ void svc_jobs_gc(svc_server *s)
         free(b->hist.ev);
         free(b);
     }
+}
+
+void svc_job_set_owner(svc_job *j, const char *owner)
+{
+    snprintf(j->owner, sizeof j->owner, "%s", owner ? owner : "");
+}
+
+const char *svc_batch_owner(const svc_batch *b)
+{
+    return b->n > 0 ? b->jobs[0]->owner : "";
 }

@@ -371,6 +371,8 @@ void svc_server_replay_jobs(svc_server *s)
             svc_params_unref(p);
             continue;
         }
+        const cJSON *owner = cJSON_GetObjectItemCaseSensitive(rec, "owner");
+        svc_job_set_owner(j, cJSON_IsString(owner) ? owner->valuestring : NULL);
         const cJSON *batch = cJSON_GetObjectItemCaseSensitive(rec, "batch");
         const cJSON *bi = cJSON_GetObjectItemCaseSensitive(rec, "batch_index");
         uint64_t bid = 0;

@@ -1,15 +1,19 @@
 """tests/service/test_security.py - issue 62, the parts built so far: API keys
 (--keys, `tessera keys new`, Bearer and Basic, the 401's shape, a short or
-group-readable token), protected mode (a non-loopback --listen without keys
-exits 2) and files at rest (data dir 0700, its files 0600).  Every case runs a
-real `tessera serve` on loopback through svc.py; docs/security.md points at
-each case by name.
+group-readable token), owners (another user key's job, batch, events,
+images, tiles and cancel answer 404 as a missing one; admin sees all; A1111
+progress and interrupt per key; settings need admin; per-key metrics; the
+owner survives a restart), protected mode (a non-loopback --listen without
+keys exits 2) and files at rest (data dir 0700, its files 0600).  Every case
+runs a real `tessera serve` on loopback through svc.py; docs/security.md
+points at each case by name.
 
-Not here yet (later slices of issue 62): owners of jobs, browser defence
-(415, Origin, Host), quotas and fair batching, signed URLs, Redis TLS.
+Not here yet (later slices of issue 62): browser defence (415, Origin,
+Host), quotas and fair batching, signed URLs, Redis TLS.
 """
 import base64
 import hashlib
+import json
 import os
 import stat
 import subprocess
@@ -214,7 +218,170 @@ def test_file_modes(c):
     svc.note("files under --data-dir", "0600 (dirs 0700)")
 
 
+def bearer(k):
+    return {"Authorization": "Bearer " + k}
+
+
+MISSING = "j_00000000deadbeef"
+
+
+def job_paths(jid):
+    return ["/v1/jobs/%s" % jid, "/v1/jobs/%s/events" % jid, "/v1/jobs/%s/images/0.png" % jid,
+            "/v1/jobs/%s/images/0/tiles" % jid, "/v1/jobs/%s/images/0/tiles/1/0_0.jpg" % jid]
+
+
+def same_as_missing(s, key, jid, method="GET"):
+    """Every job route answers key as for a job that does not exist."""
+    for p, pm in zip(job_paths(jid), job_paths(MISSING)):
+        if method == "HEAD" and p.endswith("/events"):
+            continue  # no HEAD there (405 for every job)
+        a = svc.request(s.port, method, p, headers=bearer(key), timeout=10)
+        b = svc.request(s.port, method, pm, headers=bearer(key), timeout=10)
+        assert a.status == 404 and a.status == b.status, (p, a, b)
+        assert a.body.replace(jid.encode(), b"ID") == b.body.replace(MISSING.encode(), b"ID"), \
+            (p, a.body, b.body)
+
+
+def test_owners(c):
+    s = c.s
+    r = svc.request(s.port, "POST", "/v1/jobs",
+                    {"prompt": "alice's cat", "width": 64, "height": 64, "steps": 2},
+                    headers=bearer(c.user1))
+    assert r.status == 202, r
+    jid = r.json["id"]
+    deadline = time.time() + 120
+    while svc.request(s.port, "GET", "/v1/jobs/" + jid,
+                      headers=bearer(c.user1)).json["state"] != "done":
+        assert time.time() < deadline
+        time.sleep(0.05)
+    # bob: 404 on every route, as for a job that does not exist; DELETE too
+    same_as_missing(s, c.user2, jid)
+    same_as_missing(s, c.user2, jid, method="HEAD")
+    r = svc.request(s.port, "DELETE", "/v1/jobs/" + jid, headers=bearer(c.user2))
+    assert r.status == 404, r
+    svc.note("GET/HEAD/DELETE another user key's job, events, image, tiles", 404)
+    # alice and the admin see it
+    for k in (c.user1, c.admin):
+        for p in job_paths(jid)[:4]:
+            r = svc.request(s.port, "GET", p, headers=bearer(k), timeout=30)
+            assert r.status == 200, (p, r)
+    # a long job of alice: bob cannot cancel it, the admin can
+    r = svc.request(s.port, "POST", "/v1/jobs",
+                    {"prompt": "long", "width": 64, "height": 64, "steps": svc.LONG},
+                    headers=bearer(c.user1))
+    long_id = r.json["id"]
+    assert svc.request(s.port, "DELETE", "/v1/jobs/" + long_id,
+                       headers=bearer(c.user2)).status == 404
+    r = svc.request(s.port, "DELETE", "/v1/jobs/" + long_id, headers=bearer(c.admin))
+    assert r.status == 200 and r.json["state"] == "cancelled", r
+    svc.note("DELETE another user key's job (admin key)", 200)
+    # per-key counters
+    m = svc.parse_metrics(svc.request(s.port, "GET", "/metrics").body.decode())
+    assert m.value("tessera_key_jobs_total", key="alice") >= 2, m
+    assert m.value("tessera_key_images_total", key="alice") >= 1
+    assert m.value("tessera_key_jobs_total", key="bob") == 0
+    c.alice_job = jid
+
+
+def test_batches_owned(c):
+    s = c.s
+    body = {"defaults": {"prompt": "b", "width": 64, "height": 64, "steps": 1},
+            "jobs": [{"seed": 1}, {"seed": 2}]}
+    r = svc.request(s.port, "POST", "/v1/batches", body, headers=bearer(c.user1))
+    assert r.status == 202, r
+    bid = r.json["id"]
+    missing = "b_00000000deadbeef"
+    for suffix in ("", "/events"):
+        a = svc.request(s.port, "GET", "/v1/batches/" + bid + suffix, headers=bearer(c.user2))
+        b = svc.request(s.port, "GET", "/v1/batches/" + missing + suffix,
+                        headers=bearer(c.user2))
+        assert a.status == 404 == b.status, (a, b)
+        assert a.body.replace(bid.encode(), b"ID") == b.body.replace(missing.encode(), b"ID")
+    assert svc.request(s.port, "DELETE", "/v1/batches/" + bid,
+                       headers=bearer(c.user2)).status == 404
+    for k in (c.user1, c.admin):
+        assert svc.request(s.port, "GET", "/v1/batches/" + bid, headers=bearer(k)).status == 200
+    # the batch's jobs are alice's too
+    for jid in r.json["jobs"]:
+        jid = jid["id"] if isinstance(jid, dict) else jid
+        assert svc.request(s.port, "GET", "/v1/jobs/" + jid,
+                           headers=bearer(c.user2)).status == 404
+    svc.note("GET another user key's batch, events", 404)
+
+
+def test_settings_need_admin(c):
+    s = c.s
+    r = svc.request(s.port, "POST", "/sdapi/v1/options", {"CLIP_stop_at_last_layers": 1},
+                    headers=bearer(c.user1))
+    assert r.status == 403 and r.json["error"]["code"] == "forbidden" and "detail" in r.json, r
+    svc.note("POST /sdapi/v1/options (user key)", r.status)
+    r = svc.request(s.port, "POST", "/sdapi/v1/options", {"CLIP_stop_at_last_layers": 1},
+                    headers=bearer(c.admin))
+    assert r.status == 200, r
+    assert svc.request(s.port, "GET", "/sdapi/v1/options", headers=bearer(c.user1)).status == 200
+
+
+def test_a1111_calls_per_key(c):
+    """progress, interrupt and skip see only the caller's own calls."""
+    import threading
+    s = c.s
+    out = {}
+
+    def call():
+        out["r"] = svc.request(s.port, "POST", "/sdapi/v1/txt2img",
+                               {"prompt": "alice", "width": 64, "height": 64,
+                                "steps": svc.LONG}, headers=bearer(c.user1), timeout=300)
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    deadline = time.time() + 60
+    while True:
+        p = svc.request(s.port, "GET", "/sdapi/v1/progress", headers=bearer(c.user1)).json
+        if p["state"]["job_count"] > 0 and p["progress"] > 0:
+            break
+        assert time.time() < deadline, p
+        time.sleep(0.05)
+    p = svc.request(s.port, "GET", "/sdapi/v1/progress", headers=bearer(c.user2)).json
+    assert p["progress"] == 0 and p["state"]["job_count"] == 0, p
+    for stop in ("/sdapi/v1/interrupt", "/sdapi/v1/skip"):
+        r = svc.request(s.port, "POST", stop, headers=bearer(c.user2))
+        assert r.status == 200, r
+    time.sleep(0.5)
+    assert t.is_alive(), "bob's interrupt ended alice's call"
+    p = svc.request(s.port, "GET", "/sdapi/v1/progress", headers=bearer(c.user1)).json
+    assert p["state"]["job_count"] > 0 and not p["state"]["interrupted"], p
+    svc.note("POST /sdapi/v1/interrupt by another user key", "alice's call runs on")
+    r = svc.request(s.port, "POST", "/sdapi/v1/interrupt", headers=bearer(c.user1))
+    assert r.status == 200
+    t.join(60)
+    assert not t.is_alive() and out["r"].status == 200, out
+
+
+def test_owner_survives_restart(c):
+    s = c.s
+    # jobs come back from the journal's accept record or job.json (the drain may finish it)
+    r = svc.request(s.port, "POST", "/v1/jobs",
+                    {"prompt": "queued", "width": 64, "height": 64, "steps": svc.LONG},
+                    headers=bearer(c.user1))
+    assert r.status == 202, r
+    queued = r.json["id"]
+    s.stop()
+    s.start()
+    same_as_missing(s, c.user2, queued)
+    r = svc.request(s.port, "GET", "/v1/jobs/" + queued, headers=bearer(c.user1))
+    assert r.status == 200, r
+    jid = c.alice_job
+    same_as_missing(s, c.user2, jid)
+    assert svc.request(s.port, "GET", "/v1/jobs/" + jid, headers=bearer(c.user1)).status == 200
+    assert svc.request(s.port, "GET", "/v1/jobs/" + jid, headers=bearer(c.admin)).status == 200
+    with open(os.path.join(s.data_dir, "jobs", jid, "job.json")) as f:
+        js = json.load(f)
+    assert js.get("owner") == "alice", js
+    svc.note("another user key's job after a restart", 404)
+
+
 if __name__ == "__main__":
     sys.exit(svc.run_tests([test_keys_new, test_keys_file_bad_lines, test_bearer_and_basic,
-                            test_401_shape, test_token_file_rules, test_protected_mode,
+                            test_401_shape, test_owners, test_batches_owned,
+                            test_settings_need_admin, test_a1111_calls_per_key,
+                            test_owner_survives_restart, test_token_file_rules, test_protected_mode,
                             test_file_modes], setup=setup))

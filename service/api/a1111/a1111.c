@@ -548,6 +548,8 @@ static void generate(svc_req *r, bool img2img)
     double created = svc_now_unix();
     for (int i = 0; k == n && i < n; i++) {
         c->jobs[i] = svc_job_new(svc_jobs_new_id(s->jobs), ps[i], created);
+        if (c->jobs[i])
+            svc_job_set_owner(c->jobs[i], svc_key_name(r->key));
         if (!c->jobs[i]) {
             svc_a1111_reply_error(r, 500, "internal", NULL, "out of memory");
             k = -1;
@@ -630,6 +632,13 @@ static char *preview_b64(svc_server *s, svc_job *j, int index)
     return b64;
 }
 
+/* Whether r's key may see call c: its own calls (a call's jobs share the
+ * key that made them); keys off or admin: every call (docs/security.md). */
+static bool call_seen(const svc_req *r, const a1111_call *c)
+{
+    return svc_key_sees(r->key, c->n_jobs > 0 && c->jobs[0] ? c->jobs[0]->owner : "");
+}
+
 void svc_a1111_progress(svc_req *r, const char *rest)
 {
     (void)rest;
@@ -640,6 +649,8 @@ void svc_a1111_progress(svc_req *r, const char *rest)
         return;
     }
     a1111_call *c = a->head;
+    while (c && !call_seen(r, c))
+        c = c->next;
     long long done = 0, total = 0;
     int job_no = 0, step = 0, steps = 0;
     svc_job *cur_job = NULL;
@@ -703,15 +714,21 @@ static void stop_calls(svc_req *r, bool skip)
         svc_a1111_reply_error(r, 500, "internal", NULL, "out of memory");
         return;
     }
-    if (a->head) {
+    a1111_call *c = a->head;
+    while (c && !call_seen(r, c))
+        c = c->next;
+    if (c) {
         if (skip)
             a->skipped = true;
         else
             a->interrupted = true;
     }
-    a1111_call *c = a->head;
     while (c) {
         a1111_call *next = c->next;
+        if (!call_seen(r, c)) {
+            c = next;
+            continue;
+        }
         cancel_jobs(c, skip);
         if (c->finals == c->n_jobs)
             finish(c);

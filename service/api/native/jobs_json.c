@@ -98,6 +98,8 @@ cJSON *svc_job_file_json(svc_server *s, const svc_job *j)
     cJSON *o = job_json(j, true);
     if (o)
         cJSON_AddNumberToObject(o, "version", 1);
+    if (o && j->owner[0])
+        cJSON_AddStringToObject(o, "owner", j->owner);
     return o;
 }
 
@@ -276,6 +278,8 @@ char *svc_job_accept_record(const svc_job *j)
     cJSON_AddNumberToObject(o, "created", j->created);
     svc_json_add_string_or_null(o, "batch", j->batch ? j->batch->ids : NULL);
     cJSON_AddNumberToObject(o, "batch_index", j->batch_index);
+    if (j->owner[0])
+        cJSON_AddStringToObject(o, "owner", j->owner);
     cJSON *req = svc_params_request(j->params);
     if (!req) {
         cJSON_Delete(o);
@@ -345,6 +349,7 @@ svc_job *svc_job_from_file(const char *json, size_t len)
     if (svc_id_parse(str_of(o, "batch"), 'b', &bid))
         j->batch_id = bid;
     j->steps = (int)num_of(params, "steps");
+    svc_job_set_owner(j, str_of(o, "owner"));
     j->persisted = true;
     j->view = cJSON_Duplicate(params, 1);
     j->images = calloc((size_t)n, sizeof *j->images);

@@ -139,6 +139,8 @@ static void submit(svc_req *r)
     const double now = svc_now_unix();
     for (int i = 0; i < n; i++) {
         list[i] = svc_job_new(svc_jobs_new_id(s->jobs), params[i], now);
+        if (list[i])
+            svc_job_set_owner(list[i], svc_key_name(r->key));
         if (!list[i]) {
             for (int k = 0; k < i; k++) {
                 list[k]->params = NULL; /* params[] still holds those references */

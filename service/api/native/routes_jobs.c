@@ -94,6 +94,8 @@ static void submit(svc_req *r)
         return;
     }
     svc_job *j = svc_job_new(svc_jobs_new_id(s->jobs), p, svc_now_unix());
+    if (j)
+        svc_job_set_owner(j, svc_key_name(r->key));
     submit_ctx *c = j ? calloc(1, sizeof *c) : NULL;
     if (!c) {
         svc_job_free(j);
@@ -468,6 +470,14 @@ void *svc_route_lookup(svc_req *r, const char *rest, char kind,
     void *found = !id ? NULL
                   : kind == 'j' ? (void *)svc_jobs_find(s->jobs, id)
                                 : (void *)svc_jobs_find_batch(s->jobs, id);
+    /* another user key's job or batch answers as one that does not exist
+     * (a batch's jobs share its owner); no wait for it under --queue */
+    if (found && !svc_key_sees(r->key, kind == 'j' ? ((svc_job *)found)->owner
+                                                  : svc_batch_owner((svc_batch *)found))) {
+        svc_reply_error(r, 404, "not_found", NULL, "no %s %.40s", kind == 'j' ? "job" : "batch",
+                        rest + 1);
+        return NULL;
+    }
     if (svc_route_await(r, rest, id, found != NULL, kind == 'j' ? job_known : batch_known,
                         handler))
         return NULL;

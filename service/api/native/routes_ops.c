@@ -44,6 +44,7 @@ void svc_ops_metrics(svc_req *r, const char *rest)
     svc_gauges g = {s->queue->ops->length(s->queue), s->running_images, s->n_workers,
                     svc_sse_count(s->sse), s->body_bytes, s->accept_errors};
     svc_metrics_render(&s->metrics, &g, buf);
+    svc_keys_metrics(&s->keys, buf);
     svc_cluster_metrics(s->cluster, buf);
     svc_reply_buffer(r, 200, "text/plain; version=0.0.4; charset=utf-8", buf);
     evbuffer_free(buf);

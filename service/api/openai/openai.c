@@ -529,6 +529,8 @@ void oai_submit(svc_req *r, oai_call *c, cJSON *nat, int taken, const oai_err *e
         return;
     }
     svc_job *j = svc_job_new(svc_jobs_new_id(s->jobs), p, svc_now_unix());
+    if (j)
+        svc_job_set_owner(j, svc_key_name(r->key));
     if (j && c->stream)
         c->partials_sent = calloc((size_t)j->n, sizeof *c->partials_sent);
     if (!j || (c->stream && !c->partials_sent)) {
