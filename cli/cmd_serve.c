@@ -58,6 +58,7 @@ int tsr_cmd_serve(int argc, char **argv)
             journal_compact = c.journal_compact_kb;
     const char *role = NULL;
     bool insecure = false;
+    const char *allowed_last = NULL;
     int64_t result_ttl = c.result_ttl_s, claim_idle = c.claim_idle_ms,
             max_attempts = c.max_attempts;
     double tile_threshold = c.tile_threshold, keep_hours = c.keep_hours;
@@ -94,6 +95,9 @@ int tsr_cmd_serve(int argc, char **argv)
         {"insecure-no-auth", TSR_ARG_FLAG, &insecure, NULL,
          "allow a non-loopback --listen without --keys or --token-file (anyone who reaches "
          "the port may use the server)", 0, 0, 0, 0},
+        {"allowed-host", TSR_ARG_STRING, &allowed_last, "NAME[,NAME...]",
+         "on a loopback --listen, also answer requests whose Host is NAME (repeatable; "
+         "localhost, 127.0.0.1 and [::1] always are)", 0, 0, 0, 0},
         {"cors-origin", TSR_ARG_STRING, &c.cors_origin, "ORIGIN",
          "send Access-Control-Allow-Origin: ORIGIN (e.g. * or http://localhost:3000)", 0, 0, 0,
          0},
@@ -250,6 +254,21 @@ int tsr_cmd_serve(int argc, char **argv)
     c.journal_compact_kb = (int)journal_compact;
     c.ready_out = stdout;
     c.insecure_no_auth = insecure;
+    /* --allowed-host may repeat: every value, joined with commas */
+    static char allowed[4096];
+    size_t used = 0;
+    for (int i = 1; allowed_last && i < argc; i++) {
+        const char *v = NULL;
+        if (strcmp(argv[i], "--allowed-host") == 0 && i + 1 < argc)
+            v = argv[++i];
+        else if (strncmp(argv[i], "--allowed-host=", 15) == 0)
+            v = argv[i] + 15;
+        if (v && used + strlen(v) + 2 < sizeof allowed)
+            used += (size_t)snprintf(allowed + used, sizeof allowed - used, "%s%s",
+                                     used ? "," : "", v);
+    }
+    if (allowed_last)
+        c.allowed_hosts = allowed;
     char err[640];
     if (tsr_service_check_auth(&c, err, sizeof err) < 0) {
         fprintf(stderr, "tessera serve: %s\n", err);

@@ -31,6 +31,7 @@ typedef struct tsr_service_config {
     const char *keys_file;   /* --keys: `NAME ROLE SHA256HEX` lines; NULL = none */
     int insecure_no_auth;    /* 1: listen on a non-loopback address without keys */
     const char *cors_origin; /* NULL = no CORS headers */
+    const char *allowed_hosts; /* --allowed-host: comma list of extra Host names (loopback) */
     int max_wait_ms;         /* default 0 */
     int static_batching;     /* 1 = admit images only into an empty batch (--batching static) */
     int drain_timeout_s;     /* default 30 */

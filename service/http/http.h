@@ -59,6 +59,12 @@ void svc_http_stop(struct svc_server *s);
 /* evhttp's request callback: decode, guard, CORS, auth, the route table
  * (router.c). */
 void svc_http_on_request(struct evhttp_request *req, void *arg);
+/* Browser defence (browser.c): Host on a loopback address and Origin;
+ * false when it answered 403. */
+bool svc_browser_check(svc_req *r);
+/* The body's media type: application/json, or multipart/form-data;
+ * false when it answered 415 in r's dialect. */
+bool svc_browser_body_ok(svc_req *r, bool multipart);
 /* The compiled-in page (page.c): true when path is one of its assets
  * (answered), false otherwise (nothing sent). */
 bool svc_page_serve(svc_req *r);

@@ -52,7 +52,11 @@ enum {
 };
 #define M_READ (M_GET | M_HEAD)
 
-enum { AS_WRITTEN = 1 << 0, ADMIN = 1 << 1 /* settings: an admin key (with keys on) */ };
+enum {
+    AS_WRITTEN = 1 << 0,
+    ADMIN = 1 << 1,     /* settings: an admin key (with keys on) */
+    MULTIPART = 1 << 2, /* a POST body is multipart/form-data (else application/json) */
+};
 
 typedef struct svc_route {
     const char *root;
@@ -92,7 +96,7 @@ static const svc_route k_routes[] = {
     {"/v1/batches", "/*/events", M_GET, svc_batches_events, NATIVE, NULL, 0},
     /* OpenAI images (openai.c, openai_edits.c) */
     {"/v1/images", "/generations", M_POST, svc_openai_generations, OPENAI, NULL, 0},
-    {"/v1/images", "/edits", M_POST, svc_openai_edits, OPENAI, NULL, 0},
+    {"/v1/images", "/edits", M_POST, svc_openai_edits, OPENAI, NULL, MULTIPART},
     {"/v1/images", "**", M_ANY, svc_openai_no_route, OPENAI, NULL, 0},
     {"/v1/models/", "**", M_READ, svc_openai_model, OPENAI, NULL, 0},
     /* AUTOMATIC1111 (a1111.c, a1111_info.c) */
@@ -215,6 +219,8 @@ static void dispatch(svc_req *r)
     unsigned allowed = 0;
     for (size_t k = i; k < n && same_path(&k_routes[k], first); k++) {
         if (k_routes[k].methods & bit) {
+            if (bit == M_POST && !svc_browser_body_ok(r, k_routes[k].flags & MULTIPART))
+                return;
             if ((k_routes[k].flags & ADMIN) && r->key && r->key->role != SVC_KEY_ADMIN) {
                 svc_problem p = {.status = 403, .code = "forbidden",
                                  .message = "changing settings needs an admin key"};
@@ -335,6 +341,8 @@ void svc_http_on_request(struct evhttp_request *req, void *arg)
         svc_reply_error(r, 404, "not_found", NULL, "no such path");
         return;
     }
+    if (!svc_browser_check(r))
+        return;
     if (evhttp_request_get_command(req) == EVHTTP_REQ_OPTIONS && s->cfg.cors_origin) {
         preflight(r);
         return;

@@ -513,7 +513,7 @@ def test_client_disconnect(c):
     s = c.s
     body = json.dumps(dict(prompt=PROMPT, width=64, height=64, steps=900, seed=71)).encode()
     sock = socket.create_connection(("127.0.0.1", s.port))
-    sock.sendall(b"POST /sdapi/v1/txt2img HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+    sock.sendall(b"POST /sdapi/v1/txt2img HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json"
                  b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
     svc.wait_until(lambda: get(s, "/progress").json["state"]["sampling_step"] >= 1, 60,
                    "the call running")

@@ -152,7 +152,7 @@ def test_expect_continue(ctx):
                        "pad": "z" * 300000}).encode()
     sock = connect(s)
     try:
-        sock.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                      b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
         sock.settimeout(0.5)
         got = sock.recv(100)
@@ -169,7 +169,7 @@ def test_bodies_in_flight_cap(ctx):
     new upload gets 503 + Retry-After at once; when one ends, room is back."""
     s = svc.Server(["--max-body", str(1 << 20), "--max-bodies", str(2 << 20)],
                    name="bodies").start()
-    head = (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (b"POST /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n" % (1 << 20))
     parked = []
     try:
@@ -188,7 +188,7 @@ def test_bodies_in_flight_cap(ctx):
         assert b"--max-bodies" in body, body
         # chunked uploads count too
         c = connect(s)
-        c.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        c.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                   b"Transfer-Encoding: chunked\r\n\r\n10\r\n" + b"x" * 16 + b"\r\n")
         status, headers, _ = read_response(c, 10)
         assert status == 503, status
@@ -279,14 +279,14 @@ def test_internal_header_from_a_client(ctx):
     job = s.submit(prompt="x", steps=svc.LONG, width=SIZE, height=SIZE)
     for forged in (b"DELETE", b"POST", b"0123456789abcdef0123456789abcdef DELETE"):
         status, headers, body = exchange(
-            s, b"PATCH /v1/jobs/%s HTTP/1.1\r\nHost: x\r\nX-Tessera-Guard-Method: %s\r\n"
+            s, b"PATCH /v1/jobs/%s HTTP/1.1\r\nHost: localhost\r\nX-Tessera-Guard-Method: %s\r\n"
             b"Content-Length: 0\r\n\r\n" % (job["id"].encode(), forged))
         assert status == 405, (forged, status, body[:200])
         assert b"PATCH" in body, body
     assert s.job(job["id"])["state"] in ("queued", "running"), s.job(job["id"])
     s.delete("/v1/jobs/" + job["id"])
     # a real foreign method still gets its 405 under its own name
-    status, _, body = exchange(s, b"PURGE /v1/jobs HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, _, body = exchange(s, b"PURGE /v1/jobs HTTP/1.1\r\nHost: localhost\r\n\r\n")
     assert status == 405 and b"PURGE" in body, (status, body[:200])
 
 
@@ -298,7 +298,7 @@ def test_host_header(ctx):
     assert status == 400 and b"Host" in body, (status, body)
     status, _, _ = exchange(s, b"GET /healthz HTTP/1.0\r\n\r\n")
     assert status == 200, status
-    status, _, _ = exchange(s, b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n")
+    status, _, _ = exchange(s, b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
     assert status == 200, status
 
 
@@ -307,16 +307,16 @@ def test_framing_conflicts(ctx):
     HTTP/1.0: 400, and the connection closes (RFC 9112 6.1)."""
     s = ctx["s"]
     shapes = [
-        b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+        b"POST /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\n"
         b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-        b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+        b"POST /v1/jobs HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n"
         b"Content-Length: 5\r\n\r\n0\r\n\r\n",
         b"POST /v1/jobs HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
     ]
     for data in shapes:
         sock = connect(s)
         try:
-            sock.sendall(data + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.sendall(data + b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
             status, headers, body = read_response(sock)
             assert status == 400, (data, status, body)
             assert headers.get("connection", "").lower() == "close", headers
@@ -327,9 +327,9 @@ def test_framing_conflicts(ctx):
 
 def test_bad_bytes_in_the_head(ctx):
     s = ctx["s"]
-    for data in (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n",
-                 b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: a\nX-B: b\r\n\r\n",
-                 b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: a\rb\r\n\r\n",
+    for data in (b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-A: a\x00b\r\n\r\n",
+                 b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-A: a\nX-B: b\r\n\r\n",
+                 b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-A: a\rb\r\n\r\n",
                  b"GET /healthz HTTP/1.1\nHost: x\n\n"):
         status, _, body = exchange(s, data)
         assert status == 400, (data, status, body)
@@ -339,7 +339,7 @@ def test_access_log_escapes(ctx):
     s = ctx["s"]
     n = len(s.lines)
     for path in (b"/x%0d%0aFORGED-LINE-61", b"/y%1b%5b31mRED", b"/z\"q\\"):
-        status, _, _ = exchange(s, b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, _, _ = exchange(s, b"GET " + path + b" HTTP/1.1\r\nHost: localhost\r\n\r\n")
         assert status in (400, 404), status
     time.sleep(0.3)
     new = s.lines[n:]
@@ -358,12 +358,12 @@ def test_one_url_per_image_and_tile(ctx):
     s.wait_job(job["id"])
     jid = job["id"].encode()
     base = b"/v1/jobs/" + jid
-    assert exchange(s, b"GET " + base + b"/images/0.png HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 200
-    m = json.loads(exchange(s, b"GET " + base + b"/images/0/tiles HTTP/1.1\r\nHost: x\r\n\r\n")[2])
+    assert exchange(s, b"GET " + base + b"/images/0.png HTTP/1.1\r\nHost: localhost\r\n\r\n")[0] == 200
+    m = json.loads(exchange(s, b"GET " + base + b"/images/0/tiles HTTP/1.1\r\nHost: localhost\r\n\r\n")[2])
     tiles = [t for t in json.dumps(m).split('"') if t.endswith(".jpg")]
     assert tiles, m
     tile = tiles[0].encode()
-    assert exchange(s, b"GET " + tile + b" HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 200, tile
+    assert exchange(s, b"GET " + tile + b" HTTP/1.1\r\nHost: localhost\r\n\r\n")[0] == 200, tile
     ver, rc = tile.rsplit(b"/", 2)[-2:]
     r, c = rc[:-4].split(b"_")
     tile_dir = tile.rsplit(b"/", 2)[0]
@@ -378,7 +378,7 @@ def test_one_url_per_image_and_tile(ctx):
         tile_dir + b"/" + ver + b"%2f" + r + b"_" + c + b".jpg",
     ]
     for p in others:
-        status = exchange(s, b"GET " + p + b" HTTP/1.1\r\nHost: x\r\n\r\n")[0]
+        status = exchange(s, b"GET " + p + b" HTTP/1.1\r\nHost: localhost\r\n\r\n")[0]
         assert status in (404, 400), (p, status)
 
 

@@ -366,7 +366,7 @@ def test_method_not_allowed(c):
     for method in ("FOO", "TRACE", "CONNECT"):
         t0 = time.time()
         try:
-            r = svc.raw(s.port, ("%s /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+            r = svc.raw(s.port, ("%s /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n"
                                  % method).encode(), method=method, path="/v1/jobs", timeout=5,
                         validate_spec=False)
         except AssertionError as e:
@@ -406,7 +406,7 @@ def test_payload_too_large(c):
     expect(r, 413, "payload_too_large", None, "/v1/batches body > --max-body 4096")
     # a huge Content-Length is refused without waiting for the body
     t0 = time.time()
-    r = s.raw(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    r = s.raw(b"POST /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
               b"Content-Length: 10000000000\r\n\r\n{\"prompt\":", method="POST", path="/v1/jobs",
               timeout=20)
     expect(r, 413, "payload_too_large", what="/v1/jobs Content-Length 10^10, 10 bytes sent")
@@ -414,7 +414,7 @@ def test_payload_too_large(c):
     # chunked bodies count too
     chunk = b"x" * 1000
     body = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(6)) + b"0\r\n\r\n"
-    r = s.raw(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    r = s.raw(b"POST /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
               b"Transfer-Encoding: chunked\r\n\r\n" + body, method="POST", path="/v1/jobs")
     expect(r, 413, "payload_too_large", what="/v1/jobs chunked 6 KB > --max-body 4096")
     # just under the limit is fine
@@ -429,24 +429,24 @@ def test_payload_too_large(c):
 def test_uri_too_long(c):
     s = c.s
     for path in ("/v1/jobs/" + "a" * 9000, "/healthz?x=" + "b" * 9000):
-        r = s.raw(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path).encode(), path=path)
+        r = s.raw(("GET %s HTTP/1.1\r\nHost: localhost\r\n\r\n" % path).encode(), path=path)
         expect(r, 414, "uri_too_long", None, "GET path of %d bytes" % len(path))
     # 7 KiB is within the limit (the request line is under 8 KiB)
     path = "/healthz?x=" + "c" * 7000
-    r = s.raw(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path).encode(), path=path)
+    r = s.raw(("GET %s HTTP/1.1\r\nHost: localhost\r\n\r\n" % path).encode(), path=path)
     expect(r, 200, what="GET path of 7 KB")
     assert s.get("/healthz").status == 200
 
 
 def test_headers_too_large(c):
     s = c.s
-    r = s.raw(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 17000 + b"\r\n\r\n",
+    r = s.raw(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"a" * 17000 + b"\r\n\r\n",
               path="/healthz")
     expect(r, 431, "headers_too_large", None, "GET one 17 KB header")
     many = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 40) for i in range(500))
-    r = s.raw(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n", path="/healthz")
+    r = s.raw(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n" + many + b"\r\n", path="/healthz")
     expect(r, 431, "headers_too_large", None, "GET 500 headers, 24 KB")
-    r = s.raw(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Ok: " + b"a" * 12000 + b"\r\n\r\n",
+    r = s.raw(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Ok: " + b"a" * 12000 + b"\r\n\r\n",
               path="/healthz")
     expect(r, 200, what="GET one 12 KB header")
     assert s.get("/healthz").status == 200
@@ -455,10 +455,10 @@ def test_headers_too_large(c):
 def test_malformed_http(c):
     s = c.s
     for what, data in [("garbage request line", b"GARBAGE\r\n\r\n"),
-                       ("HTTP/9.9", b"GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n"),
-                       ("bad Content-Length", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\n"
+                       ("HTTP/9.9", b"GET /healthz HTTP/9.9\r\nHost: localhost\r\n\r\n"),
+                       ("bad Content-Length", b"POST /v1/jobs HTTP/1.1\r\nHost: localhost\r\n"
                                               b"Content-Length: abc\r\n\r\n{}"),
-                       ("negative Content-Length", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\n"
+                       ("negative Content-Length", b"POST /v1/jobs HTTP/1.1\r\nHost: localhost\r\n"
                                                    b"Content-Length: -5\r\n\r\n{}"),
                        ("header without colon", b"GET /healthz HTTP/1.1\r\nHost x\r\n\r\n")]:
         try:

@@ -8,8 +8,12 @@ keys exits 2) and files at rest (data dir 0700, its files 0600).  Every case
 runs a real `tessera serve` on loopback through svc.py; docs/security.md
 points at each case by name.
 
-Not here yet (later slices of issue 62): browser defence (415, Origin,
-Host), quotas and fair batching, signed URLs, Redis TLS.
+Browser defence (test_media_type, test_origin, test_host): 415 for a body
+that is not the route's media type, 403 for a foreign Origin or, on
+loopback, a foreign Host.
+
+Not here yet (later slices of issue 62): quotas and fair batching, signed
+URLs, Redis TLS.
 """
 import base64
 import hashlib
@@ -137,6 +141,92 @@ def test_401_shape(c):
         got = body["error"]["code"] if isinstance(body.get("error"), dict) else None
         assert got == code, (path, body)
         svc.note("GET %s without a key" % path, r.status)
+
+
+def raw_post(port, path, body, ctype, headers=None):
+    h = dict(headers or {})
+    if ctype:
+        h["Content-Type"] = ctype
+    return svc.request(port, "POST", path, body, headers=h)
+
+
+def test_media_type(c):
+    """415 in each dialect, keys on and off; a bodiless POST passes."""
+    plain = svc.Server(["--threads", "1"], name="nokeys").start()
+    try:
+        for port, h in ((plain.port, {}), (c.s.port, bearer(c.admin))):
+            body = b'{"prompt": "x", "width": 64, "height": 64, "steps": 1}'
+            for path, ctype in (("/v1/jobs", "text/plain"),
+                                ("/v1/batches", "application/x-www-form-urlencoded"),
+                                ("/sdapi/v1/txt2img", "text/plain;charset=UTF-8"),
+                                ("/sdapi/v1/options", "multipart/form-data; boundary=x"),
+                                ("/v1/images/generations", "text/plain"),
+                                ("/v1/images/edits", "application/json")):
+                r = raw_post(port, path, body, ctype, h)
+                assert r.status == 415, (path, ctype, r)
+                assert r.json["error"]["code"] == "unsupported_media_type", r.json
+                if path.startswith("/sdapi/"):
+                    assert "detail" in r.json, r.json
+                if path.startswith("/v1/images"):
+                    assert r.json["error"]["type"] == "invalid_request_error", r.json
+                svc.note("POST %s Content-Type %s" % (path, ctype), r.status)
+            # a body without any Content-Type (a no-cors fetch of a Blob)
+            head = b"POST /v1/jobs HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+            for k, v in h.items():
+                head += ("%s: %s\r\n" % (k, v)).encode()
+            r = svc.raw(port, head + b"Content-Length: %d\r\n\r\n" % len(body) + body,
+                        method="POST", path="/v1/jobs")
+            assert r.status == 415, r
+            r = raw_post(port, "/v1/jobs", body, "Application/JSON; charset=utf-8", h)
+            assert r.status == 202, r
+            r = svc.request(port, "POST", "/sdapi/v1/interrupt", None, headers=h)
+            assert r.status == 200, r
+    finally:
+        plain.stop()
+
+
+def test_origin():
+    srv = svc.Server(["--threads", "1", "--cors-origin", "http://app.test"],
+                     name="origin").start()
+    try:
+        own = "http://127.0.0.1:%d" % srv.port
+        for origin, want in (("http://evil.example", 403), ("null", 403),
+                             ("http://127.0.0.1:1", 403), (own, 200),
+                             ("http://app.test", 200)):
+            for method, path in (("GET", "/v1/models"), ("POST", "/sdapi/v1/interrupt"),
+                                 ("GET", "/v1/images/x")):
+                r = svc.request(srv.port, method, path, None, headers={"Origin": origin})
+                w = want if not (want == 200 and path == "/v1/images/x") else 404
+                assert r.status == w, (origin, path, r)
+                if r.status == 403:
+                    assert r.json["error"]["code"] == "forbidden", r.json
+            svc.note("GET /v1/models Origin %s" % origin, r.status)
+    finally:
+        srv.stop()
+
+
+def test_host():
+    srv = svc.Server(["--threads", "1", "--allowed-host", "tessera.test,a.test",
+                      "--allowed-host", "b.test"], name="host").start()
+    try:
+        for host, want in (("evil.example", 403), ("evil.example:%d" % srv.port, 403),
+                           ("127.0.0.2", 403), ("localhost:1", 200), ("LOCALHOST", 200),
+                           ("127.0.0.1:%d" % srv.port, 200), ("[::1]:9", 200),
+                           ("tessera.test", 200), ("a.test:8080", 200), ("b.test", 200)):
+            r = svc.request(srv.port, "GET", "/v1/models", headers={"Host": host})
+            assert r.status == want, (host, r)
+            svc.note("GET /v1/models Host %s (loopback)" % host, r.status)
+        r = svc.request(srv.port, "GET", "/sdapi/v1/samplers", headers={"Host": "evil.example"})
+        assert r.status == 403 and "detail" in r.json, r
+    finally:
+        srv.stop()
+    # not on a non-loopback address (keys or --insecure-no-auth decide there)
+    srv = svc.Server(["--insecure-no-auth", "--listen", "0.0.0.0:0"], name="host-any").start()
+    try:
+        r = svc.request(srv.port, "GET", "/v1/models", headers={"Host": "tessera.example"})
+        assert r.status == 200, r
+    finally:
+        srv.stop()
 
 
 def test_token_file_rules():
@@ -383,5 +473,6 @@ if __name__ == "__main__":
     sys.exit(svc.run_tests([test_keys_new, test_keys_file_bad_lines, test_bearer_and_basic,
                             test_401_shape, test_owners, test_batches_owned,
                             test_settings_need_admin, test_a1111_calls_per_key,
-                            test_owner_survives_restart, test_token_file_rules, test_protected_mode,
+                            test_owner_survives_restart, test_media_type, test_origin,
+                            test_host, test_token_file_rules, test_protected_mode,
                             test_file_modes], setup=setup))

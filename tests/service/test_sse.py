@@ -214,7 +214,7 @@ def test_disconnect_mid_stream(s):
     # a client that disconnects right after sending the request
     for _ in range(20):
         sock = svc.socket.create_connection(("127.0.0.1", s.port))
-        sock.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n" % (
+        sock.sendall(("GET %s HTTP/1.1\r\nHost: localhost\r\n%s\r\n" % (
             path, "".join("%s: %s\r\n" % kv for kv in s.auth(None).items()))).encode())
         sock.close()
     assert s.get("/healthz").status == 200
