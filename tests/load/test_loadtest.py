@@ -155,11 +155,11 @@ def test_open_loop(s):
 
 
 def test_token():
-    s = svc.Server(token="load-secret", name="token-server").start()
+    s = svc.Server(token="load-secret-token-0123", name="token-server").start()
     d = svc.tmpdir()
     tf = os.path.join(d, "token")
     with open(tf, "w") as f:
-        f.write("load-secret\n")
+        f.write("load-secret-token-0123\n")
     js, cs = os.path.join(d, "t.json"), os.path.join(d, "t.csv")
     rc, out, err = loadtest("--url", url(s), "--clients", 2, "--jobs", 3, "--steps", 1,
                             "--token-file", tf, "--quiet", "--json", js, "--csv", cs)
