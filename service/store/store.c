@@ -111,6 +111,28 @@ void svc_store_image_path(const char *data_dir, const char *job_id, int index, c
     snprintf(buf, size, "%s/jobs/%s/%d.png", data_dir, job_id, index);
 }
 
+int svc_store_read_image(const char *data_dir, const char *job_id, int index, char **data,
+                         size_t *len)
+{
+    char path[PATH_MAX];
+    svc_store_image_path(data_dir, job_id, index, path, sizeof path);
+    int rc = svc_read_file(path, data, len, SVC_STORE_IMAGE_MAX);
+    if (rc < 0)
+        SVC_WARN("image %s: %s", path, strerror(-rc));
+    return rc;
+}
+
+char *svc_store_image_b64(const char *data_dir, const char *job_id, int index)
+{
+    char *data = NULL;
+    size_t len = 0;
+    if (svc_store_read_image(data_dir, job_id, index, &data, &len) < 0)
+        return NULL;
+    char *b = svc_base64_encode((const uint8_t *)data, len);
+    free(data);
+    return b;
+}
+
 void svc_store_scan(const char *data_dir,
                     void (*fn)(void *user, const char *dir_name, const char *json, size_t len),
                     void *user)

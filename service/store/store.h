@@ -58,6 +58,15 @@ void svc_store_scan(const char *data_dir, void (*fn)(void *user, const char *dir
 /* "<data_dir>/jobs/<id>/<index>.png" into buf. */
 void svc_store_image_path(const char *data_dir, const char *job_id, int index, char *buf,
                           size_t size);
+/* A finished image's PNG as stored, read whole into *data (malloc'd; the
+ * caller frees), or -errno (logged).  What the native route sends and the
+ * compat APIs encode inline. */
+#define SVC_STORE_IMAGE_MAX (256u << 20)
+int svc_store_read_image(const char *data_dir, const char *job_id, int index, char **data,
+                         size_t *len);
+/* The same, base64-encoded (A1111's and OpenAI's answers carry images
+ * inline); NULL when it cannot be read (logged) or on out of memory. */
+char *svc_store_image_b64(const char *data_dir, const char *job_id, int index);
 
 /* journal NULL: a store that never journals (a worker role's scratch). */
 svc_store *svc_store_start(const char *data_dir, svc_journal *journal, svc_mailbox *mb);

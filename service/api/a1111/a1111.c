@@ -41,7 +41,6 @@
 #include "stream.h"
 #include "util.h"
 
-#define IMAGE_FILE_MAX (256u << 20)
 
 typedef struct a1111_call a1111_call;
 
@@ -252,18 +251,7 @@ static char *preview_b64(svc_server *s, svc_job *j, int index);
 
 static char *image_b64(svc_server *s, const svc_job *j, int index)
 {
-    char path[PATH_MAX];
-    svc_store_image_path(s->cfg.data_dir, j->ids, index, path, sizeof path);
-    char *data = NULL;
-    size_t len = 0;
-    int rc = svc_read_file(path, &data, &len, IMAGE_FILE_MAX);
-    if (rc < 0) {
-        SVC_WARN("a1111: image %s: %s", path, strerror(-rc));
-        return NULL;
-    }
-    char *b = svc_base64_encode((const uint8_t *)data, len);
-    free(data);
-    return b;
+    return svc_store_image_b64(s->cfg.data_dir, j->ids, index);
 }
 
 static void add_u64_array(cJSON *o, const char *name, uint64_t first, int n)

@@ -24,7 +24,6 @@
 #include "tiles.h"
 #include "util.h"
 
-#define IMAGE_FILE_MAX (256u << 20)
 
 /* ---------------------------------------------------------------- submit */
 
@@ -160,13 +159,9 @@ static void send_image(svc_req *r, svc_job *j, int index)
         svc_reply_buffer(r, 304, NULL, NULL);
         return;
     }
-    char path[PATH_MAX];
-    svc_store_image_path(s->cfg.data_dir, j->ids, index, path, sizeof path);
     char *data = NULL;
     size_t len = 0;
-    int rc = svc_read_file(path, &data, &len, IMAGE_FILE_MAX);
-    if (rc < 0) {
-        SVC_WARN("image %s: %s", path, strerror(-rc));
+    if (svc_store_read_image(s->cfg.data_dir, j->ids, index, &data, &len) < 0) {
         svc_reply_error(r, 404, "not_found", NULL, "image %d of %s is missing from the data "
                         "directory", index, j->ids);
         return;

@@ -178,19 +178,7 @@ cJSON *oai_usage_json(const oai_call *c)
 
 char *oai_image_b64(oai_call *c, int index)
 {
-    svc_server *s = c->srv;
-    char path[PATH_MAX];
-    svc_store_image_path(s->cfg.data_dir, c->job->ids, index, path, sizeof path);
-    char *data = NULL;
-    size_t len = 0;
-    int rc = svc_read_file(path, &data, &len, 256u << 20);
-    if (rc < 0) {
-        SVC_WARN("openai: image %s: %s", path, strerror(-rc));
-        return NULL;
-    }
-    char *b = svc_base64_encode((const uint8_t *)data, len);
-    free(data);
-    return b;
+    return svc_store_image_b64(c->srv->cfg.data_dir, c->job->ids, index);
 }
 
 /* The URL of an image: absolute when the Host header is a plain host[:port]. */
