@@ -135,7 +135,9 @@ def test_never_fits(c):
         assert gb * GB > LIMIT, (what, msg)
         assert "the limit is 16.0 GB (--max-memory)" in msg, (what, msg)
         assert re.search(r"take [0-9]+ queue units of time", msg), (what, msg)
-        assert took < 5, "%s took %.1fs" % (what, took)
+        # refused before any work (A1111's img2img first resizes its 4096x4096
+        # init image: ~1.2 s idle, 5.6 s once on a loaded 2-core machine)
+        assert took < 20, "%s took %.1fs" % (what, took)
         if what == "POST /v1/batches":
             assert r.json["error"]["field"] == "jobs[1]", r.json
         svc.figure("%s: %d in %.0f ms: %s" % (what, r.status, took * 1000, msg[:90]))
