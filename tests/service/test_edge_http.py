@@ -154,7 +154,7 @@ def test_expect_continue(ctx):
     try:
         sock.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                      b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
-        sock.settimeout(0.5)
+        sock.settimeout(5)  # at once; generous for a loaded CI machine
         got = sock.recv(100)
         assert got.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), got
         sock.sendall(body)
@@ -183,7 +183,7 @@ def test_bodies_in_flight_cap(ctx):
         t0 = time.time()
         status, headers, body = exchange(s, head)
         assert status == 503, (status, body[:200])
-        assert time.time() - t0 < 2, time.time() - t0
+        assert time.time() - t0 < 10, time.time() - t0  # at once, not after the upload
         assert headers.get("retry-after"), headers
         assert b"--max-bodies" in body, body
         # chunked uploads count too
