@@ -226,6 +226,15 @@ bool svc_gate_open(svc_server *s, svc_gate *out)
     return true;
 }
 
+bool svc_gate_open_or_reply(svc_req *r)
+{
+    svc_gate g;
+    if (svc_gate_open(r->srv, &g))
+        return true;
+    svc_gate_reply(r, &g, NULL);
+    return false;
+}
+
 bool svc_gate_accepted(int status, const char *what, svc_gate *out)
 {
     memset(out, 0, sizeof *out);

@@ -99,6 +99,9 @@ double svc_gate_image_units(struct svc_server *s, const svc_params *p);
 /* Checks 1-3 (phase, role, queue reachability): may this node take work at
  * all?  True, or false with *out filled.  Asked before a body is parsed. */
 bool svc_gate_open(struct svc_server *s, svc_gate *out);
+/* The same for a submit route: true when the node takes work; false after
+ * answering the refusal in r's dialect (svc_gate_reply), which ends r. */
+bool svc_gate_open_or_reply(struct svc_req *r);
 
 /* The whole gate, checks 1-5, for the n jobs of one request (a job, a
  * batch's jobs, an A1111 call's chunks).  True, or false with *out filled

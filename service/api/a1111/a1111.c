@@ -460,11 +460,9 @@ static void on_accepted(void *user, int status)
 static void generate(svc_req *r, bool img2img)
 {
     svc_server *s = r->srv;
-    svc_gate g;
-    if (!svc_gate_open(s, &g)) {
-        svc_gate_reply(r, &g, NULL);
+    if (!svc_gate_open_or_reply(r))
         return;
-    }
+    svc_gate g;
     svc_a1111 *a = svc_a1111_state(s);
     a1111_call *c = a ? calloc(1, sizeof *c) : NULL;
     if (!c) {

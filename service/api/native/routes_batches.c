@@ -56,11 +56,9 @@ static void on_accepted(void *user, int status)
 static void submit(svc_req *r)
 {
     svc_server *s = r->srv;
-    svc_gate g;
-    if (!svc_gate_open(s, &g)) {
-        svc_gate_reply(r, &g, NULL);
+    if (!svc_gate_open_or_reply(r))
         return;
-    }
+    svc_gate g;
     cJSON *obj = svc_req_json_object(r);
     if (!obj)
         return;

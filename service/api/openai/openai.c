@@ -534,18 +534,9 @@ void oai_submit(svc_req *r, oai_call *c, cJSON *nat, int taken, const oai_err *e
     svc_gate_accept(s, &j, 1, on_accepted, c);
 }
 
-bool oai_can_accept(svc_req *r)
-{
-    svc_gate g;
-    if (svc_gate_open(r->srv, &g))
-        return true;
-    svc_gate_reply(r, &g, NULL);
-    return false;
-}
-
 void oai_generations(svc_req *r)
 {
-    if (!oai_can_accept(r))
+    if (!svc_gate_open_or_reply(r))
         return;
     size_t len = 0;
     const char *body = svc_req_body(r, &len);

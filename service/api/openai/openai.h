@@ -79,9 +79,6 @@ int oai_bad(oai_err *e, const char *param, const char *code, const char *fmt, ..
     __attribute__((format(printf, 4, 5)));
 /* A call answering r (not attached yet), NULL on out of memory. */
 oai_call *oai_call_new(svc_req *r, bool edit);
-/* The submit gate's checks 1-3 (phase, role, queue reachability;
- * service/jobs/gate.h), a refusal answered in OpenAI's shape: false. */
-bool oai_can_accept(svc_req *r);
 /* Check OpenAI's fields of `in` into c; move what the native parser reads
  * (prompt, n, size as width/height, the extensions) into `nat`. */
 int oai_take_fields(oai_call *c, cJSON *in, cJSON *nat, oai_err *e);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "openai.h"
+#include "gate.h"
 #include "json.h"
 #include "multipart.h"
 #include "server.h"
@@ -228,7 +229,7 @@ static int edit_fields(oai_call *c, const svc_mp_form *f, cJSON *nat, oai_err *e
 
 void oai_edits(svc_req *r)
 {
-    if (!oai_can_accept(r))
+    if (!svc_gate_open_or_reply(r))
         return;
     char boundary[SVC_MP_MAX_BOUNDARY + 1], err[256];
     if (svc_mp_boundary(svc_req_header(r, "Content-Type"), boundary, sizeof boundary, err,
@@ -258,7 +259,7 @@ void svc_openai_model(svc_req *r, const char *id)
 {
     svc_server *s = r->srv;
     if (s->phase == SVC_PHASE_LOADING) {
-        oai_can_accept(r);
+        svc_gate_open_or_reply(r);
         return;
     }
     if (strcmp(id, s->model_name) != 0) {
