@@ -51,6 +51,7 @@ int tsr_cmd_serve(int argc, char **argv)
     const char *listen = NULL, *host = c.host, *level = NULL, *batching = NULL;
     int64_t port = c.port, threads = 0, max_batch = c.max_batch, max_queue = c.max_queue;
     int64_t max_memory = c.max_memory;
+    int64_t key_max_queue = c.key_max_queue;
     int64_t max_wait = c.max_wait_ms, drain = c.drain_timeout_s, max_body = c.max_body;
     int64_t max_bodies = c.max_bodies;
     int64_t tile_size = c.tile_size, preview_every = c.preview_every, tile_threads = c.tile_threads;
@@ -82,6 +83,9 @@ int tsr_cmd_serve(int argc, char **argv)
          "images waiting before new work gets 429 (default {}); an image larger or longer "
          "than the model's default size at 30 steps counts its pixels x steps over that",
          1, 1000000, 0, 0},
+        {"key-max-queue", TSR_ARG_INT, &key_max_queue, "N",
+         "images one API key may have waiting before its new work gets 429 (other keys go "
+         "on; 0 = no cap, the default; keys off: one cap for all)", 0, 1000000, 0, 0},
         {"max-memory", TSR_ARG_INT, &max_memory, "BYTES",
          "working memory one batch of a request's images may need; larger requests get 422 "
          "(0 = the device's memory; default {})", 0, (int64_t)1 << 50, 0, 0},
@@ -239,6 +243,7 @@ int tsr_cmd_serve(int argc, char **argv)
     c.threads = (int)threads;
     c.max_batch = (int)max_batch;
     c.max_queue = (int)max_queue;
+    c.key_max_queue = (int)key_max_queue;
     c.max_memory = max_memory;
     c.max_wait_ms = (int)max_wait;
     c.drain_timeout_s = (int)drain;

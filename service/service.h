@@ -24,6 +24,8 @@ typedef struct tsr_service_config {
     int max_batch;           /* images per UNet call, 1..32 (default 16) */
     int max_queue;           /* images waiting, at most (default 256), counted in queue units:
                               * images at the default size and 30 steps (service/jobs/gate.h) */
+    int key_max_queue;       /* --key-max-queue: images one key may have waiting (0 = no cap,
+                              * the default); keys off: all requests are one key */
     long long max_memory;    /* working memory one image batch may need, bytes (0 = the
                               * device's memory, the default) */
     const char *data_dir;    /* default "./tessera-data" */

@@ -33,6 +33,15 @@
  *   check falls back to counting images, never to refusing what it cannot
  *   count.
  *
+ * - A key's backlog (--key-max-queue, issue 62) is counted the same way,
+ *   without a counter of its own to keep in step: the images still queued
+ *   of the jobs it owns (the job table's queue order, which the started,
+ *   cancel and end paths already keep) plus its accepts still waiting for
+ *   the journal (listed in the book).  One walk of the queued jobs per
+ *   submit; they are bounded by --max-queue.  Every key counts alike, admin
+ *   included, and with keys off every request is the one key "": the cap
+ *   is then one for all (docs/security.md, "Quotas and fair turns").
+ *
  * Threads: the loop's only.  The book is the process's (one server per
  * process, as openai.c's live calls).
  */
@@ -46,8 +55,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/buffer.h>
+
 #include "http.h"
 #include "jobs.h"
+#include "jobs_int.h"
 #include "log.h"
 #include "server.h"
 #include "worker.h"
@@ -58,11 +70,14 @@ typedef struct tracked {
     double extra;
 } tracked;
 
+struct accept_ctx;
+
 static struct {
     const svc_server *owner;
     tracked *v;
     int n, cap;
     double pending; /* extra units of accepts still waiting for the journal */
+    struct accept_ctx *inflight; /* those accepts, for their keys' backlogs */
 } book;
 
 static void book_for(const svc_server *s)
@@ -109,6 +124,10 @@ static double queued_extra(svc_server *s)
     book.n = k;
     return sum;
 }
+
+/* Images the key named owner ("" = none) has waiting: queued, or accepted
+ * and not yet journaled. */
+static int key_waiting(svc_server *s, const char *owner);
 
 /* --------------------------------------------------------------- figures */
 
@@ -249,7 +268,8 @@ bool svc_gate_accepted(int status, const char *what, svc_gate *out)
     return refuse(out, SVC_GATE_FAILED, 500, 0, msg);
 }
 
-bool svc_gate_check(svc_server *s, svc_params *const *jobs, int n, svc_gate *out)
+bool svc_gate_check(svc_server *s, const char *owner, svc_params *const *jobs, int n,
+                    svc_gate *out)
 {
     if (!svc_gate_open(s, out))
         return false;
@@ -299,7 +319,28 @@ bool svc_gate_check(svc_server *s, svc_params *const *jobs, int n, svc_gate *out
                  fmt_units(b, sizeof b, out->units), side, side, SVC_GATE_UNIT_STEPS);
         return false;
     }
-    /* 2. the queue, in units (429: later may do).  A request that finds
+    /* 2. the key's own backlog, in images (429 for this key only) */
+    if (s->cfg.key_max_queue > 0) {
+        const int mine = key_waiting(s, owner ? owner : "");
+        if (mine + out->images > s->cfg.key_max_queue) {
+            const bool alone = out->images > s->cfg.key_max_queue;
+            out->why = SVC_GATE_KEY_FULL;
+            out->status = 429;
+            out->code = "queue_full";
+            out->retry_after = 5;
+            out->waiting_images = mine;
+            snprintf(out->message, sizeof out->message,
+                     "this key's queue is full: %s%.64s%s has %d image%s waiting and this "
+                     "request (%d image%s) would pass --key-max-queue %d; other keys are not "
+                     "affected%s",
+                     owner && owner[0] ? "key '" : "", owner && owner[0] ? owner : "the client",
+                     owner && owner[0] ? "'" : "", mine, mine == 1 ? "" : "s", out->images,
+                     out->images == 1 ? "" : "s", s->cfg.key_max_queue,
+                     alone ? "; it alone has more images than --key-max-queue" : "");
+            return false;
+        }
+    }
+    /* 3. the queue, in units (429: later may do).  A request that finds
      * nothing waiting is taken whatever its units, as long as its images
      * fit --max-queue: the bound is on the backlog ahead of a newcomer, and
      * a long request bound for an idle server would otherwise get 429 for
@@ -347,13 +388,47 @@ typedef struct accept_ctx {
     void (*done)(void *user, int status);
     void *user;
     double pending;
+    char owner[64];  /* the jobs' key ("" = none) */
+    int images;      /* their images */
+    struct accept_ctx *prev, *next; /* book.inflight */
     int n;
     tracked jobs[]; /* the jobs whose images count more than one unit */
 } accept_ctx;
 
+static int key_waiting(svc_server *s, const char *owner)
+{
+    int n = 0;
+    for (const svc_job *j = s->jobs->qhead; j; j = j->qnext)
+        if (strcmp(j->owner, owner) == 0)
+            n += j->queued_images;
+    for (const accept_ctx *c = book.inflight; c; c = c->next)
+        if (strcmp(c->owner, owner) == 0)
+            n += c->images;
+    return n;
+}
+
+void svc_gate_key_metrics(svc_server *s, struct evbuffer *out)
+{
+    if (s->keys.n == 0)
+        return;
+    book_for(s);
+    evbuffer_add_printf(out, "# HELP tessera_key_waiting_images Images waiting (queued, not "
+                             "running), per API key.\n"
+                             "# TYPE tessera_key_waiting_images gauge\n");
+    for (size_t i = 0; i < s->keys.n; i++)
+        evbuffer_add_printf(out, "tessera_key_waiting_images{key=\"%s\"} %d\n",
+                            s->keys.v[i].name, key_waiting(s, s->keys.v[i].name));
+}
+
 static void on_accepted(void *user, int status)
 {
     accept_ctx *c = user;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        book.inflight = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
     book.pending -= c->pending;
     if (book.pending < 1e-9)
         book.pending = 0;
@@ -372,15 +447,22 @@ void svc_gate_accept(svc_server *s, svc_job **jobs, int n, void (*done)(void *us
     int big = 0;
     for (int i = 0; i < n; i++)
         big += jobs[i]->params && svc_gate_image_units(s, jobs[i]->params) > 1.0;
-    accept_ctx *c = big ? calloc(1, sizeof *c + (size_t)big * sizeof c->jobs[0]) : NULL;
+    accept_ctx *c = calloc(1, sizeof *c + (size_t)big * sizeof c->jobs[0]);
     if (!c) {
-        if (big)
-            SVC_WARN("gate: out of memory; these jobs count one unit per image");
+        SVC_WARN("gate: out of memory; these jobs count one unit per image, and not in their "
+                 "key's backlog until journaled");
         svc_server_accept(s, jobs, n, done, user);
         return;
     }
     c->done = done;
     c->user = user;
+    snprintf(c->owner, sizeof c->owner, "%s", n > 0 ? jobs[0]->owner : "");
+    for (int i = 0; i < n; i++)
+        c->images += jobs[i]->n;
+    c->next = book.inflight;
+    if (book.inflight)
+        book.inflight->prev = c;
+    book.inflight = c;
     for (int i = 0; i < n; i++) {
         const double extra =
             jobs[i]->params ? svc_gate_image_units(s, jobs[i]->params) - 1.0 : 0.0;

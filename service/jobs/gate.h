@@ -15,8 +15,10 @@
  *   2. role       --queue with --role worker    503 unavailable + Retry-After
  *   3. queue      --queue's Redis away          503 unavailable + Retry-After
  *   4. cost       no device can hold a batch    422 too_costly
- *   5. backlog    past --max-queue              429 queue_full + Retry-After
- *   6. accept     svc_gate_accept (journal / Redis; its failure is mapped
+ *   5. key        the asking key past --key-max-queue (images it has
+ *                 waiting)                      429 queue_full + Retry-After
+ *   6. backlog    past --max-queue              429 queue_full + Retry-After
+ *   7. accept     svc_gate_accept (journal / Redis; its failure is mapped
  *                 back through svc_gate_accepted)
  *
  * 1-3 need no body and are also asked alone (svc_gate_open) before a body
@@ -65,6 +67,7 @@ typedef enum svc_gate_why {
     SVC_GATE_WORKER,     /* 503: --role worker takes no submissions */
     SVC_GATE_QUEUE_AWAY, /* 503: --queue's Redis cannot be reached */
     SVC_GATE_TOO_COSTLY, /* 422: no device here can ever hold it */
+    SVC_GATE_KEY_FULL,   /* 429: the key is past --key-max-queue, later may do */
     SVC_GATE_QUEUE_FULL, /* 429: past --max-queue, later may do */
     SVC_GATE_FAILED,     /* 500: the accept itself failed (journal) */
 } svc_gate_why;
@@ -103,10 +106,17 @@ bool svc_gate_open(struct svc_server *s, svc_gate *out);
  * answering the refusal in r's dialect (svc_gate_reply), which ends r. */
 bool svc_gate_open_or_reply(struct svc_req *r);
 
-/* The whole gate, checks 1-5, for the n jobs of one request (a job, a
- * batch's jobs, an A1111 call's chunks).  True, or false with *out filled
- * for the caller to render. */
-bool svc_gate_check(struct svc_server *s, svc_params *const *jobs, int n, svc_gate *out);
+/* The whole gate, checks 1-6, for the n jobs of one request (a job, a
+ * batch's jobs, an A1111 call's chunks) made by the key named owner (""
+ * or NULL: keys off).  True, or false with *out filled for the caller to
+ * render. */
+bool svc_gate_check(struct svc_server *s, const char *owner, svc_params *const *jobs, int n,
+                    svc_gate *out);
+
+/* /metrics: tessera_key_waiting_images{key="NAME"}, one line per key (keys
+ * on only): the images each key has waiting, as check 5 counts them. */
+struct evbuffer;
+void svc_gate_key_metrics(struct svc_server *s, struct evbuffer *out);
 
 /* Accept admitted jobs: svc_server_accept, keeping count of what their
  * larger-than-one images add to the queue.  Same contract as

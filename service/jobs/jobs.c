@@ -120,6 +120,7 @@ void svc_job_enqueue(svc_server *s, svc_job *j)
             svc_job_fail(s, j, "internal", "out of memory queueing the job");
             return;
         }
+        snprintf(e->owner, sizeof e->owner, "%s", j->owner); /* fair turns */
         entries[n++] = e;
     }
     j->queued_images = n;

@@ -11,10 +11,23 @@
  * oldest such entry, whatever its shape.  Every entry skipped by a pop
  * counts one pass, so no entry waits behind more than max_batch younger
  * ones.  A worker with an empty batch takes the oldest entry.
+ *
+ * Fair turns (issue 62): when entries of more than one key (svc_entry.owner)
+ * wait, each pop first picks the key whose turn it is - the first key after
+ * the one served last, in name order, cyclically - and applies the rule
+ * above to that key's entries only (its passes count within the key).  So a
+ * free row goes to each waiting key in turn, and a key's flood holds another
+ * key's first image back by at most one row per other waiting key.  Name
+ * order rather than arrival order keeps the turn a single string (`turn`),
+ * with no per-key state to create and drop as keys come and go.  With one
+ * key waiting (or keys off: every owner "") the rule is exactly the plain
+ * one.  Each pop walks the list twice; the list is bounded by --max-queue.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "queue.h"
@@ -28,6 +41,7 @@ typedef struct local_queue {
     int max_batch;
     uint64_t next_seq;
     bool closed;
+    char turn[64]; /* the key served last (fair turns) */
 } local_queue;
 
 svc_entry *svc_entry_new(uint64_t job, int index, svc_params *params)
@@ -103,24 +117,50 @@ static int q_remove_job(svc_queue *base, uint64_t job)
     return removed;
 }
 
+/* The key whose turn it is: among the owners of waiting entries, the first
+ * after q->turn in name order, else (wrapping) the first.  *several: more
+ * than one key waits.  Under q->mu, with q->head set. */
+static const char *turn_key(const local_queue *q, bool *several)
+{
+    const char *first = q->head->owner, *after = NULL;
+    *several = false;
+    for (const svc_entry *e = q->head; e; e = e->next) {
+        const int c = strcmp(e->owner, first);
+        if (c != 0)
+            *several = true;
+        if (c < 0)
+            first = e->owner;
+        if (strcmp(e->owner, q->turn) > 0 && (!after || strcmp(e->owner, after) < 0))
+            after = e->owner;
+    }
+    return after ? after : first;
+}
+
 /* The pop rule, under q->mu. */
 static svc_entry *choose(local_queue *q, bool have_shape, int width, int height)
 {
     if (!q->head)
         return NULL;
-    if (!have_shape)
-        return q->head;
-    svc_entry *pick = NULL;
+    bool several;
+    const char *key = turn_key(q, &several);
+    svc_entry *pick = NULL, *oldest = NULL;
     for (svc_entry *e = q->head; e; e = e->next) {
-        if (e->passed >= q->max_batch || (e->width == width && e->height == height)) {
+        if (several && strcmp(e->owner, key) != 0)
+            continue;
+        if (!oldest)
+            oldest = e;
+        if (!have_shape || e->passed >= q->max_batch ||
+            (e->width == width && e->height == height)) {
             pick = e;
             break;
         }
     }
     if (!pick)
-        pick = q->head;
+        pick = oldest;
     for (svc_entry *e = q->head; e != pick; e = e->next)
-        e->passed++;
+        if (!several || strcmp(e->owner, key) == 0)
+            e->passed++;
+    snprintf(q->turn, sizeof q->turn, "%s", pick->owner);
     return pick;
 }
 

@@ -4,7 +4,7 @@
  *
  * The loop pushes a job's images and removes them on cancel; workers pop,
  * preferring the shape their batch is running, under the fairness rule of
- * docs/service-design.md.  Entries carry parameters (by reference), never
+ * docs/service-design.md (keys take turns; within a key, oldest first).  Entries carry parameters (by reference), never
  * tensors.  queue/local.c is the in-process queue (one mutex + condition
  * variable); with --queue redis://, queue/redis/ gives the api roles a
  * mirror of the shared Redis stream and the worker roles a queue fed by
@@ -27,6 +27,7 @@ typedef struct svc_entry {
     int index;           /* image index in the job (seed = job seed + index) */
     int width, height;   /* the shape workers group by */
     svc_params *params;  /* one reference, owned by the entry */
+    char owner[64];      /* the job's key name ("" = none): fair turns (local.c) */
     /* queue bookkeeping (the implementation's) */
     uint64_t seq;
     int passed;          /* times a younger entry was taken instead */

@@ -527,7 +527,7 @@ static void generate(svc_req *r, bool img2img)
             break;
         }
     }
-    if (k == n && !svc_gate_check(s, ps, n, &g)) {
+    if (k == n && !svc_gate_check(s, svc_key_name(r->key), ps, n, &g)) {
         svc_gate_reply(r, &g, NULL);
         k = -1;
     }

@@ -111,7 +111,7 @@ static void submit(svc_req *r)
         }
         n++;
     }
-    if (!svc_gate_check(s, params, n, &g)) {
+    if (!svc_gate_check(s, svc_key_name(r->key), params, n, &g)) {
         char field[32] = "";
         if (g.job >= 0)
             snprintf(field, sizeof field, "jobs[%d]", g.job);

@@ -85,7 +85,7 @@ static void submit(svc_req *r)
         svc_reply_error(r, 400, "invalid_parameter", pe.field, "%s", pe.message);
         return;
     }
-    if (!svc_gate_check(s, &p, 1, &g)) {
+    if (!svc_gate_check(s, svc_key_name(r->key), &p, 1, &g)) {
         svc_params_unref(p);
         svc_gate_reply(r, &g, NULL);
         return;

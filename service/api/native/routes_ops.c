@@ -7,6 +7,7 @@
 
 #include <event2/buffer.h>
 
+#include "gate.h"
 #include "http.h"
 #include "json.h"
 #include "queue.h"
@@ -45,6 +46,7 @@ void svc_ops_metrics(svc_req *r, const char *rest)
                     svc_sse_count(s->sse), s->body_bytes, s->accept_errors};
     svc_metrics_render(&s->metrics, &g, buf);
     svc_keys_metrics(&s->keys, buf);
+    svc_gate_key_metrics(s, buf);
     svc_cluster_metrics(s->cluster, buf);
     svc_reply_buffer(r, 200, "text/plain; version=0.0.4; charset=utf-8", buf);
     evbuffer_free(buf);

@@ -510,7 +510,7 @@ void oai_submit(svc_req *r, oai_call *c, cJSON *nat, int taken, const oai_err *e
     c->width = p->width;
     c->height = p->height;
     svc_gate g;
-    if (!svc_gate_check(s, &p, 1, &g)) {
+    if (!svc_gate_check(s, svc_key_name(r->key), &p, 1, &g)) {
         svc_params_unref(p);
         free(c);
         svc_gate_reply(r, &g, NULL);
