@@ -138,23 +138,89 @@ void svc_job_enqueue(svc_server *s, svc_job *j)
     s->positions_dirty = true;
 }
 
+/* Fair turns (queue/local.c): with several keys waiting, a job's first
+ * image comes after its key's older queued images (a of them) and, from
+ * each other key, at most a + 1 more (one per turn, the turn order
+ * unknown here): its position is that bound.  With one key it is the plain
+ * count of the images ahead.  --queue's workers take the shared stream in
+ * order (docs/scale-out.md): plain count.  Per key: its name, its queued
+ * images, and those met so far in the walk. */
+typedef struct key_tally {
+    const char *owner;
+    int total, ahead;
+} key_tally;
+
+static key_tally *tally_of(key_tally *v, int n, const char *owner)
+{
+    for (int k = 0; k < n; k++)
+        if (strcmp(v[k].owner, owner) == 0)
+            return &v[k];
+    return NULL;
+}
+
+/* The keys with queued images (NULL, 0 when fewer than two or out of
+ * memory: plain counts). */
+static key_tally *tally_keys(svc_server *s, int *n_out)
+{
+    key_tally *v = NULL;
+    int n = 0, cap = 0;
+    *n_out = 0;
+    if (s->cluster)
+        return NULL;
+    for (svc_job *j = s->jobs->qhead; j; j = j->qnext) {
+        key_tally *t = tally_of(v, n, j->owner);
+        if (!t) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 8;
+                key_tally *nv = realloc(v, (size_t)cap * sizeof *nv);
+                if (!nv) {
+                    free(v);
+                    return NULL;
+                }
+                v = nv;
+            }
+            t = &v[n++];
+            *t = (key_tally){j->owner, 0, 0};
+        }
+        t->total += j->queued_images;
+    }
+    if (n < 2) {
+        free(v);
+        return NULL;
+    }
+    *n_out = n;
+    return v;
+}
+
 void svc_jobs_update_positions(svc_server *s)
 {
     if (!s->positions_dirty)
         return;
     s->positions_dirty = false;
-    int ahead = 0;
+    int ahead = 0, n_keys;
+    key_tally *keys = tally_keys(s, &n_keys);
     for (svc_job *j = s->jobs->qhead; j; j = j->qnext) {
-        if (j->position != ahead) {
-            j->position = ahead;
+        int position = ahead;
+        key_tally *mine = keys ? tally_of(keys, n_keys, j->owner) : NULL;
+        if (mine) {
+            position = mine->ahead;
+            for (int k = 0; k < n_keys; k++)
+                if (&keys[k] != mine)
+                    position += keys[k].total < mine->ahead + 1 ? keys[k].total
+                                                                : mine->ahead + 1;
+            mine->ahead += j->queued_images;
+        }
+        if (j->position != position) {
+            j->position = position;
             /* --queue: a job's events come from the shared event stream
              * only (same ids on every api node): its one `queued` event is
              * svc_job_queued_event's; the position is in GET /v1/jobs/{id} */
             if (j->state == SVC_QUEUED && !s->cluster)
-                emit(s, j, SVC_EV_QUEUED, ahead, 0, 0, 0);
+                emit(s, j, SVC_EV_QUEUED, position, 0, 0, 0);
         }
         ahead += j->queued_images;
     }
+    free(keys);
 }
 
 void svc_job_queued_event(svc_server *s, svc_job *j, int position)

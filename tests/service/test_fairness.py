@@ -62,7 +62,8 @@ def setup():
 
 def flood(s, flooder, other):
     """flooder posts FLOOD images as one batch, then other posts one image.
-    Returns (flooder's jobs, the single job), all final."""
+    Returns (flooder's jobs, the single job, its position when accepted),
+    all final."""
     s.token = flooder
     r = s.post("/v1/batches", {"defaults": dict(prompt=PROMPT, width=64, height=64, steps=STEPS),
                                "jobs": [{"seed": 100 + i} for i in range(FLOOD)]})
@@ -74,7 +75,7 @@ def flood(s, flooder, other):
     s.token = flooder
     jobs = [s.wait_job(i) for i in ids]
     assert j1["state"] == "done" and all(j["state"] == "done" for j in jobs), (j1, jobs)
-    return jobs, j1
+    return jobs, j1, one["position"]
 
 
 def finished_before(jobs, t):
@@ -83,7 +84,7 @@ def finished_before(jobs, t):
 
 def test_flood_fair(c):
     s = c.s
-    a, b = flood(s, c.alice, c.bob)
+    a, b, position = flood(s, c.alice, c.bob)
     at_submit = finished_before(a, b["created"])
     at_done = finished_before(a, b["finished"])
     svc.figure("--max-batch 2, alice 20 images then bob 1: bob's image done after %.2f s, "
@@ -91,12 +92,13 @@ def test_flood_fair(c):
                % (b["finished"] - b["created"], at_done, at_submit))
     assert at_done <= 6, "bob waited behind alice's flood: alice had %d of %d done (%d when " \
         "bob submitted)" % (at_done, FLOOD, at_submit)
-    c.fair_latency = b["finished"] - b["created"]
+    # its position says so: alice's next image at most, not her backlog
+    assert position <= 1, "bob's job was told %d images are ahead" % position
 
 
 def test_one_key_fifo(c):
     s = c.s
-    a, b = flood(s, c.alice, c.alice)
+    a, b, position = flood(s, c.alice, c.alice)
     at_done = finished_before(a, b["finished"])
     # oldest first: the 21st image starts after every one of the 20 has
     starts = sorted(j["started"] for j in a)
@@ -104,6 +106,7 @@ def test_one_key_fifo(c):
                "%d of 20 finished before it" % (b["finished"] - b["created"], at_done))
     assert at_done >= FLOOD - 2, "one key is no longer oldest-first: %d of %d before" % (
         at_done, FLOOD)
+    assert position >= 10, "the 21st image was told only %d are ahead" % position
     assert b["started"] >= starts[-1], "the 21st started before the 20th: %s < %s" % (
         b["started"], starts[-1])
 
