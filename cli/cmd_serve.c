@@ -59,6 +59,7 @@ int tsr_cmd_serve(int argc, char **argv)
             journal_compact = c.journal_compact_kb;
     const char *role = NULL;
     bool insecure = false;
+    int64_t url_ttl = c.url_ttl_s;
     const char *allowed_last = NULL;
     int64_t result_ttl = c.result_ttl_s, claim_idle = c.claim_idle_ms,
             max_attempts = c.max_attempts;
@@ -96,6 +97,13 @@ int tsr_cmd_serve(int argc, char **argv)
         {"keys", TSR_ARG_STRING, &c.keys_file, "FILE",
          "API keys, one 'NAME user|admin SHA256HEX' a line (make them with `tessera keys new`); "
          "requests to /v1/ and /sdapi/ need 'Authorization: Bearer KEY'", 0, 0, 0, 0},
+        {"url-secret-file", TSR_ARG_STRING, &c.url_secret_file, "FILE",
+         "with keys: the secret image URLs are signed with (16..256 base64 characters, "
+         "shared with nginx; default: <data-dir>/url-secret, made once)", 0, 0, 0, 0},
+        {"url-ttl", TSR_ARG_INT, &url_ttl, "S",
+         "with keys: a signed image URL's lifetime: it expires S/2 to 1.5 S seconds after it is "
+         "handed out, one URL per job for all viewers (default {})", 1, 315360000, 0,
+         0},
         {"insecure-no-auth", TSR_ARG_FLAG, &insecure, NULL,
          "allow a non-loopback --listen without --keys or --token-file (anyone who reaches "
          "the port may use the server)", 0, 0, 0, 0},
@@ -259,6 +267,7 @@ int tsr_cmd_serve(int argc, char **argv)
     c.journal_compact_kb = (int)journal_compact;
     c.ready_out = stdout;
     c.insecure_no_auth = insecure;
+    c.url_ttl_s = (int)url_ttl;
     /* --allowed-host may repeat: every value, joined with commas */
     static char allowed[4096];
     size_t used = 0;

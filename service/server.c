@@ -60,6 +60,7 @@ void tsr_service_config_init(tsr_service_config *c)
     c->result_ttl_s = 86400;
     c->claim_idle_ms = 30000;
     c->max_attempts = 3;
+    c->url_ttl_s = 86400;
 }
 
 /* ------------------------------------------------------------ helpers */
@@ -290,6 +291,12 @@ int tsr_service_run(const tsr_service_config *cfg)
     int e = svc_store_prepare(s->cfg.data_dir);
     if (e < 0) {
         SVC_ERROR("--data-dir %s: %s", s->cfg.data_dir, strerror(-e));
+        goto out;
+    }
+    if (s->keys.n > 0 && svc_url_signer_start(&s->urls, s->cfg.url_secret_file, s->cfg.data_dir,
+                                              s->cfg.url_ttl_s, why, sizeof why) < 0) {
+        SVC_ERROR("%s", why);
+        rc = TSR_ERR_INVALID;
         goto out;
     }
     long holder = 0;

@@ -26,6 +26,7 @@
 #include "metrics.h"
 #include "queue.h"
 #include "service.h"
+#include "signed.h"
 #include "store.h"
 #include "tiles.h"
 #include "tessera.h"
@@ -87,6 +88,7 @@ typedef struct svc_server {
     struct svc_a1111 *a1111;   /* /sdapi/v1 state (a1111.c); NULL until used */
 
     svc_keys keys;             /* --keys / --token-file (http/auth.c); n == 0: open */
+    svc_url_signer urls;       /* signed image URLs, on with keys (http/signed.h) */
     char guard_secret[33];     /* marks requests the head guard rewrote (http/guard.c) */
 
     unsigned long long body_bytes; /* request bodies held, at most cfg.max_bodies (http/guard.c) */

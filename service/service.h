@@ -31,6 +31,9 @@ typedef struct tsr_service_config {
     const char *data_dir;    /* default "./tessera-data" */
     const char *token_file;  /* NULL = no authentication; one admin key (http/auth.h) */
     const char *keys_file;   /* --keys: `NAME ROLE SHA256HEX` lines; NULL = none */
+    const char *url_secret_file; /* --url-secret-file: signed URLs' secret (http/signed.h);
+                              * NULL = <data_dir>/url-secret, made once */
+    int url_ttl_s;           /* signed URLs' lifetime, seconds (default 86400) */
     int insecure_no_auth;    /* 1: listen on a non-loopback address without keys */
     const char *cors_origin; /* NULL = no CORS headers */
     const char *allowed_hosts; /* --allowed-host: comma list of extra Host names (loopback) */
@@ -72,6 +75,8 @@ void tsr_service_config_init(tsr_service_config *c);
 /* The checks `tessera serve` makes before starting (exit 2 on failure):
  * the key file and token file parse (a token has 16 bytes or more), and
  * protected mode: a non-loopback host needs keys or insecure_no_auth.
+ * --url-secret-file needs keys, and a secret of 16..256 base64
+ * characters that others cannot read.
  * 0, or -1 with the reason in err. */
 int tsr_service_check_auth(const tsr_service_config *c, char *err, size_t err_size);
 

@@ -22,6 +22,7 @@
 #include "files.h"
 #include "log.h"
 #include "service.h"
+#include "signed.h"
 #include "tessera.h"
 #include "util.h"
 
@@ -342,6 +343,22 @@ int tsr_service_check_auth(const tsr_service_config *c, char *err, size_t err_si
         return -1;
     const bool keys = k.n > 0;
     svc_keys_free(&k);
+    if (c->url_secret_file && !keys) {
+        set_err(err, err_size, "--url-secret-file needs --keys or --token-file: image URLs are "
+                "signed only with keys on (docs/security.md)");
+        return -1;
+    }
+    if (c->url_secret_file) {
+        char secret[SVC_URL_SECRET_MAX + 1];
+        size_t n = 0;
+        int rc = svc_url_secret_read("--url-secret-file", c->url_secret_file, false, secret, &n,
+                                     err, err_size);
+        volatile char *w = secret;
+        for (size_t i = 0; i < sizeof secret; i++)
+            w[i] = 0;
+        if (rc < 0)
+            return -1;
+    }
     const char *host = c->host ? c->host : "127.0.0.1";
     if (!keys && !c->insecure_no_auth && !svc_host_is_loopback(host)) {
         set_err(err, err_size,

@@ -48,6 +48,7 @@ typedef struct svc_req {
     svc_dialect dialect; /* the matched route's (router.c) */
     bool waited;         /* svc_route_wait ran it again: it waits no more */
     const struct svc_key *key; /* whose key (http/auth.c); NULL: keys off or public path */
+    long long signed_until; /* > 0: let in by a signed URL valid until then (Unix s) */
 } svc_req;
 
 /* Once per process, before the loop: libevent's log through the server's,

@@ -38,6 +38,7 @@
 #include "openai.h"
 #include "routes.h"
 #include "server.h"
+#include "signed.h"
 #include "util.h"
 
 #define URI_MAX 8192
@@ -265,15 +266,52 @@ static void preflight(svc_req *r)
     svc_reply_buffer(r, 204, NULL, NULL);
 }
 
+/* /v1/jobs/<id>/images/...: a PNG, a tile or a manifest, the paths a
+ * signed URL opens (http/signed.h). */
+static bool image_path(const char *path)
+{
+    if (strncmp(path, "/v1/jobs/", 9) != 0)
+        return false;
+    const char *slash = strchr(path + 9, '/');
+    return slash && strncmp(slash, "/images/", 8) == 0;
+}
+
+/* A signed image URL with a bad or expired signature: 403, whatever else
+ * the request carries (a key does not mend a tampered URL). */
+static void bad_signature(svc_req *r, svc_url_verdict v)
+{
+    svc_problem p = {.status = 403,
+                     .code = "forbidden",
+                     .message = v == SVC_URL_EXPIRED
+                                    ? "this signed URL has expired; ask for the job again "
+                                      "for a fresh one"
+                                    : "this URL's signature (md5, expires) is not valid"};
+    svc_reply_problem(r, SVC_DIALECT_NATIVE, &p);
+}
+
 /* --keys / --token-file: /v1/... and /sdapi/... take a key (A1111 clients
- * may send it as Basic's password); r->key is whose it is. */
-static bool authorized(svc_req *r)
+ * may send it as Basic's password); r->key is whose it is.  An image,
+ * tile or manifest URL may instead carry a signature: valid, it is let in
+ * without a key (r->signed_until); bad or expired, answered 403 here. */
+static bool authorized(svc_req *r, bool *answered)
 {
     svc_server *s = r->srv;
     const bool v1 = strncmp(r->path, "/v1/", 4) == 0;
     const bool sdapi = strncmp(r->path, "/sdapi/", 7) == 0;
+    *answered = false;
     if (!(v1 || sdapi) || s->keys.n == 0)
         return true;
+    if (image_path(r->path)) {
+        svc_url_verdict v =
+            svc_url_verify(&s->urls, r->path, r->query, svc_now_unix(), &r->signed_until);
+        if (v == SVC_URL_OK)
+            return true;
+        if (v != SVC_URL_UNSIGNED) {
+            bad_signature(r, v);
+            *answered = true;
+            return false;
+        }
+    }
     r->key = svc_keys_check(&s->keys, svc_req_header(r, "Authorization"), sdapi);
     return r->key != NULL;
 }
@@ -347,8 +385,10 @@ void svc_http_on_request(struct evhttp_request *req, void *arg)
         preflight(r);
         return;
     }
-    if (!authorized(r)) {
-        unauthorized(r);
+    bool answered = false;
+    if (!authorized(r, &answered)) {
+        if (!answered)
+            unauthorized(r);
         return;
     }
     dispatch(r);

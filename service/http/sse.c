@@ -110,9 +110,9 @@ static bool next_chunk(void *arg, struct evbuffer *out)
     const uint32_t n = c->job ? c->job->hist.n : c->batch->hist.n;
     while (c->cursor < n && evbuffer_get_length(out) < CHUNK_BUDGET) {
         if (c->job)
-            svc_job_event_sse(c->job, c->cursor, out);
+            svc_job_event_sse(c->srv, c->job, c->cursor, out);
         else
-            svc_batch_event_sse(c->batch, c->cursor, out);
+            svc_batch_event_sse(c->srv, c->batch, c->cursor, out);
         c->cursor++;
     }
     return !(c->cursor >= n && (c->job ? svc_job_stream_over(c->job)

@@ -230,14 +230,23 @@ cJSON *svc_job_json(struct svc_server *s, const svc_job *j);
 /* The job.json sidecar: the job object plus what a restart needs. */
 cJSON *svc_job_file_json(struct svc_server *s, const svc_job *j);
 cJSON *svc_batch_json(struct svc_server *s, const svc_batch *b);
-/* "/v1/jobs/<id>/images/<i>.png" */
-void svc_image_url(const svc_job *j, int index, char *buf, size_t size);
+/* The URLs the server hands out, signed with keys on (http/signed.h:
+ * "?md5=SIG&expires=EPOCH" appended, the expiry the job's; buf: 256 bytes
+ * is enough):
+ * "/v1/jobs/<id>/images/<i>.png" */
+void svc_image_url(const struct svc_server *s, const svc_job *j, int index, char *buf,
+                   size_t size);
 /* "/v1/jobs/<id>/images/<i>/tiles/<version>/<row>_<col>.jpg" */
-void svc_tile_url(const svc_job *j, int index, int version, int row, int col, char *buf,
-                  size_t size);
+void svc_tile_url(const struct svc_server *s, const svc_job *j, int index, int version, int row,
+                  int col, char *buf, size_t size);
+/* "/v1/jobs/<id>/images/<i>/tiles" (the tile manifest) */
+void svc_manifest_url(const struct svc_server *s, const svc_job *j, int index, char *buf,
+                      size_t size);
 /* Append event `ev` (id = index + 1) of a job / batch stream as SSE text. */
-void svc_job_event_sse(const svc_job *j, uint32_t index, struct evbuffer *out);
-void svc_batch_event_sse(const svc_batch *b, uint32_t index, struct evbuffer *out);
+void svc_job_event_sse(const struct svc_server *s, const svc_job *j, uint32_t index,
+                       struct evbuffer *out);
+void svc_batch_event_sse(const struct svc_server *s, const svc_batch *b, uint32_t index,
+                         struct evbuffer *out);
 /* Whether the stream's last event is final (the stream then ends). */
 bool svc_job_stream_over(const svc_job *j);
 bool svc_batch_stream_over(const svc_batch *b);

@@ -30,8 +30,11 @@ def free_port():
 
 
 class Nginx:
-    def __init__(self, upstream_port):
+    def __init__(self, upstream_port, secret_snippet=None):
+        """secret_snippet: keys on, the server's <data-dir>/url-secret.nginx,
+        included where deploy/nginx/tessera.conf says (signed URLs)."""
         self.upstream_port = upstream_port
+        self.secret_snippet = secret_snippet
         self.dir = tempfile.mkdtemp(prefix="tsr-nginx-")
         self.port = None
         self.proc = None
@@ -42,6 +45,10 @@ class Nginx:
         os.makedirs(cache)
         site = site.replace("/var/cache/nginx/tessera", cache)
         site = site.replace("server 127.0.0.1:8080;", "server 127.0.0.1:%d;" % self.upstream_port)
+        if self.secret_snippet:
+            line = "# include /var/lib/tessera/url-secret.nginx;"
+            assert line in site, "deploy/nginx/tessera.conf lost its url-secret include line"
+            site = site.replace(line, "include %s;" % self.secret_snippet)
         last = None
         for _ in range(5):  # a free port can be taken between the probe and the bind
             self.port = free_port()

@@ -5,12 +5,22 @@
 - the manifest is never served stale (no-cache: nginx does not store it);
 - a tile's second fetch is a HIT that never reaches Tessera (its access log
   shows one request for it); the final PNG likewise;
-- the hit ratio over a few viewers is reported.
+- the hit ratio over a few viewers is reported;
+- keys on (test_signed_urls): the signed URLs Tessera hands out are checked
+  at the edge with secure_link, the secret taken from the snippet Tessera
+  writes (<data-dir>/url-secret.nginx): a valid one is cached once and
+  served without a key; a tampered or expired one gets 403 from nginx and
+  never reaches Tessera; a bare URL goes on to Tessera (401 without a key,
+  `private` and never stored with one).
 Exit 77 (skipped) without nginx."""
+import base64
+import hashlib
 import os
+import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "service"))
@@ -109,6 +119,85 @@ def test_through_nginx(ctx):
     assert tessera_hits(s, missing, 2) == 2
 
 
+def test_signed_urls(_ctx):
+    d = svc.tmpdir("tsr-cdn-keys-")
+    keys = os.path.join(d, "keys")
+    p = subprocess.run([svc.TSR_BIN, "keys", "new", "alice", "--keys", keys],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    auth = {"Authorization": "Bearer " + p.stdout.strip()}
+    s = svc.Server(["--tile-size", "32", "--keys", keys], name="cdn-keys").start()
+    snippet = os.path.join(s.data_dir, "url-secret.nginx")
+    ng = nginx_proxy.Nginx(s.port, secret_snippet=snippet).start()
+    try:
+        job = svc.request(ng.port, "POST", "/v1/jobs", {"prompt": PROMPT, "steps": 6, "seed": 7,
+                                                        "width": 64, "height": 64},
+                          headers=auth, validate_spec=False)
+        assert job.status == 202, job
+        jid = job.json["id"]
+        events = svc.sse_read(ng.port, "/v1/jobs/%s/events" % jid, headers=auth)
+        assert events[-1].name == "done", [e.name for e in events]
+        rec = get(ng.port, "/v1/jobs/" + jid, headers=auth).json
+        url = rec["images"][0]["url"]
+        u = urllib.parse.urlsplit(url)
+        q = dict(urllib.parse.parse_qsl(u.query))
+        path = u.path
+        assert "md5" in q and "expires" in q, url
+        # the signed PNG: no key, MISS then HIT, Tessera sees it once
+        first = get(ng.port, url)
+        assert first.status == 200 and first.headers["x-cache-status"] == "MISS", first.headers
+        for _ in range(3):
+            r = get(ng.port, url)
+            assert r.status == 200 and r.headers["x-cache-status"] == "HIT", r.headers
+            assert r.body == first.body
+        assert tessera_hits(s, path, 1) == 1, tessera_hits(s, path)
+        # a signed tile and the signed manifest, without a key
+        tiles = [e for e in events if e.name == "tiles"][-1].data
+        t = tiles["tiles"][0]["url"]
+        assert get(ng.port, t).status == 200 and get(ng.port, t).headers["x-cache-status"] == "HIT"
+        m = get(ng.port, tiles["manifest"])
+        assert m.status == 200 and m.headers.get("x-cache-status") != "HIT", m
+        # refused at the edge: tampered, another path, expired, half a signature
+        secret = open(os.path.join(s.data_dir, "url-secret")).read().strip()
+        past = int(time.time()) - 60
+        sig = base64.urlsafe_b64encode(hashlib.md5(
+            ("%d%s %s" % (past, path, secret)).encode()).digest()).decode().rstrip("=")
+        flipped = ("B" if q["md5"][0] == "A" else "A") + q["md5"][1:]
+        other = "/v1/jobs/%s/images/0/tiles/1/0_0.jpg" % jid
+        bad = {
+            "tampered": "%s?md5=%s&expires=%s" % (path, flipped, q["expires"]),
+            "later expiry": "%s?md5=%s&expires=%d" % (path, q["md5"], int(q["expires"]) + 60),
+            "another path": "%s?md5=%s&expires=%s" % (other, q["md5"], q["expires"]),
+            "expired": "%s?md5=%s&expires=%d" % (path, sig, past),
+            "expires only": "%s?expires=%s" % (path, q["expires"]),
+            "tampered manifest": tiles["manifest"].replace("md5=", "md5=A", 1),
+        }
+        before = tessera_hits(s, path), tessera_hits(s, other)
+        man_path = urllib.parse.urlsplit(tiles["manifest"]).path
+        man_before = tessera_hits(s, man_path)
+        for what, b in bad.items():
+            r = get(ng.port, b, headers=auth)  # a key does not get it through either
+            assert r.status == 403 and r.json["error"]["code"] == "forbidden", (what, r)
+            svc.note("through nginx: signed URL, %s" % what, "403 at the edge")
+        # a sentinel Tessera does see, so its log is known to be current
+        assert get(ng.port, path, headers=auth).status == 200
+        assert tessera_hits(s, path, before[0] + 1) == before[0] + 1, "a refused URL reached Tessera"
+        assert tessera_hits(s, other) == before[1] and tessera_hits(s, man_path) == man_before
+        # bare: Tessera answers (401 without a key, 200 private with one, never cached)
+        r = get(ng.port, path)
+        assert r.status == 401 and r.headers.get("x-cache-status") != "HIT", r
+        for _ in range(2):
+            r = get(ng.port, path, headers=auth)
+            assert r.status == 200 and r.headers["x-cache-status"] != "HIT", r.headers
+            assert r.headers["cache-control"].startswith("private"), r.headers
+        assert tessera_hits(s, path, before[0] + 4) == before[0] + 4
+        svc.figure("cdn, keys on: signed PNG 1 MISS + 3 HITs, Tessera saw it once; %d bad "
+                   "signatures refused by nginx, none reached Tessera" % len(bad))
+    finally:
+        ng.stop()
+        s.stop()
+
+
 def main():
     if not nginx_proxy.find_nginx():
         print("nginx not installed (scripts/setup.sh): skipped")
@@ -116,7 +205,7 @@ def main():
     s = svc.Server(["--tile-size", "32"], name="cdn-tessera").start()
     ng = nginx_proxy.Nginx(s.port).start()
     try:
-        return svc.run_tests([test_through_nginx], setup=lambda: (s, ng))
+        return svc.run_tests([test_through_nginx, test_signed_urls], setup=lambda: (s, ng))
     finally:
         ng.stop()
         s.stop()

@@ -17,16 +17,34 @@
 #include "tiles.h"
 #include "util.h"
 
-void svc_image_url(const svc_job *j, int index, char *buf, size_t size)
+/* Every image, tile and manifest URL is written here, through
+ * svc_url_format (signed with keys on; s NULL: the bare path). */
+static void url(const svc_server *s, const svc_job *j, const char *path, char *buf, size_t size)
 {
-    snprintf(buf, size, "/v1/jobs/%s/images/%d.png", j->ids, index);
+    svc_url_format(s ? &s->urls : NULL, path, j->created, buf, size);
 }
 
-void svc_tile_url(const svc_job *j, int index, int version, int row, int col, char *buf,
-                  size_t size)
+void svc_image_url(const svc_server *s, const svc_job *j, int index, char *buf, size_t size)
 {
-    snprintf(buf, size, "/v1/jobs/%s/images/%d/tiles/%d/%d_%d.jpg", j->ids, index, version, row,
-             col);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s/images/%d.png", j->ids, index);
+    url(s, j, path, buf, size);
+}
+
+void svc_tile_url(const svc_server *s, const svc_job *j, int index, int version, int row,
+                  int col, char *buf, size_t size)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s/images/%d/tiles/%d/%d_%d.jpg", j->ids, index,
+             version, row, col);
+    url(s, j, path, buf, size);
+}
+
+void svc_manifest_url(const svc_server *s, const svc_job *j, int index, char *buf, size_t size)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s/images/%d/tiles", j->ids, index);
+    url(s, j, path, buf, size);
 }
 
 static cJSON *error_json(const svc_job *j)
@@ -39,7 +57,7 @@ static cJSON *error_json(const svc_job *j)
     return e;
 }
 
-static cJSON *job_json(const svc_job *j, bool file)
+static cJSON *job_json(const svc_server *s, const svc_job *j, bool file)
 {
     cJSON *o = cJSON_CreateObject();
     if (!o)
@@ -72,9 +90,9 @@ static cJSON *job_json(const svc_job *j, bool file)
         cJSON_AddStringToObject(im, "state", svc_state_name(img->state));
         cJSON_AddNumberToObject(im, "step", img->step);
         bool stored = img->state == SVC_DONE && img->etag[0];
-        char url[96];
-        svc_image_url(j, i, url, sizeof url);
-        svc_json_add_string_or_null(im, "url", stored ? url : NULL);
+        char u[256];
+        svc_image_url(file ? NULL : s, j, i, u, sizeof u); /* job.json: the bare path */
+        svc_json_add_string_or_null(im, "url", stored ? u : NULL);
         svc_json_add_string_or_null(im, "infotext", stored ? img->infotext : NULL);
         if (file) {
             cJSON_AddNumberToObject(im, "steps", img->steps);
@@ -88,14 +106,12 @@ static cJSON *job_json(const svc_job *j, bool file)
 
 cJSON *svc_job_json(svc_server *s, const svc_job *j)
 {
-    (void)s;
-    return job_json(j, false);
+    return job_json(s, j, false);
 }
 
 cJSON *svc_job_file_json(svc_server *s, const svc_job *j)
 {
-    (void)s;
-    cJSON *o = job_json(j, true);
+    cJSON *o = job_json(s, j, true);
     if (o)
         cJSON_AddNumberToObject(o, "version", 1);
     if (o && j->owner[0])
@@ -122,7 +138,6 @@ static cJSON *counts_json(const svc_batch *b)
 
 cJSON *svc_batch_json(svc_server *s, const svc_batch *b)
 {
-    (void)s;
     cJSON *o = cJSON_CreateObject();
     if (!o)
         return NULL;
@@ -139,11 +154,11 @@ cJSON *svc_batch_json(svc_server *s, const svc_batch *b)
         for (int k = 0; k < j->n; k++) {
             cJSON *im = cJSON_CreateObject();
             cJSON_AddNumberToObject(im, "index", k);
-            char url[96];
-            svc_image_url(j, k, url, sizeof url);
+            char u[256];
+            svc_image_url(s, j, k, u, sizeof u);
             svc_json_add_string_or_null(im, "url", j->images[k].state == SVC_DONE &&
                                                            j->images[k].etag[0]
-                                                       ? url
+                                                       ? u
                                                        : NULL);
             cJSON_AddItemToArray(images, im);
         }
@@ -160,12 +175,13 @@ static void sse_event(struct evbuffer *out, uint32_t id, const char *name, cJSON
     cJSON_Delete(data);
 }
 
-void svc_job_event_sse(const svc_job *j, uint32_t index, struct evbuffer *out)
+void svc_job_event_sse(const svc_server *s, const svc_job *j, uint32_t index,
+                       struct evbuffer *out)
 {
     const svc_event *ev = &j->hist.ev[index];
     cJSON *d = cJSON_CreateObject();
     const char *name = "message";
-    char url[96];
+    char url[256];
     switch ((svc_event_kind)ev->kind) {
     case SVC_EV_QUEUED:
         name = "queued";
@@ -181,7 +197,7 @@ void svc_job_event_sse(const svc_job *j, uint32_t index, struct evbuffer *out)
         break;
     case SVC_EV_IMAGE:
         name = "image";
-        svc_image_url(j, ev->a, url, sizeof url);
+        svc_image_url(s, j, ev->a, url, sizeof url);
         cJSON_AddNumberToObject(d, "index", ev->a);
         cJSON_AddStringToObject(d, "url", url);
         cJSON_AddItemToObject(d, "seed", svc_json_u64(j->images[ev->a].seed));
@@ -196,6 +212,8 @@ void svc_job_event_sse(const svc_job *j, uint32_t index, struct evbuffer *out)
         name = "tiles";
         cJSON_AddNumberToObject(d, "image", ev->a);
         cJSON_AddNumberToObject(d, "step", ev->c);
+        svc_manifest_url(s, j, ev->a, url, sizeof url);
+        cJSON_AddStringToObject(d, "manifest", url);
         cJSON *arr = cJSON_AddArrayToObject(d, "tiles");
         const svc_tilemap *m = j->images[ev->a].tiles;
         if (m && ev->b >= 0 && ev->b < m->n_pubs) {
@@ -205,9 +223,9 @@ void svc_job_event_sse(const svc_job *j, uint32_t index, struct evbuffer *out)
                 cJSON_AddNumberToObject(t, "row", p->refs[k].row);
                 cJSON_AddNumberToObject(t, "col", p->refs[k].col);
                 cJSON_AddNumberToObject(t, "version", p->refs[k].version);
-                char turl[160];
-                svc_tile_url(j, ev->a, p->refs[k].version, p->refs[k].row, p->refs[k].col, turl,
-                             sizeof turl);
+                char turl[256];
+                svc_tile_url(s, j, ev->a, p->refs[k].version, p->refs[k].row, p->refs[k].col,
+                             turl, sizeof turl);
                 cJSON_AddStringToObject(t, "url", turl);
                 cJSON_AddItemToArray(arr, t);
             }
@@ -219,18 +237,19 @@ void svc_job_event_sse(const svc_job *j, uint32_t index, struct evbuffer *out)
     sse_event(out, index + 1, name, d);
 }
 
-void svc_batch_event_sse(const svc_batch *b, uint32_t index, struct evbuffer *out)
+void svc_batch_event_sse(const svc_server *s, const svc_batch *b, uint32_t index,
+                         struct evbuffer *out)
 {
     const svc_event *ev = &b->hist.ev[index];
     cJSON *d = cJSON_CreateObject();
     const char *name = "message";
     const svc_job *j = ev->job >= 0 && ev->job < b->n ? b->jobs[ev->job] : NULL;
-    char url[96];
+    char url[256];
     switch ((svc_event_kind)ev->kind) {
     case SVC_EV_B_IMAGE:
         name = "image";
         if (j) {
-            svc_image_url(j, ev->a, url, sizeof url);
+            svc_image_url(s, j, ev->a, url, sizeof url);
             cJSON_AddStringToObject(d, "job", j->ids);
             cJSON_AddNumberToObject(d, "index", ev->a);
             cJSON_AddStringToObject(d, "url", url);

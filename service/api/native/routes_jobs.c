@@ -140,6 +140,23 @@ static bool etag_matches(const char *header, const char *quoted)
     return strstr(header, quoted) != NULL;
 }
 
+/* Cache-Control of the immutable bytes (PNGs, tiles): public for a year
+ * with keys off; with keys on, public until the signed URL that let the
+ * request in expires, or private when a key did (a shared cache must not
+ * hand a key's answer to whoever asks next; docs/security.md). */
+static void immutable_cache(svc_req *r)
+{
+    char v[80];
+    if (r->signed_until > 0) {
+        long long left = r->signed_until - (long long)svc_now_unix();
+        snprintf(v, sizeof v, "public, max-age=%lld, immutable", left > 0 ? left : 0);
+    } else {
+        snprintf(v, sizeof v, "%s, max-age=31536000, immutable",
+                 r->srv->keys.n > 0 ? "private" : "public");
+    }
+    svc_req_add_header(r, "Cache-Control", v);
+}
+
 static void send_image(svc_req *r, svc_job *j, int index)
 {
     svc_server *s = r->srv;
@@ -152,7 +169,7 @@ static void send_image(svc_req *r, svc_job *j, int index)
     char etag[40];
     snprintf(etag, sizeof etag, "\"%s\"", img->etag);
     svc_req_add_header(r, "ETag", etag);
-    svc_req_add_header(r, "Cache-Control", "public, max-age=31536000, immutable");
+    immutable_cache(r);
     if (etag_matches(svc_req_header(r, "If-None-Match"), etag)) {
         svc_reply_buffer(r, 304, NULL, NULL);
         return;
@@ -191,7 +208,7 @@ static void send_tile(svc_req *r, svc_job *j, int index, int version, int row, i
     char etag[40];
     snprintf(etag, sizeof etag, "\"%s\"", b->etag);
     svc_req_add_header(r, "ETag", etag);
-    svc_req_add_header(r, "Cache-Control", "public, max-age=31536000, immutable");
+    immutable_cache(r);
     if (etag_matches(svc_req_header(r, "If-None-Match"), etag)) {
         svc_reply_buffer(r, 304, NULL, NULL);
         return;
@@ -235,8 +252,8 @@ static void send_manifest(svc_req *r, svc_job *j, int index)
             cJSON_AddNumberToObject(t, "row", rr);
             cJSON_AddNumberToObject(t, "col", cc);
             cJSON_AddNumberToObject(t, "version", b->version);
-            char url[160];
-            svc_tile_url(j, index, b->version, rr, cc, url, sizeof url);
+            char url[256];
+            svc_tile_url(r->srv, j, index, b->version, rr, cc, url, sizeof url);
             cJSON_AddStringToObject(t, "url", url);
             cJSON_AddItemToArray(arr, t);
         }
@@ -251,7 +268,10 @@ static void send_manifest(svc_req *r, svc_job *j, int index)
     svc_sha256_hex(text, strlen(text), hex);
     snprintf(etag, sizeof etag, "\"%.32s\"", hex);
     svc_req_add_header(r, "ETag", etag);
-    svc_req_add_header(r, "Cache-Control", "no-cache");
+    /* a key's answer stays out of shared caches (immutable_cache) */
+    svc_req_add_header(r, "Cache-Control",
+                       r->srv->keys.n > 0 && r->signed_until <= 0 ? "private, no-cache"
+                                                                  : "no-cache");
     if (etag_matches(svc_req_header(r, "If-None-Match"), etag)) {
         cJSON_free(text);
         svc_reply_buffer(r, 304, NULL, NULL);

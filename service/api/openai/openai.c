@@ -184,8 +184,8 @@ char *oai_image_b64(oai_call *c, int index)
 /* The URL of an image: absolute when the Host header is a plain host[:port]. */
 static void image_url(oai_call *c, int index, char *buf, size_t size)
 {
-    char path[96];
-    svc_image_url(c->job, index, path, sizeof path);
+    char path[256];
+    svc_image_url(c->srv, c->job, index, path, sizeof path);
     const char *host = c->r ? svc_req_header(c->r, "Host") : NULL;
     bool ok = host && host[0] && strlen(host) < 256;
     for (const char *p = host; ok && *p; p++)
