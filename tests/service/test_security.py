@@ -12,8 +12,9 @@ Browser defence (test_media_type, test_origin, test_host): 415 for a body
 that is not the route's media type, 403 for a foreign Origin or, on
 loopback, a foreign Host.
 
-Not here yet (later slices of issue 62): quotas and fair batching, signed
-URLs, Redis TLS.
+Quotas and fair batching (issue 62) are tests/service/test_fairness.py's,
+signed URLs tests/service/test_signed_urls.py's.  Not here yet (a later
+slice of issue 62): Redis TLS.
 """
 import base64
 import hashlib
