@@ -3,18 +3,45 @@
  * POST /v1/jobs, its event stream (queued, step, tiles, image, done...),
  * the tile URLs (immutable JPEGs painted onto one canvas per image),
  * /v1/batches for the batch view.  Job ids are kept in localStorage so the
- * gallery survives a reload (the server is asked for each job again). */
+ * gallery survives a reload (the server is asked for each job again).
+ *
+ * With keys on (docs/security.md) the first 401 shows a key field; the key
+ * stays in sessionStorage (this tab only, gone when it closes) and goes out
+ * as `Authorization: Bearer` on every fetch.  EventSource cannot send that
+ * header, so event streams are then read with fetch (KeyedEvents, same
+ * events and Last-Event-ID resume); images and tiles load in <img> through
+ * the signed URLs the server hands out, which need no header.  Without a
+ * key the page is what it was: EventSource, no field. */
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const STORE_KEY = "tessera.jobs";
+const KEY_STORE = "tessera.key";
 const FIELDS = ["prompt", "negative_prompt", "width", "height", "steps", "cfg_scale", "sampler",
   "scheduler", "seed", "n"];
 let mode = "single";
 let current = null; // {id, es, images, steps, t0}
 
+function apiKey() {
+  try { return sessionStorage.getItem(KEY_STORE) || ""; } catch (e) { return ""; }
+}
+
+function withKey(headers) {
+  const k = apiKey();
+  if (k) headers["Authorization"] = "Bearer " + k;
+  return headers;
+}
+
+/* The server wants a key (401): show the field. */
+function needKey(message) {
+  $("key-form").hidden = false;
+  $("key-forget").hidden = !apiKey();
+  $("err-key").textContent = apiKey() ? "The key was refused: " + (message || "401")
+    : "This server needs an API key.";
+}
+
 async function api(method, path, body) {
-  const opt = { method, headers: {} };
+  const opt = { method, headers: withKey({}) };
   if (body !== undefined) {
     opt.headers["Content-Type"] = "application/json";
     opt.body = JSON.stringify(body);
@@ -22,7 +49,83 @@ async function api(method, path, body) {
   const r = await fetch(path, opt);
   let data = null;
   try { data = await r.json(); } catch (e) { data = null; }
+  if (r.status === 401) needKey(data && data.error && data.error.message);
   return { status: r.status, ok: r.ok, data };
+}
+
+/* An event stream read with fetch, so it can carry the key: EventSource's
+ * events (MessageEvent by name, .data) and its resume (Last-Event-ID, again
+ * after a second) until close(). */
+class KeyedEvents extends EventTarget {
+  constructor(path) {
+    super();
+    this.path = path;
+    this.last = null;
+    this.closed = false;
+    this.ctrl = null;
+    this.run();
+  }
+
+  close() {
+    this.closed = true;
+    if (this.ctrl) this.ctrl.abort();
+  }
+
+  async run() {
+    while (!this.closed) {
+      this.ctrl = new AbortController();
+      const h = withKey({ Accept: "text/event-stream" });
+      if (this.last !== null) h["Last-Event-ID"] = this.last;
+      try {
+        const r = await fetch(this.path, { headers: h, signal: this.ctrl.signal, cache: "no-store" });
+        if (!r.ok) {
+          if (r.status === 401) needKey();
+          this.dispatchEvent(new Event("error"));
+          return;
+        }
+        await this.read(r.body.getReader());
+      } catch (e) {
+        if (this.closed) return;
+      }
+      if (!this.closed) await new Promise((ok) => setTimeout(ok, 1000));
+    }
+  }
+
+  async read(reader) {
+    const dec = new TextDecoder();
+    let buf = "", name = "message", data = [];
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done || this.closed) return;
+      buf += dec.decode(value, { stream: true });
+      let nl;
+      while ((nl = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, nl).replace(/\r$/, "");
+        buf = buf.slice(nl + 1);
+        if (line === "") {
+          if (data.length && !this.closed) {
+            this.dispatchEvent(new MessageEvent(name, { data: data.join("\n"),
+              lastEventId: this.last || "" }));
+          }
+          name = "message";
+          data = [];
+          continue;
+        }
+        if (line[0] === ":") continue;
+        const c = line.indexOf(":");
+        const field = c < 0 ? line : line.slice(0, c);
+        let v = c < 0 ? "" : line.slice(c + 1);
+        if (v[0] === " ") v = v.slice(1);
+        if (field === "event") name = v;
+        else if (field === "data") data.push(v);
+        else if (field === "id") this.last = v;
+      }
+    }
+  }
+}
+
+function openEvents(path) {
+  return apiKey() ? new KeyedEvents(path) : new EventSource(path);
 }
 
 /* ---------------------------------------------------------------- form */
@@ -117,7 +220,7 @@ function startRun(job, params) {
     c.setAttribute("aria-label", "image " + (i + 1) + " of " + n + ", in progress");
     box.appendChild(c);
   }
-  const es = new EventSource("/v1/jobs/" + job.id + "/events");
+  const es = openEvents("/v1/jobs/" + job.id + "/events");
   current.es = es;
   const data = (e) => JSON.parse(e.data);
   es.addEventListener("queued", (e) => {
@@ -178,8 +281,9 @@ function paintTiles(id, d) {
     }
   };
   if (grid) { draw(grid); return; }
-  /* the grid (tile size) once per image, from the manifest */
-  api("GET", "/v1/jobs/" + id + "/images/" + d.image + "/tiles").then((m) => {
+  /* the grid (tile size) once per image, from the manifest (the event's
+   * URL: signed with keys on) */
+  api("GET", d.manifest || "/v1/jobs/" + id + "/images/" + d.image + "/tiles").then((m) => {
     if (!m.ok) return;
     current && (current.grids[d.image] = m.data);
     draw(m.data);
@@ -296,7 +400,7 @@ async function submitBatch() {
   });
   let done = 0;
   $("batch-status").textContent = "0 / " + b.count + " done";
-  const es = new EventSource("/v1/batches/" + b.id + "/events");
+  const es = openEvents("/v1/batches/" + b.id + "/events");
   es.addEventListener("image", (e) => {
     const d = JSON.parse(e.data);
     const f = cells[d.job];
@@ -347,6 +451,25 @@ $("dice").addEventListener("click", () => {
 $("cancel").addEventListener("click", () => { cancelJob(); });
 $("tab-single").addEventListener("click", () => setMode("single"));
 $("tab-batch").addEventListener("click", () => setMode("batch"));
+
+$("key-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const k = $("api-key").value.trim();
+  if (!k) return;
+  try { sessionStorage.setItem(KEY_STORE, k); } catch (err) { /* private mode: no key kept */ }
+  $("api-key").value = "";
+  $("err-key").textContent = "";
+  $("key-form").hidden = true;
+  for (const sel of ["sampler", "scheduler"]) {
+    while ($(sel).options.length > 1) $(sel).remove(1);
+  }
+  loadLists();
+  loadGallery();
+});
+$("key-forget").addEventListener("click", () => {
+  try { sessionStorage.removeItem(KEY_STORE); } catch (err) { /* nothing kept */ }
+  location.reload();
+});
 
 loadLists();
 loadGallery();

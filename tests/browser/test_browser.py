@@ -7,11 +7,17 @@ times before the job ends (canvas pixels sampled through JavaScript), sees
 the final image and its gallery entry (also after a reload: localStorage +
 the server), cancels a second job, and checks that an invalid width shows
 the API's error next to the width field.  Then the same first steps through
-deploy/nginx/tessera.conf when nginx is installed.  Screenshots are saved
-under $TSR_ARTIFACTS (the build dir).  Exit 77 (skipped) without Chromium,
+deploy/nginx/tessera.conf when nginx is installed.  Then with keys on
+(test_keys): the page asks for a key after the first 401, keeps it in
+sessionStorage, follows the job's events with fetch (EventSource cannot send
+the key), paints tiles and shows the gallery image through the signed URLs
+the server hands out (an <img> sends no key), directly and through nginx
+checking the signatures at the edge.  Screenshots are saved under
+$TSR_ARTIFACTS (the build dir).  Exit 77 (skipped) without Chromium,
 chromedriver or selenium."""
 import os
 import shutil
+import subprocess
 import sys
 import time
 
@@ -79,9 +85,22 @@ def shot(drv, name):
 STEPS = 150
 
 
-def run_page(drv, port, tag, steps=STEPS):
+def enter_key(drv, key):
+    """Keys on: the page shows its key field after the first 401."""
+    form = wait(lambda: [f for f in drv.find_elements(By.ID, "key-form") if f.is_displayed()], 20,
+                "the key field after a 401")[0]
+    assert "needs an API key" in form.text, form.text
+    assert len(drv.find_elements(By.CSS_SELECTOR, "#sampler option")) == 1
+    drv.find_element(By.ID, "api-key").send_keys(key)
+    drv.find_element(By.ID, "key-use").click()
+    wait(lambda: not drv.find_element(By.ID, "key-form").is_displayed(), 10, "the key accepted")
+
+
+def run_page(drv, port, tag, steps=STEPS, key=None):
     base = "http://127.0.0.1:%d" % port
     drv.get(base + "/")
+    if key:
+        enter_key(drv, key)
     wait(lambda: len(drv.find_elements(By.CSS_SELECTOR, "#sampler option")) > 1, 20,
          "the sampler list from /v1/samplers")
     drv.execute_script("localStorage.clear();")
@@ -121,6 +140,8 @@ def run_page(drv, port, tag, steps=STEPS):
     wait(lambda: drv.execute_script("return arguments[0].complete && arguments[0].naturalWidth",
                                     img), 20, "the gallery image")
     assert "seed 42" in item.text and "Download" in item.text, item.text
+    src = img.get_attribute("src")
+    assert ("?md5=" in src) == bool(key), src  # signed with keys on, bare without
     done = shot(drv, "%s-done.png" % tag)
     return mid, done
 
@@ -175,6 +196,42 @@ def test_through_nginx(ctx):
         ng.stop()
 
 
+def test_keys(ctx):
+    """Keys on: key field, fetch-read events, signed <img> URLs; the key stays
+    in sessionStorage, never in localStorage."""
+    drv = ctx["drv"]
+    d = svc.tmpdir("tsr-browser-keys-")
+    keys = os.path.join(d, "keys")
+    p = subprocess.run([svc.TSR_BIN, "keys", "new", "web", "--keys", keys], capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    key = p.stdout.strip()
+    s = svc.Server(["--tile-size", "32", "--max-batch", "2", "--keys", keys],
+                   name="browser-keys").start()
+    try:
+        run_page(drv, s.port, "keys", key=key)
+        stored = drv.execute_script("return [sessionStorage.getItem('tessera.key'), "
+                                    "JSON.stringify(localStorage)];")
+        assert stored[0] == key and key not in stored[1], "the key is kept in sessionStorage only"
+        # tiles came through signed URLs: the server saw no 401 for a tile
+        log = s.all_output()
+        assert "/tiles/" in log and " 401 " not in "\n".join(
+            ln for ln in log.splitlines() if "/tiles/" in ln), "a tile was refused"
+        if nginx_proxy.find_nginx():
+            snippet = os.path.join(s.data_dir, "url-secret.nginx")
+            ng = nginx_proxy.Nginx(s.port, secret_snippet=snippet).start()
+            try:
+                run_page(drv, ng.port, "keys-nginx", key=key)
+                alog = ng.access_log()
+                assert "/tiles/" in alog and "md5=" in alog, "no signed tile went through nginx"
+            finally:
+                ng.stop()
+        else:
+            svc.note("nginx not installed", "keys through nginx skipped")
+    finally:
+        s.stop()
+
+
 def main():
     if webdriver is None or not shutil.which("chromedriver") and \
             not os.path.exists("/usr/bin/chromedriver"):
@@ -185,7 +242,7 @@ def main():
     try:
         drv = browser()
         ctx = {"server": s, "drv": drv}
-        return svc.run_tests([test_page, test_through_nginx], setup=lambda: ctx)
+        return svc.run_tests([test_page, test_through_nginx, test_keys], setup=lambda: ctx)
     finally:
         if drv:
             drv.quit()
