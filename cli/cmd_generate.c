@@ -273,6 +273,8 @@ int tsr_cmd_generate(int argc, char **argv)
     o.mask_blur = 4;
     o.full_res_padding = GEN_FULL_RES_PADDING;
     o.device = "auto";
+    o.hires_strength = 0.7;
+    o.inpainting_fill = 1;
     const tsr_arg_spec specs[] = {
         {"model", TSR_ARG_STRING, &o.model, "DIR_OR_FILE",
          "diffusers folder or single .safetensors (default: models/demo)", 0, 0, 0, 0},
@@ -323,6 +325,23 @@ int tsr_cmd_generate(int argc, char **argv)
         {"inpaint-full-res-padding", TSR_ARG_INT, &o.full_res_padding, "N",
          "with --inpaint-full-res: pixels added around the mask's box, 0..256 (default 32)", 0,
          GEN_FULL_RES_PADDING_MAX, 0, 0, .seen = &o.full_res_padding_given},
+        {"inpainting-fill", TSR_ARG_INT, &o.inpainting_fill, "N",
+         "inpainting: what the masked area starts from, A1111's inpainting_fill: 0 fill "
+         "(blurred surroundings), 1 original (default), 2 latent noise, 3 latent nothing", 0, 3,
+         0, 0},
+        {"hires-scale", TSR_ARG_FLOAT, &o.hires_scale, "F",
+         "hires fix: a second img2img pass at int(width * F) x int(height * F), (0, 16] "
+         "(default 0 = off; txt2img only)", 0, 0, 0, 16},
+        {"hires-steps", TSR_ARG_INT, &o.hires_steps, "N",
+         "hires fix: the second pass's steps, 0..1000 (default 0 = --steps)", 0, TSR_MAX_STEPS,
+         0, 0},
+        {"hires-strength", TSR_ARG_FLOAT, &o.hires_strength, "F",
+         "hires fix: the second pass's denoising strength, (0, 1] (default 0.7)", 0, 0, 0, 1,
+         .fmin_open = true},
+        {"hires-upscaler", TSR_ARG_STRING, &o.hires_upscaler, "NAME",
+         "hires fix: Latent (default), \"Latent (antialiased)\", \"Latent (bicubic)\", "
+         "\"Latent (bicubic antialiased)\", \"Latent (nearest)\", \"Latent (nearest-exact)\", "
+         "Lanczos, Nearest, None", 0, 0, 0, 0},
         {"resize-mode", TSR_ARG_STRING, &o.resize_mode, "MODE",
          "fit the init image and mask to the size as A1111 does: just-resize (default), "
          "crop-and-resize, resize-and-fill", 0, 0, 0, 0},
@@ -367,7 +386,10 @@ int tsr_cmd_generate(int argc, char **argv)
             "seeds are unsigned 64-bit as manual_seed takes them.  --batch-size N makes N\n"
             "images (seeds s..s+N-1); up to 16 with guidance (32 without) share each UNet call\n"
             "and the rest run in further calls.  A .png carries A1111's 'parameters' text chunk;\n"
-            "a .jpg/.jpeg carries the same text as an EXIF UserComment, as A1111 writes it.",
+            "a .jpg/.jpeg carries the same text as an EXIF UserComment, as A1111 writes it.\n"
+            "--hires-scale F is A1111's hires fix: the image is made at --width x --height,\n"
+            "upscaled (--hires-upscaler) and denoised again at the larger size for\n"
+            "--hires-steps steps at --hires-strength (docs/api.md, \"Hires fix\").",
         .specs = specs,
         .n_specs = (int)(sizeof specs / sizeof specs[0]),
     };
@@ -469,6 +491,11 @@ int tsr_cmd_generate(int argc, char **argv)
         p.init_image = o.init ? init.data : NULL;
         p.strength = o.strength;
         p.mask = o.mask ? mask.data : NULL;
+        p.mask_fill = (int)o.inpainting_fill;
+        p.hires_scale = o.hires_scale;
+        p.hires_steps = (int)o.hires_steps;
+        p.hires_strength = o.hires_strength;
+        p.hires_upscaler = o.hires_upscaler;
         const char *field = NULL;
         rc = tsr_image_params_check(engine, &p, &field);
         if (rc == TSR_OK)
@@ -494,7 +521,8 @@ int tsr_cmd_generate(int argc, char **argv)
     TSR_INFO("generating %d image%s of %lldx%lld on %s, seed %llu", n_images,
              n_images > 1 ? "s" : "", (long long)o.width, (long long)o.height,
              tsr_engine_device(engine), (unsigned long long)o.seed);
-    pr.evals_total = n_images * (int)o.steps;
+    const int hires_steps = o.hires_scale > 0 ? (int)(o.hires_steps ? o.hires_steps : o.steps) : 0;
+    pr.evals_total = n_images * ((int)o.steps + hires_steps);
     double step_s[2 * TSR_MAX_STEPS + 8];
     int n_steps = 0;
     while (tsr_batch_active(batch) > 0) {

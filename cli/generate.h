@@ -42,6 +42,11 @@ typedef struct gen_opts {
     bool inpaint_full_res, full_res_padding_given;
     int64_t full_res_padding;
     bool quiet, seed_given, strength_given;
+    /* hires fix (A1111's): --hires-scale, --hires-steps, --hires-strength,
+     * --hires-upscaler; inpainting's --inpainting-fill (A1111's numbers) */
+    double hires_scale, hires_strength;
+    int64_t hires_steps, inpainting_fill;
+    const char *hires_upscaler;
     /* derived by gen_precheck */
     gen_format format;
     tsr_resize_mode resize;

@@ -254,10 +254,10 @@ int tsr_a1111_parameters(const tsr_a1111_info *info, char **out)
     const char *strs[] = {info->prompt,     info->negative_prompt, info->sampler,
                           info->schedule_type, info->model_hash,   info->model,
                           info->vae_hash,   info->vae,             info->rng,
-                          info->version};
+                          info->version,    info->hires_upscaler};
     static const char *names[] = {"prompt",     "negative prompt", "sampler", "schedule type",
                                   "model hash", "model",           "VAE hash", "VAE",
-                                  "RNG",        "version"};
+                                  "RNG",        "version",         "hires upscaler"};
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
         TSR_TRY(check_utf8(names[i], strs[i]));
 
@@ -290,6 +290,17 @@ int tsr_a1111_parameters(const tsr_a1111_info *info, char **out)
         sb_fmt(&b, ": %d", info->clip_skip);
     }
     field_str(&f, "RNG", info->rng && strcmp(info->rng, "GPU") != 0 ? info->rng : NULL);
+    if (info->hires_resize_x > 0 || info->hires_resize_y > 0) {
+        field_sep(&f, "Hires resize");
+        sb_fmt(&b, ": %dx%d", info->hires_resize_x, info->hires_resize_y);
+    } else if (info->hires_upscale > 0) {
+        field_num(&f, "Hires upscale", info->hires_upscale);
+    }
+    if (info->hires_steps > 0) {
+        field_sep(&f, "Hires steps");
+        sb_fmt(&b, ": %d", info->hires_steps);
+    }
+    field_str(&f, "Hires upscaler", info->hires_upscaler);
     field_str(&f, "Version", info->version);
 
     if (b.oom) {

@@ -261,6 +261,14 @@ typedef struct tsr_a1111_info {
     int clip_skip;               /* <= 1 omits (A1111 omits 1) */
     const char *rng;             /* "CPU" / "NV"; NULL or "GPU" (A1111's default) omits */
     const char *version;         /* "Version: tessera 0.1.0"; NULL omits */
+    /* the hires fix's extra parameters, after RNG (A1111's
+     * extra_generation_params): "Hires upscale: 2" (<= 0 omits), or "Hires
+     * resize: 1024x0" (both 0 omit), "Hires steps: 10" (0 omits), "Hires
+     * upscaler: Latent" (NULL omits) */
+    double hires_upscale;
+    int hires_resize_x, hires_resize_y;
+    int hires_steps;
+    const char *hires_upscaler;
 } tsr_a1111_info;
 
 /* Fill `info` with "omitted" values (negative denoising, clip_skip 0, NULLs). */

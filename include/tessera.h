@@ -178,6 +178,23 @@ typedef struct tsr_image_params {
     const uint8_t *mask;
     /* SDXL micro-conditioning; 0 = diffusers' defaults (the image size, 0) */
     int original_width, original_height, crop_top, crop_left, target_width, target_height;
+    /* hires fix (A1111's): after the last step, the latents are upscaled and
+     * denoised again as an img2img image at the larger size (docs/api.md,
+     * "Hires fix").  On when hires_scale > 0 or hires_width/height > 0;
+     * txt2img only.  The second pass runs hires_steps (0 = steps) steps of a
+     * schedule of int(hires_steps / min(hires_strength, 0.999)) steps, with
+     * noise drawn afresh from the image's seed at the new size. */
+    double hires_scale;          /* final size int(width * s) x int(height * s) */
+    int hires_width, hires_height; /* A1111's hr_resize_x/y (0 = from the other / the scale) */
+    int hires_steps;             /* 0 = steps */
+    double hires_strength;       /* (0, 1], default 0.7 */
+    const char *hires_upscaler;  /* NULL = "Latent"; "Latent (antialiased)", "Latent (bicubic)",
+                                  * "Latent (bicubic antialiased)", "Latent (nearest)",
+                                  * "Latent (nearest-exact)", "Lanczos", "None" (copied) */
+    /* inpainting: A1111's inpainting_fill, what the masked area starts from:
+     * 0 fill (blurred surroundings), 1 original (default), 2 latent noise,
+     * 3 latent nothing */
+    int mask_fill;
 } tsr_image_params;
 
 void tsr_image_params_init(tsr_image_params *p);
@@ -189,9 +206,10 @@ void tsr_image_params_init(tsr_image_params *p);
  * NULL) gets the name of the offending parameter - "width", "height",
  * "steps", "cfg_scale", "guidance_rescale", "sampler", "scheduler", "rng",
  * "clip_skip", "eta", "prompt", "negative_prompt", "strength", "init_image",
- * "mask" - or NULL.  Reads only what is fixed at tsr_engine_open, so a
- * server may call it on its own thread while a worker steps a batch of the
- * same engine. */
+ * "mask", "hires_scale", "hires_width", "hires_height", "hires_steps",
+ * "hires_strength", "hires_upscaler", "mask_fill" - or NULL.  Reads only
+ * what is fixed at tsr_engine_open, so a server may call it on its own
+ * thread while a worker steps a batch of the same engine. */
 int tsr_image_params_check(const tsr_engine *e, const tsr_image_params *p, const char **field);
 
 /* ------------------------------------------------------------------------

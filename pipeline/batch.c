@@ -157,8 +157,8 @@ void tsr_batch_report_final(tsr_batch *b, tsr_batch_image *j)
     info.image = j->id;
     info.state = j->state;
     info.status = j->status;
-    info.step = j->sampler ? tsr_sampler_steps_done(j->sampler) : 0;
-    info.steps = j->sampler ? tsr_sampler_steps_total(j->sampler) : j->steps;
+    info.step = tsr_batch_image_steps_done(j);
+    info.steps = tsr_batch_image_steps_total(j);
     info.latent_height = j->lh;
     info.latent_width = j->lw;
     info.latent_channels = b->e->latent_channels;
@@ -307,8 +307,8 @@ int tsr_batch_image_info(const tsr_batch *b, int image, tsr_image_info *out)
     out->image = j->id;
     out->state = j->state;
     out->status = j->status;
-    out->step = j->sampler ? tsr_sampler_steps_done(j->sampler) : 0;
-    out->steps = j->sampler ? tsr_sampler_steps_total(j->sampler) : j->steps;
+    out->step = tsr_batch_image_steps_done(j);
+    out->steps = tsr_batch_image_steps_total(j);
     out->width = j->width;
     out->height = j->height;
     out->seed = j->seed;

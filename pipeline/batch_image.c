@@ -22,6 +22,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "pipeline/hires.h"
 #include "pipeline/pipeline_internal.h"
 
 double tsr_pipeline_now(void)
@@ -65,6 +66,7 @@ void tsr_batch_image_free(tsr_batch_image *j)
     tsr_text_embedding_free(&j->uncond);
     free(j->prompt);
     free(j->negative);
+    free(j->upscaler);
     free((void *)j->params.init_image);
     free((void *)j->params.mask);
     free(j->rgb);
@@ -84,6 +86,7 @@ int tsr_batch_image_create(const tsr_engine *e, const tsr_image_params *p,
     j->params.prompt = j->params.negative_prompt = j->params.sampler = j->params.schedule = NULL;
     j->params.rng = NULL;
     j->params.init_image = j->params.mask = NULL;
+    j->params.hires_upscaler = NULL;
     j->res = *r;
     j->width = r->width;
     j->height = r->height;
@@ -101,12 +104,31 @@ int tsr_batch_image_create(const tsr_engine *e, const tsr_image_params *p,
     j->strength = p->init_image ? p->strength : -1.0;
     j->prompt = dup_str(p->prompt);
     j->negative = dup_str(p->negative_prompt);
+    if (tsr_hires_wanted(p)) {
+        tsr_hires_plan plan;
+        int rc = tsr_hires_check(e, p, j->width, j->height, &plan, NULL);
+        if (rc < 0) {
+            tsr_batch_image_free(j);
+            return rc;
+        }
+        j->hires = true;
+        j->hires_to_w = plan.to_w;
+        j->hires_to_h = plan.to_h;
+        j->hires_trunc_x = plan.trunc_x;
+        j->hires_trunc_y = plan.trunc_y;
+        j->hires_steps = plan.steps;
+        j->hires_sched = plan.sched_steps;
+        j->steps_later = plan.steps;
+        j->upscaler = dup_str(p->hires_upscaler);
+        j->params.hires_upscaler = j->upscaler;
+    }
     const size_t npix = (size_t)r->width * r->height;
     if (p->init_image)
         j->params.init_image = dup_bytes(p->init_image, npix * 3);
     if (p->mask)
         j->params.mask = dup_bytes(p->mask, npix);
     if (!j->prompt || (p->negative_prompt && !j->negative) ||
+        (p->hires_upscaler && j->hires && !j->upscaler) ||
         (p->init_image && !j->params.init_image) || (p->mask && !j->params.mask)) {
         tsr_batch_image_free(j);
         return tsr_errorf(TSR_ERR_NOMEM, "out of memory copying the image parameters");
@@ -131,7 +153,7 @@ int tsr_batch_image_create(const tsr_engine *e, const tsr_image_params *p,
 
 /* Encode an 8-bit RGB image to latents (diffusers' retrieve_latents with
  * sample mode): mean + std * noise drawn from the image's stream. */
-static int encode_image(tsr_engine *e, tsr_batch_image *j, const float *pixels, float *latent)
+int tsr_batch_image_encode(tsr_engine *e, tsr_batch_image *j, const float *pixels, float *latent)
 {
     const size_t n = (size_t)j->lh * j->lw * e->latent_channels;
     float *mean = malloc(n * sizeof(float)), *logvar = malloc(n * sizeof(float));
@@ -171,9 +193,26 @@ static int prepare_latents(tsr_engine *e, tsr_batch_image *j, const tsr_image_pa
         rc = tsr_errorf(TSR_ERR_NOMEM, "out of memory for the init image");
         goto done;
     }
-    tsr_vae_from_u8(p->init_image, npix * 3, pixels);
+    if (p->mask && p->mask_fill != 1) {
+        /* A1111's fill (every mode but "original"): the masked area painted
+         * from blurred surroundings before anything is encoded */
+        uint8_t *filled = malloc(npix * 3);
+        if (!filled) {
+            rc = tsr_errorf(TSR_ERR_NOMEM, "out of memory for the init image");
+            goto done;
+        }
+        memcpy(filled, p->init_image, npix * 3);
+        rc = tsr_mask_fill(filled, p->mask, j->width, j->height);
+        if (rc == TSR_OK)
+            tsr_vae_from_u8(filled, npix * 3, pixels);
+        free(filled);
+        if (rc < 0)
+            goto done;
+    } else {
+        tsr_vae_from_u8(p->init_image, npix * 3, pixels);
+    }
     if (!p->mask) { /* img2img */
-        TSR_CHECK_GOTO(rc, encode_image(e, j, pixels, j->latent), done);
+        TSR_CHECK_GOTO(rc, tsr_batch_image_encode(e, j, pixels, j->latent), done);
         TSR_CHECK_GOTO(rc, tsr_rng_randn_nhwc(&j->rng, e->latent_channels, j->lh, j->lw, noise),
                        done);
         tsr_sampler_add_noise(j->sampler, j->latent, noise, j->latent);
@@ -187,13 +226,29 @@ static int prepare_latents(tsr_engine *e, tsr_batch_image *j, const tsr_image_pa
     const bool strength_max = p->strength >= 1.0;
     const bool plain = e->in_channels == e->latent_channels; /* 4-channel model */
     float *image_latent = NULL;
+    j->mask = malloc((size_t)j->lh * j->lw * sizeof(float));
+    if (!j->mask) {
+        rc = tsr_errorf(TSR_ERR_NOMEM, "out of memory for the mask");
+        goto done;
+    }
+    /* binarize at 0.5, then torch's nearest resize to the latent size */
+    for (int y = 0; y < j->lh; y++)
+        for (int x = 0; x < j->lw; x++) {
+            int sy = (int)((int64_t)y * j->height / j->lh),
+                sx = (int)((int64_t)x * j->width / j->lw);
+            j->mask[y * j->lw + x] = p->mask[(size_t)sy * j->width + sx] >= 128 ? 1.0f : 0.0f;
+        }
     if (!strength_max || plain) {
         image_latent = malloc(n * sizeof(float));
         if (!image_latent) {
             rc = tsr_errorf(TSR_ERR_NOMEM, "out of memory for the init image");
             goto done;
         }
-        TSR_CHECK_GOTO(rc, encode_image(e, j, pixels, image_latent), inpaint_done);
+        TSR_CHECK_GOTO(rc, tsr_batch_image_encode(e, j, pixels, image_latent), inpaint_done);
+        TSR_CHECK_GOTO(rc,
+                       tsr_latent_fill(p->mask_fill, j->mask, j->lh, j->lw, e->latent_channels,
+                                       j->rng_kind, j->seed, image_latent),
+                       inpaint_done);
     }
     TSR_CHECK_GOTO(rc, tsr_rng_randn_nhwc(&j->rng, e->latent_channels, j->lh, j->lw, noise),
                    inpaint_done);
@@ -203,18 +258,6 @@ static int prepare_latents(tsr_engine *e, tsr_batch_image *j, const tsr_image_pa
     } else {
         tsr_sampler_add_noise(j->sampler, image_latent, noise, j->latent);
     }
-    j->mask = malloc((size_t)j->lh * j->lw * sizeof(float));
-    if (!j->mask) {
-        rc = tsr_errorf(TSR_ERR_NOMEM, "out of memory for the mask");
-        goto inpaint_done;
-    }
-    /* binarize at 0.5, then torch's nearest resize to the latent size */
-    for (int y = 0; y < j->lh; y++)
-        for (int x = 0; x < j->lw; x++) {
-            int sy = (int)((int64_t)y * j->height / j->lh),
-                sx = (int)((int64_t)x * j->width / j->lw);
-            j->mask[y * j->lw + x] = p->mask[(size_t)sy * j->width + sx] >= 128 ? 1.0f : 0.0f;
-        }
     if (plain) {
         /* keep the image latents and the initial noise for the per-step
          * blend (pipeline/step.c) */
@@ -241,7 +284,7 @@ static int prepare_latents(tsr_engine *e, tsr_batch_image *j, const tsr_image_pa
     for (size_t i = 0; i < npix; i++)
         if (p->mask[i] >= 128)
             pixels[3 * i] = pixels[3 * i + 1] = pixels[3 * i + 2] = 0.0f;
-    TSR_CHECK_GOTO(rc, encode_image(e, j, pixels, j->masked), inpaint_done);
+    TSR_CHECK_GOTO(rc, tsr_batch_image_encode(e, j, pixels, j->masked), inpaint_done);
 inpaint_done:
     free(image_latent);
 done:

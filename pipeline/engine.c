@@ -342,8 +342,8 @@ int tsr_batch_image_infotext(const tsr_engine *e, tsr_batch_image *j)
                                                              : tsr_schedule_display_name(j->schedule);
     info.cfg_scale = j->cfg_scale;
     info.seed = (int64_t)j->seed;
-    info.width = j->width;
-    info.height = j->height;
+    info.width = j->res.width; /* the first pass's size, as A1111 writes it */
+    info.height = j->res.height;
     info.model_hash = e->model_hash[0] ? e->model_hash : NULL;
     info.model = e->model_name;
     info.denoising_strength = j->strength;
@@ -352,5 +352,17 @@ int tsr_batch_image_infotext(const tsr_engine *e, tsr_batch_image *j)
     char version[32];
     snprintf(version, sizeof version, "tessera %s", tsr_version());
     info.version = version;
+    if (j->step_offset > 0) { /* a hires image, its second pass done */
+        const tsr_image_params *p = &j->params;
+        info.denoising_strength = p->hires_strength;
+        if (p->hires_width || p->hires_height) {
+            info.hires_resize_x = p->hires_width;
+            info.hires_resize_y = p->hires_height;
+        } else {
+            info.hires_upscale = p->hires_scale;
+        }
+        info.hires_steps = p->hires_steps;
+        info.hires_upscaler = j->upscaler;
+    }
     return tsr_a1111_parameters(&info, &j->parameters);
 }

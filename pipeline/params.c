@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "pipeline/hires.h"
 #include "pipeline/pipeline_internal.h"
 
 void tsr_image_params_init(tsr_image_params *p)
@@ -25,6 +26,8 @@ void tsr_image_params_init(tsr_image_params *p)
     p->rng = "cpu";
     p->clip_skip = 1;
     p->strength = 0.75;
+    p->hires_strength = 0.7;
+    p->mask_fill = 1;
 }
 
 const char *tsr_image_state_name(tsr_image_state s)
@@ -117,6 +120,13 @@ int tsr_params_resolve(const tsr_engine *e, const tsr_image_params *p, tsr_param
                   "strength %g leaves no denoising step out of %d (steps x strength must be at "
                   "least 1)",
                   p->strength, p->steps);
+    if (p->mask_fill < 0 || p->mask_fill > 3)
+        FIELD_ERR("mask_fill", TSR_ERR_INVALID,
+                  "mask fill must be 0 (fill), 1 (original), 2 (latent noise) or 3 (latent "
+                  "nothing), got %d",
+                  p->mask_fill);
+    tsr_hires_plan plan;
+    TSR_TRY(tsr_hires_check(e, p, r->width, r->height, &plan, field));
     return TSR_OK;
 }
 

@@ -89,10 +89,32 @@ typedef struct tsr_batch_image {
     double strength;    /* < 0 without an init image */
     uint64_t seed;
     tsr_rng_kind rng_kind;
+    /* hires fix (pipeline/hires.c): the plan made at submit */
+    bool hires;         /* a second pass follows the one running */
+    int hires_to_w, hires_to_h, hires_trunc_x, hires_trunc_y; /* A1111's target arithmetic */
+    int hires_steps, hires_sched; /* its steps, and the schedule they end */
+    char *upscaler;     /* the upscaler's name as given (owned; NULL = "Latent") */
+    int step_offset;    /* user-visible steps of the passes before the running one */
+    int steps_later;    /* ... and of the pass still to come */
     /* result */
     uint8_t *rgb;
     char *parameters;
 } tsr_batch_image;
+
+/* Progress over both passes of a hires image (one pass otherwise). */
+static inline int tsr_batch_image_steps_done(const tsr_batch_image *j)
+{
+    return j->sampler ? j->step_offset + tsr_sampler_steps_done(j->sampler) : 0;
+}
+static inline int tsr_batch_image_steps_total(const tsr_batch_image *j)
+{
+    return (j->sampler ? j->step_offset + tsr_sampler_steps_total(j->sampler) : j->steps) +
+           j->steps_later;
+}
+
+/* Encode 8-bit-derived pixels ([-1, 1], j->height x j->width) to latents
+ * (j->lh x j->lw): the VAE's mean + std * noise drawn from j's stream. */
+int tsr_batch_image_encode(tsr_engine *e, tsr_batch_image *j, const float *pixels, float *latent);
 
 /* The A1111 infotext for a finished image (owned string in image->parameters). */
 int tsr_batch_image_infotext(const tsr_engine *e, tsr_batch_image *j);

@@ -30,6 +30,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "pipeline/batch_internal.h"
+#include "pipeline/hires.h"
 
 #define MAX_ROWS TSR_UNET_MAX_BATCH
 
@@ -226,8 +227,8 @@ static void report_step(tsr_batch *b, tsr_batch_image *j)
     memset(&info, 0, sizeof info);
     info.image = j->id;
     info.state = TSR_IMAGE_DENOISING;
-    info.step = tsr_sampler_steps_done(j->sampler);
-    info.steps = tsr_sampler_steps_total(j->sampler);
+    info.step = tsr_batch_image_steps_done(j);
+    info.steps = tsr_batch_image_steps_total(j);
     info.timestep = tsr_sampler_done(j->sampler) ? 0 : tsr_sampler_timestep(j->sampler);
     info.x0 = j->x0;
     info.latent_height = j->lh;
@@ -480,6 +481,13 @@ static void advance(tsr_batch *b, const call_group *g)
         if (tsr_sampler_done(j->sampler))
             j->state = TSR_IMAGE_DECODING;
         report_step(b, j);
+        if (j->state == TSR_IMAGE_DECODING && j->hires) {
+            /* the first pass is done: upscale and go on denoising at the
+             * new size, in whatever group that size joins (pipeline/hires.c) */
+            rc = tsr_batch_image_hires(b->e, j, b->opt.max_decode_pixels);
+            if (rc < 0)
+                tsr_batch_fail_image(b, j, rc);
+        }
     }
 }
 
