@@ -299,6 +299,9 @@ int tsr_service_run(const tsr_service_config *cfg)
         rc = TSR_ERR_INVALID;
         goto out;
     }
+    if (s->urls.on && s->cfg.queue_url && !s->cfg.url_secret_file)
+        SVC_WARN("--queue with keys: give every api node the same --url-secret-file, or an image "
+                 "URL one node signed gets 403 from another (docs/scale-out.md)");
     long holder = 0;
     e = svc_store_lock(s->cfg.data_dir, &lock_fd, &holder);
     if (e == -EBUSY) {
