@@ -22,6 +22,11 @@ everyone.  So:
   still accepted; a request alone above the cap says so; /metrics has
   tessera_key_waiting_images per key.
 - test_quota_keys_off: without keys, --key-max-queue is one cap for all.
+- test_quota_cluster: with --queue, two api nodes (no worker, so images
+  stay queued): alice's 2 images accepted by one node count on the other,
+  which refuses her third and takes bob's (docs/scale-out.md).  Needs
+  redis-server (TSR_REDIS_SERVER or on PATH); without it, says so and
+  passes.
 
 Sizes: the demo model at 64x64, few steps, --threads 1, so the whole file
 runs in well under a minute on a loaded 2-core machine; the bounds (6 of
@@ -169,7 +174,34 @@ def test_quota_keys_off():
         s.stop(60)
 
 
-TESTS = [test_flood_fair, test_one_key_fifo, test_key_quota, test_quota_keys_off]
+def test_quota_cluster(c):
+    cluster = gate.cluster
+    if not cluster.REDIS_SERVER:
+        svc.figure("quota across api nodes: no redis-server (TSR_REDIS_SERVER), not run")
+        return
+    redis = cluster.Redis().start()
+    extra = ["--keys", c.keys, "--key-max-queue", "2"]
+    nodes = cluster.start_all([cluster.node(redis.url, "api", "api-a", extra),
+                               cluster.node(redis.url, "api", "api-b", extra)])
+    a, b = nodes
+    try:
+        a.token = b.token = c.alice
+        a.submit(prompt=PROMPT, width=64, height=64, steps=1, n=2)
+        svc.wait_until(lambda: waiting(b, "alice") == 2, 30, "api-b seeing alice's 2 images")
+        r = b.post("/v1/jobs", dict(prompt=PROMPT, width=64, height=64, steps=1))
+        assert r.status == 429 and r.headers.get("retry-after") == "5", r
+        assert "--key-max-queue 2" in r.json["error"]["message"], r.json
+        b.token = c.bob
+        b.submit(prompt=PROMPT, width=64, height=64, steps=1)
+        svc.figure("quota across api nodes: alice's 2 images on api-a -> 429 on api-b; bob 202")
+    finally:
+        for n in nodes:
+            n.kill9()
+        redis.stop()
+
+
+TESTS = [test_flood_fair, test_one_key_fifo, test_key_quota, test_quota_keys_off,
+         test_quota_cluster]
 
 if __name__ == "__main__":
     raise SystemExit(svc.run_tests(TESTS, setup=setup, teardown=lambda c: c.s.stop(60)))
