@@ -30,6 +30,7 @@
  * the public API and gets the same bytes.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,8 +79,11 @@ int tsr_hires_check(const tsr_engine *e, const tsr_image_params *p, int w, int h
     tsr_upscaler_kind kind;
     tsr_upscale_mode mode;
     bool aa;
-    if (tsr_hires_upscaler_parse(p->hires_upscaler, &kind, &mode, &aa) < 0)
-        FIELD_ERR("hires_upscaler", TSR_ERR_INVALID, "%s", tsr_last_error());
+    if (tsr_hires_upscaler_parse(p->hires_upscaler, &kind, &mode, &aa) < 0) {
+        char why[256]; /* the message, copied out of the buffer it is rewritten into */
+        snprintf(why, sizeof why, "%s", tsr_last_error());
+        FIELD_ERR("hires_upscaler", TSR_ERR_INVALID, "%s", why);
+    }
 
     /* calculate_target_resolution */
     const int rx = p->hires_width, ry = p->hires_height;

@@ -136,8 +136,11 @@ double svc_gate_image_units(svc_server *s, const svc_params *p)
     svc_params_ctx ctx;
     svc_server_params_ctx(s, &ctx);
     const double side = ctx.default_size > 0 ? ctx.default_size : 512;
-    const double u =
-        (double)p->width * p->height * p->steps / (side * side * SVC_GATE_UNIT_STEPS);
+    /* the hires fix's second pass counts at its own size and steps */
+    int hw = 0, hh = 0, hsteps = 0;
+    svc_params_hires(p, &hw, &hh, &hsteps);
+    const double u = ((double)p->width * p->height * p->steps + (double)hw * hh * hsteps) /
+                     (side * side * SVC_GATE_UNIT_STEPS);
     return u > 1.0 ? u : 1.0;
 }
 
@@ -171,7 +174,13 @@ static bool batch_bytes(const svc_server *s, tsr_engine *e, const svc_params *p,
     const int max_batch = s->cfg.max_batch > 0 ? s->cfg.max_batch : 16;
     bo.max_rows = 2 * max_batch;
     const int images = p->n < max_batch ? p->n : max_batch;
-    if (tsr_engine_memory_estimate(e, &bo, images, p->width, p->height, p->cfg_scale > 1.0,
+    /* a hires image's second pass is the larger one */
+    int w = p->width, h = p->height;
+    if (svc_params_hires(p, &w, &h, NULL) && (size_t)w * h < (size_t)p->width * p->height) {
+        w = p->width;
+        h = p->height;
+    }
+    if (tsr_engine_memory_estimate(e, &bo, images, w, h, p->cfg_scale > 1.0,
                                    bytes) < 0) {
         SVC_DEBUG("gate: no memory estimate for %dx%d: %s", p->width, p->height,
                   tsr_last_error());
@@ -291,6 +300,7 @@ bool svc_gate_check(svc_server *s, const char *owner, svc_params *const *jobs, i
         if (i > 0) {
             const svc_params *q = jobs[i - 1];
             if (p->width == q->width && p->height == q->height &&
+                !svc_params_hires(p, NULL, NULL, NULL) && !svc_params_hires(q, NULL, NULL, NULL) &&
                 (p->cfg_scale > 1.0) == (q->cfg_scale > 1.0) &&
                 together == (q->n < s->cfg.max_batch ? q->n : s->cfg.max_batch))
                 continue;

@@ -192,19 +192,54 @@ def test_img2img(c):
     r = c.api.img2img(images=[big], prompt=PROMPT, width=64, height=64, seed=22,
                       denoising_strength=0.5)
     assert r.images[0].size == (64, 64), r.images[0].size
-    # inpainting: a mask needs inpainting_fill=1 (original)
+    # inpainting: webuiapi's default call (inpainting_fill 0, "fill") and
+    # the other three modes; each fill gives its own image, the same twice
     mask = Image.new("L", (64, 64), 0)
     for y in range(0, 32):
         for x in range(64):
             mask.putpixel((x, y), 255)
-    r = c.api.img2img(images=[src], mask_image=mask, inpainting_fill=1, prompt=PROMPT,
-                      width=64, height=64, seed=23, denoising_strength=0.9)
-    assert len(r.images) == 1, r
-    try:
-        c.api.img2img(images=[src], mask_image=mask, prompt=PROMPT, width=64, height=64)
-        raise AssertionError("inpainting_fill=0 with a mask was accepted")
-    except RuntimeError as e:
-        assert e.args[0] == 422 and "inpainting_fill" in e.args[1], e.args
+    r = c.api.img2img(images=[src], mask_image=mask, prompt=PROMPT, width=64, height=64,
+                      seed=23, denoising_strength=0.9)
+    assert len(r.images) == 1 and r.images[0].size == (64, 64), r
+    assert r.parameters["inpainting_fill"] == 0, r.parameters
+    outs = {0: r.json["images"][0]}
+    for fill in (1, 2, 3):
+        r = c.api.img2img(images=[src], mask_image=mask, inpainting_fill=fill, prompt=PROMPT,
+                          width=64, height=64, seed=23, denoising_strength=0.9)
+        assert len(r.images) == 1, r
+        outs[fill] = r.json["images"][0]
+    assert len(set(outs.values())) == 4, "the four fill modes gave the same image"
+    r = c.api.img2img(images=[src], mask_image=mask, prompt=PROMPT, width=64, height=64,
+                      seed=23, denoising_strength=0.9)
+    assert r.json["images"][0] == outs[0], "inpainting_fill 0 twice: different images"
+
+
+def test_webuiapi_hires(c):
+    """enable_hr through webuiapi's own arguments: the image is the final
+    size, equals `tessera generate --hires-*`, and the infotext carries what
+    A1111 writes (Size is the first pass's)."""
+    for upscaler, name in ((webuiapi.HiResUpscaler.Latent, "Latent"),
+                           (webuiapi.HiResUpscaler.Lanczos, "Lanczos")):
+        r = c.api.txt2img(prompt=PROMPT, width=64, height=64, seed=31, steps=3, cfg_scale=7.0,
+                          enable_hr=True, hr_scale=2, hr_upscaler=upscaler,
+                          hr_second_pass_steps=2, denoising_strength=0.6)
+        assert len(r.images) == 1 and r.images[0].size == (128, 128), r.images[0].size
+        text = r.info["infotexts"][0]
+        for want in ("Size: 64x64", "Denoising strength: 0.6", "Hires upscale: 2",
+                     "Hires steps: 2", "Hires upscaler: %s" % name):
+            assert want in text, (want, text)
+        assert r.info["denoising_strength"] == 0.6, r.info
+        assert r.parameters["enable_hr"] is True, r.parameters
+        svc.assert_same_image(png_of(r.json["images"][0]),
+                              dict(prompt=PROMPT, negative_prompt="", width=64, height=64,
+                                   steps=3, seed=31, cfg_scale=7.0, sampler="euler_a",
+                                   hires_scale=2, hires_steps=2, hires_strength=0.6,
+                                   hires_upscaler=name), "hires %s" % name)
+    # hr_resize_x/y: the size asked for, "Hires resize" in the infotext
+    r = c.api.txt2img(prompt=PROMPT, width=64, height=64, seed=32, steps=2, enable_hr=True,
+                      hr_resize_x=128, hr_resize_y=96, denoising_strength=0.5)
+    assert r.images[0].size == (128, 96), r.images[0].size
+    assert "Hires resize: 128x96" in r.info["infotexts"][0], r.info["infotexts"][0]
 
 
 def test_progress_interrupt(c):
@@ -426,7 +461,14 @@ def test_bad_input(c):
         (dict(batch_size=8, n_iter=9), "batch_size"), (dict(n_iter=-1), "n_iter"),
         (dict(sampler_name="Euler z"), "sampler_name"), (dict(sampler_name=""), "sampler_name"),
         (dict(sampler_name=7), "sampler_name"), (dict(sampler_index="Nope"), "sampler_index"),
-        (dict(scheduler="Polyexponential"), "scheduler"), (dict(enable_hr=True), "enable_hr"),
+        (dict(scheduler="Polyexponential"), "scheduler"),
+        (dict(enable_hr="maybe"), "enable_hr"), (dict(enable_hr=True, hr_scale=0), "hr_scale"),
+        (dict(enable_hr=True, hr_scale=1.3), "hr_scale"),
+        (dict(enable_hr=True, hr_upscaler="ESRGAN_4x"), "hr_upscaler"),
+        (dict(enable_hr=True, hr_sampler_name="DDIM"), "hr_sampler_name"),
+        (dict(enable_hr=True, hr_prompt="another"), "hr_prompt"),
+        (dict(enable_hr=True, denoising_strength=0), "denoising_strength"),
+        (dict(enable_hr=True, hr_second_pass_steps=1001), "hr_second_pass_steps"),
         (dict(sampler_name="DDIM Karras"), "sampler_name"),
         (dict(sampler_name="DDIM", scheduler="karras"), "scheduler"),
         (dict(override_settings={"CLIP_stop_at_last_layers": 12}),
@@ -460,7 +502,7 @@ def test_bad_input(c):
         (dict(init_images=[img], denoising_strength=0), "denoising_strength"),
         (dict(init_images=[img], denoising_strength=1.5), "denoising_strength"),
         (dict(init_images=[img], resize_mode=1), "resize_mode"),
-        (dict(init_images=[img], mask=img, inpainting_fill=2), "inpainting_fill"),
+        (dict(init_images=[img], mask=img, inpainting_fill=4), "inpainting_fill"),
         (dict(init_images=[img], mask="@@", inpainting_fill=1), "mask"),
         (dict(init_images=[img], latent_mask=img), "latent_mask"),
     ]
@@ -584,7 +626,7 @@ def test_queue_full():
 
 if __name__ == "__main__":
     sys.exit(svc.run_tests([test_webuiapi_txt2img, test_samplers_and_schedules, test_img2img,
-                            test_progress_interrupt, test_skip, test_lists_and_options,
+                            test_webuiapi_hires, test_progress_interrupt, test_skip, test_lists_and_options,
                             test_spec_routes, test_shapes_raw, test_bad_input, test_shares_unet_calls,
                             test_client_disconnect, test_auth, test_queue_full], setup=setup,
                            teardown=teardown))

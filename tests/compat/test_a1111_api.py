@@ -125,7 +125,17 @@ def test_txt2img_shapes(c):
         assert image_of(r.json["images"][0]).size == (64, 64), name
         info = json.loads(r.json["info"])
         assert len(info["infotexts"]) == n and "Steps: 3" in info["infotexts"][0], info
-    for field, words in (("enable_hr", "hires"), ("restore_faces", "face"), ("tiling", "tile")):
+    # the hires fix, A1111's shape (its denoising_strength 0 means no pass)
+    body = a1111_txt2img()
+    body.update(enable_hr=True, hr_scale=2, denoising_strength=0.5)
+    r = post(s, "/txt2img", body)
+    assert r.status == 200, r
+    assert image_of(r.json["images"][0]).size == (128, 128)
+    assert "Hires upscale: 2" in json.loads(r.json["info"])["infotexts"][0]
+    body["denoising_strength"] = 0
+    expect_error(post(s, "/txt2img", body), 422, "denoising_strength", "hires strength 0",
+                 "denoising_strength")
+    for field, words in (("restore_faces", "face"), ("tiling", "tile")):
         body = a1111_txt2img()
         body[field] = True
         expect_error(post(s, "/txt2img", body), 422, field, "txt2img %s" % field, words)
@@ -138,12 +148,12 @@ def test_img2img_shapes(c):
     assert len(r.json["images"]) == 1 and image_of(r.json["images"][0]).size == (64, 64)
     assert r.json["parameters"]["inpainting_mask_invert"] == 0, r.json["parameters"]
     # inpainting, A1111's shape: a mask (data URL), inpainting_mask_invert
-    # false / true.  A1111's own sends inpainting_fill 0 ("fill"), which
-    # Tessera refuses with its reason (it inpaints from the original's
-    # latents, fill 1): that part of issue 63 is engine work.
+    # false / true, and A1111's own inpainting_fill 0 ("fill")
     body = a1111_img2img()
     body["mask"] = data_url(png_bytes(64, 64, 255, "L"))
-    expect_error(post(s, "/img2img", body), 422, "inpainting_fill", "inpaint fill 0", "original")
+    r = post(s, "/img2img", body)
+    svc.note("img2img inpaint fill 0", r.status)
+    assert r.status == 200, r
     for invert in (False, True):
         body = a1111_img2img()
         body["mask"] = data_url(png_bytes(64, 64, 255, "L"))

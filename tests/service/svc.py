@@ -823,7 +823,9 @@ GEN_FLAGS = {"prompt": "--prompt", "negative_prompt": "--negative-prompt", "widt
              "height": "--height", "steps": "--steps", "seed": "--seed",
              "cfg_scale": "--cfg-scale", "sampler": "--sampler", "scheduler": "--scheduler",
              "rng": "--rng", "clip_skip": "--clip-skip", "guidance_rescale": "--guidance-rescale",
-             "strength": "--strength", "init_image": "--init-image", "precision": "--precision"}
+             "strength": "--strength", "init_image": "--init-image", "precision": "--precision",
+             "hires_scale": "--hires-scale", "hires_steps": "--hires-steps",
+             "hires_strength": "--hires-strength", "hires_upscaler": "--hires-upscaler"}
 
 
 def cpu_has_bf16_dot():

@@ -4,7 +4,7 @@
 (/metrics), and every image is byte-identical (decoded RGB and infotext) to
 `tessera generate` with the same parameters; a job submitted while another
 runs joins it; cancelling frees the slot for a waiting job; mixed sizes all
-finish.  Two servers: --max-batch 8 (--max-wait-ms 200) and --max-batch 2;
+finish; a hires job's second pass shares calls with a job of its size.  Two servers: --max-batch 8 (--max-wait-ms 200) and --max-batch 2;
 where the CPU has AVX512_BF16, a third with --precision bf16 (its batched
 images equal `tessera generate --precision bf16` too)."""
 import time
@@ -146,8 +146,40 @@ def test_bf16_batched_exact(c):
         s.stop()
 
 
+def test_hires_shares_calls(c):
+    """A native hires job (issue 58): its second pass (128x128) shares UNet
+    calls with a plain 128x128 job, both equal `tessera generate`, and the
+    job shows its hires parameters; a bad upscaler is a 400 naming it."""
+    s = c.s
+    hires = dict(prompt=PROMPT, width=64, height=64, steps=3, seed=51, hires_scale=2,
+                 hires_steps=3, hires_strength=0.6, hires_upscaler="Latent (bicubic)")
+    plain = dict(prompt=PROMPT, width=128, height=128, steps=6, seed=52)
+    before = unet(s.metrics())
+    a = s.submit(**hires)["id"]
+    b = s.submit(**plain)["id"]
+    for jid in (a, b):
+        assert s.wait_job(jid)["state"] == "done"
+    after = unet(s.metrics())
+    calls, images = after[0] - before[0], after[1] - before[1]
+    svc.figure("hires 3+3 steps beside a 6-step 128x128 job: %d UNet calls for %d evaluations"
+               % (calls, images))
+    assert images == 3 + 3 + 6, images
+    assert calls < images, "the hires pass shared no UNet call (%d calls)" % calls
+    svc.assert_same_image(s.image(a), hires, "native hires job")
+    svc.assert_same_image(s.image(b), plain, "plain job beside it")
+    params = s.job(a)["params"]
+    assert params["hires_scale"] == 2 and params["hires_upscaler"] == "Latent (bicubic)", params
+    r = s.post("/v1/jobs", dict(prompt=PROMPT, width=64, height=64, hires_scale=2,
+                                hires_upscaler="ESRGAN_4x"))
+    err = r.json["error"]
+    assert r.status == 400 and err["field"] == "hires_upscaler", r
+    assert "ESRGAN_4x" in err["message"] and "Lanczos" in err["message"], err
+    r = s.post("/v1/jobs", dict(prompt=PROMPT, width=64, height=64, hires_scale=1.3))
+    assert r.status == 400 and r.json["error"]["field"] == "hires_scale", r
+
+
 TESTS = [test_eight_share_unet_calls, test_join_running, test_cancel_frees_slot,
-         test_mixed_shapes, test_bf16_batched_exact]
+         test_mixed_shapes, test_bf16_batched_exact, test_hires_shares_calls]
 
 if __name__ == "__main__":
     raise SystemExit(svc.run_tests(TESTS, setup=setup))

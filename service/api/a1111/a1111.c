@@ -297,7 +297,8 @@ static cJSON *info_json(a1111_call *c, cJSON *infotexts)
     cJSON_AddNullToObject(o, "sd_vae_hash");
     cJSON_AddNumberToObject(o, "seed_resize_from_w", -1);
     cJSON_AddNumberToObject(o, "seed_resize_from_h", -1);
-    svc_json_add_number_or_null(o, "denoising_strength", q->denoising_strength, q->img2img);
+    svc_json_add_number_or_null(o, "denoising_strength", q->denoising_strength,
+                                q->img2img || q->hires);
     cJSON *extra = cJSON_AddObjectToObject(o, "extra_generation_params");
     if (extra && strcmp(q->scheduler, "Automatic") != 0)
         cJSON_AddStringToObject(extra, "Schedule type", q->scheduler);

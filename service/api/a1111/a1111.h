@@ -39,6 +39,7 @@ typedef struct svc_a1111_error {
 /* What the translator resolved (owned pointers freed by svc_a1111_req_free). */
 typedef struct svc_a1111_req {
     bool img2img;
+    bool hires;          /* txt2img with enable_hr */
     cJSON *native;       /* the native job object without "n" and "seed" */
     cJSON *parameters;   /* A1111's `parameters`: the request over its defaults */
     int batch_size, n_iter, total;

@@ -30,7 +30,12 @@ static const struct {
                    "\"model_url\":null,\"scale\":4},"
                    "{\"name\":\"Nearest\",\"model_name\":null,\"model_path\":null,"
                    "\"model_url\":null,\"scale\":4}]", false},
-    {"/latent-upscale-modes", "[]", false},
+    /* the hires fix's latent upscalers (pipeline/upscale.c) */
+    {"/latent-upscale-modes", "[{\"name\":\"Latent\"},{\"name\":\"Latent (antialiased)\"},"
+                              "{\"name\":\"Latent (bicubic)\"},"
+                              "{\"name\":\"Latent (bicubic antialiased)\"},"
+                              "{\"name\":\"Latent (nearest)\"},"
+                              "{\"name\":\"Latent (nearest-exact)\"}]", false},
     {"/sd-vae", "[]", false},
     {"/hypernetworks", "[]", false},
     {"/face-restorers", "[]", false},

@@ -20,8 +20,9 @@
  * wording is the other dialects'.  What a row cannot say is a named rule,
  * run in a fixed order after the table: values that depend on each other
  * (batch_size * n_iter, the size, the seeds), names to resolve (sampler and
- * scheduler), what Tessera refuses (scripts, variation seeds, hires fix),
- * and img2img's images and masks.
+ * scheduler), what Tessera refuses (scripts, variation seeds, a hires pass
+ * with its own sampler, prompt or checkpoint), the hires fix's fields, and
+ * img2img's images and masks.
  */
 #include "a1111.h"
 
@@ -134,7 +135,10 @@ const char *svc_a1111_field(const char *f)
     } map[] = {
         {"sampler", "sampler_name"},     {"strength", "denoising_strength"},
         {"init_image", "init_images"},   {"clip_skip", "override_settings.CLIP_stop_at_last_layers"},
-        {"n", "batch_size"},
+        {"n", "batch_size"},             {"hires_scale", "hr_scale"},
+        {"hires_width", "hr_resize_x"},  {"hires_height", "hr_resize_y"},
+        {"hires_steps", "hr_second_pass_steps"}, {"hires_strength", "denoising_strength"},
+        {"hires_upscaler", "hr_upscaler"}, {"mask_fill", "inpainting_fill"},
     };
     if (!f)
         return "";
@@ -296,6 +300,12 @@ static int prepare_image(rd *x, const char *field, const char *b64, int channels
 typedef struct a1111_vals {
     const char *prompt, *negative, *sampler_name, *sampler_index, *scheduler, *script_name,
         *refiner, *mask;
+    /* the hires fix (txt2img) */
+    bool enable_hr;
+    double hr_scale;
+    long long hr_steps, hr_rx, hr_ry, fp_w, fp_h;
+    const char *hr_upscaler, *hr_checkpoint, *hr_sampler, *hr_scheduler, *hr_prompt,
+        *hr_negative;
     long long steps, width, height, subseed, rh, rw, batch_size, n_iter, resize_mode, fill,
         invert;
     double cfg, strength, subseed_strength;
@@ -366,17 +376,24 @@ static const a1111_field k_fields[] = {
     {"styles", 'a', 0, 0, 0, NONE, NULL},
     {"restore_faces", 't', 0, 0, 0, NONE, "Tessera has no face restoration model"},
     {"tiling", 't', 0, 0, 0, NONE, "Tessera does not make tileable images"},
-    {"enable_hr", 't', 0, 0, 0, NONE,
-     "Tessera has no hires-fix second pass (generate at the final size, or upscale with "
-     "img2img)"},
+    {"enable_hr", 'b', 0, 0, 0, AT(enable_hr), NULL},
+    {"firstphase_width", 'i', 0, 1 << 30, 0, AT(fp_w), NULL},
+    {"firstphase_height", 'i', 0, 1 << 30, 0, AT(fp_h), NULL},
+    {"hr_scale", 'n', 0, 0, 2.0, AT(hr_scale), NULL},
+    {"hr_upscaler", 's', 0, 64, 0, AT(hr_upscaler), NULL},
+    {"hr_second_pass_steps", 'i', 0, TSR_MAX_STEPS, 0, AT(hr_steps), NULL},
+    {"hr_resize_x", 'i', 0, 1 << 30, 0, AT(hr_rx), NULL},
+    {"hr_resize_y", 'i', 0, 1 << 30, 0, AT(hr_ry), NULL},
+    {"hr_checkpoint_name", 's', 0, 256, 0, AT(hr_checkpoint), NULL},
+    {"hr_sampler_name", 's', 0, 96, 0, AT(hr_sampler), NULL},
+    {"hr_scheduler", 's', 0, 64, 0, AT(hr_scheduler), NULL},
+    {"hr_prompt", 's', 0, TEXT, 0, AT(hr_prompt), NULL},
+    {"hr_negative_prompt", 's', 0, TEXT, 0, AT(hr_negative), NULL},
     /* accepted and ignored (type-checked) */
     NUM("eta"), NUM("s_churn"), NUM("s_noise"), NUM("s_tmin"), NUM("s_tmax"), NUM("s_min_uncond"),
     ARR("script_args"), BOOL("do_not_save_samples"), BOOL("do_not_save_grid"),
     BOOL("override_settings_restore_afterwards"), BOOL("disable_extra_networks"), OBJ("comments"),
-    STR("force_task_id"), STR("infotext"), NUM("refiner_switch_at"), INT("firstphase_width"),
-    INT("firstphase_height"), NUM("hr_scale"), STR("hr_upscaler"), INT("hr_second_pass_steps"),
-    INT("hr_resize_x"), INT("hr_resize_y"), STR("hr_checkpoint_name"), STR("hr_sampler_name"),
-    STR("hr_scheduler"), STR("hr_prompt"), STR("hr_negative_prompt"), NUM("image_cfg_scale"),
+    STR("force_task_id"), STR("infotext"), NUM("refiner_switch_at"), NUM("image_cfg_scale"),
     INT("mask_blur"), INT("mask_blur_x"), INT("mask_blur_y"), BOOL("mask_round"),
     BOOL("inpaint_full_res"), INT("inpaint_full_res_padding"),
     {"include_init_images", 'b', 0, 0, 0, AT(with_images), NULL},
@@ -566,8 +583,22 @@ static int seeds(rd *x, a1111_vals *v, svc_a1111_req *q)
     return 0;
 }
 
+/* firstphase_width/height (the old API): the first pass's size, with
+ * width x height then only the old target (A1111's __post_init__, whether
+ * or not enable_hr is set). */
+static int first_phase(rd *x, a1111_vals *v)
+{
+    (void)x;
+    if (v->fp_w != 0 || v->fp_h != 0) {
+        v->width = v->fp_w;
+        v->height = v->fp_h;
+    }
+    return 0;
+}
+
 static a1111_rule *const k_rules[] = {styles_are_strings, images_per_call, no_variation_seeds,
-                                      no_scripts, size_ok};
+                                      no_scripts,         first_phase,     size_ok};
+
 
 /* img2img: init_images is one base64 image. */
 static int one_init_image(rd *x, a1111_vals *v)
@@ -599,12 +630,6 @@ static int img2img_supported(rd *x, a1111_vals *v)
     if (!(v->strength > 0 && v->strength <= 1))
         return fail(x, 422, "denoising_strength",
                     "denoising_strength must be a number in (0, 1], got %g", v->strength);
-    if (v->mask && v->fill != 1)
-        return fail(x, 422, "inpainting_fill",
-                    "inpainting_fill must be 1 (original) with a mask: Tessera inpaints from the "
-                    "original image's latents; fill (0), latent noise (2) and latent nothing (3) "
-                    "are not supported, got %lld",
-                    v->fill);
     return 0;
 }
 
@@ -672,7 +697,58 @@ static int img2img(rd *x, a1111_vals *v, cJSON *n)
         img2img_supported(x, v) < 0 ||
         add_image(x, n, "init_image", "init_images", v->init->valuestring, 3, v, false) < 0 ||
         (v->mask && add_image(x, n, "mask", "mask", v->mask, 1, v, v->invert == 1) < 0) ||
+        (v->mask && add_or_fail(x, n, "mask_fill", cJSON_CreateNumber((double)v->fill)) < 0) ||
         add_or_fail(x, n, "strength", cJSON_CreateNumber(v->strength)) < 0)
+        return -1;
+    return 0;
+}
+
+/* A second-pass setting that must say "the same as the first". */
+static bool same_or_unset(const char *v, const char *same_word, const char *first)
+{
+    return !v || !v[0] || (same_word && strcmp(v, same_word) == 0) ||
+           (first && strcmp(v, first) == 0);
+}
+
+/* txt2img's enable_hr: the hires fix's fields into the native object. */
+static int hires(rd *x, a1111_vals *v, cJSON *n)
+{
+    if (!v->enable_hr)
+        return 0;
+    if (!same_or_unset(v->hr_checkpoint, "Use same checkpoint", NULL))
+        return fail(x, 422, "hr_checkpoint_name",
+                    "hr_checkpoint_name: a second checkpoint for the hires pass is not supported");
+    if (!same_or_unset(v->hr_sampler, "Use same sampler", v->sampler_name))
+        return fail(x, 422, "hr_sampler_name",
+                    "hr_sampler_name: a different sampler for the hires pass is not supported");
+    if (!same_or_unset(v->hr_scheduler, "Use same scheduler", v->scheduler))
+        return fail(x, 422, "hr_scheduler",
+                    "hr_scheduler: a different scheduler for the hires pass is not supported");
+    if (!same_or_unset(v->hr_prompt, NULL, v->prompt ? v->prompt : ""))
+        return fail(x, 422, "hr_prompt",
+                    "hr_prompt: a different prompt for the hires pass is not supported");
+    if (!same_or_unset(v->hr_negative, NULL, v->negative ? v->negative : ""))
+        return fail(x, 422, "hr_negative_prompt",
+                    "hr_negative_prompt: a different negative prompt for the hires pass is not "
+                    "supported");
+    if (v->hr_rx == 0 && v->hr_ry == 0 && !(v->hr_scale > 0 && v->hr_scale <= 16))
+        return fail(x, 422, "hr_scale", "hr_scale must be a number in (0, 16], got %g",
+                    v->hr_scale);
+    if (v->hr_rx > v->max_size || v->hr_ry > v->max_size)
+        return fail(x, 422, v->hr_rx > v->max_size ? "hr_resize_x" : "hr_resize_y",
+                    "hr_resize_x/y must be at most %d", v->max_size);
+    if (!(v->strength > 0 && v->strength <= 1))
+        return fail(x, 422, "denoising_strength",
+                    "denoising_strength must be a number in (0, 1] with enable_hr, got %g",
+                    v->strength);
+    const bool resize = v->hr_rx || v->hr_ry;
+    if (add_or_fail(x, n, "hires_scale", cJSON_CreateNumber(resize ? 0 : v->hr_scale)) < 0 ||
+        add_or_fail(x, n, "hires_width", cJSON_CreateNumber((double)v->hr_rx)) < 0 ||
+        add_or_fail(x, n, "hires_height", cJSON_CreateNumber((double)v->hr_ry)) < 0 ||
+        add_or_fail(x, n, "hires_steps", cJSON_CreateNumber((double)v->hr_steps)) < 0 ||
+        add_or_fail(x, n, "hires_strength", cJSON_CreateNumber(v->strength)) < 0 ||
+        (v->hr_upscaler &&
+         add_or_fail(x, n, "hires_upscaler", cJSON_CreateString(v->hr_upscaler)) < 0))
         return -1;
     return 0;
 }
@@ -703,8 +779,10 @@ int svc_a1111_translate(const cJSON *body, bool img2img_call, const svc_a1111_de
     q->seed = v.seed;
     q->seed_random = v.seed_random;
     q->native = native_json(&x, &v);
-    if (!q->native || (img2img_call && img2img(&x, &v, q->native) < 0))
+    if (!q->native || (img2img_call && img2img(&x, &v, q->native) < 0) ||
+        (!img2img_call && hires(&x, &v, q->native) < 0))
         goto bad;
+    q->hires = !img2img_call && v.enable_hr;
     q->parameters = parameters_json(body, img2img_call, img2img_call && v.with_images);
     if (!q->parameters) {
         fail(&x, 400, NULL, "out of memory");
@@ -721,7 +799,7 @@ int svc_a1111_translate(const cJSON *body, bool img2img_call, const svc_a1111_de
     q->steps = (int)v.steps;
     q->clip_skip = (int)v.clip_skip;
     q->cfg_scale = v.cfg;
-    q->denoising_strength = img2img_call ? v.strength : 0;
+    q->denoising_strength = img2img_call || q->hires ? v.strength : 0;
     q->send_images = v.send_images;
     q->save_images = v.save_images;
     return 0;

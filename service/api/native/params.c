@@ -114,6 +114,7 @@ static void params_free(svc_params *p)
     free(p->sampler);
     free(p->scheduler);
     free(p->rng);
+    free(p->hires_upscaler);
     free(p->init_rgb);
     free(p->mask_gray);
     free(p->init_file);
@@ -214,6 +215,20 @@ int svc_params_parse(const cJSON *job, const cJSON *defaults, const svc_params_c
                   &ih) < 0 ||
         get_image(&ps, "mask", 1, &p->mask_file, &p->mask_file_len, &p->mask_gray, &mw, &mh) < 0)
         goto bad;
+    long long hw, hh, hsteps, fill;
+    if (svc_fields_number(&ps.f, "hires_scale", 0, 16, false, 0, &p->hires_scale, NULL) < 0 ||
+        svc_fields_int(&ps.f, "hires_width", 0, max_size, 0, &hw) < 0 ||
+        svc_fields_int(&ps.f, "hires_height", 0, max_size, 0, &hh) < 0 ||
+        svc_fields_int(&ps.f, "hires_steps", 0, TSR_MAX_STEPS, 0, &hsteps) < 0 ||
+        svc_fields_number(&ps.f, "hires_strength", 0, 1, true, 0.7, &p->hires_strength, NULL) <
+            0 ||
+        get_string(&ps, "hires_upscaler", 64, false, &p->hires_upscaler) < 0 ||
+        svc_fields_int(&ps.f, "mask_fill", 0, 3, 1, &fill) < 0)
+        goto bad;
+    p->hires_width = (int)hw;
+    p->hires_height = (int)hh;
+    p->hires_steps = (int)hsteps;
+    p->mask_fill = (int)fill;
     (void)strength_given; /* without init_image, strength is checked and unused */
     /* sides: given ones must be valid; absent ones come from the init image
      * or the model */
@@ -268,6 +283,13 @@ int svc_params_parse(const cJSON *job, const cJSON *defaults, const svc_params_c
     p->clip_skip = (int)clip_skip;
     if (!p->init_rgb)
         p->strength = 0.75;
+    int to_w = 0, to_h = 0;
+    if (svc_params_hires(p, &to_w, &to_h, NULL) && (to_w > max_size || to_h > max_size)) {
+        fail(&ps, p->hires_width || p->hires_height ? "hires_width" : "hires_scale",
+             "the hires fix would upscale %dx%d to %dx%d; this server's largest side is %d",
+             p->width, p->height, to_w, to_h, max_size);
+        goto bad;
+    }
     if (ctx && ctx->check) {
         tsr_image_params ep;
         svc_params_to_engine(p, 0, &ep);
@@ -305,6 +327,52 @@ void svc_params_to_engine(const svc_params *p, int index, tsr_image_params *o)
     o->mask = p->mask_gray;
     if (p->init_rgb)
         o->strength = p->strength;
+    o->hires_scale = p->hires_scale;
+    o->hires_width = p->hires_width;
+    o->hires_height = p->hires_height;
+    o->hires_steps = p->hires_steps;
+    o->hires_strength = p->hires_strength;
+    o->hires_upscaler = p->hires_upscaler;
+    o->mask_fill = p->mask_fill;
+}
+
+bool svc_params_hires(const svc_params *p, int *w, int *h, int *steps)
+{
+    const bool on = p->hires_scale > 0 || p->hires_width > 0 || p->hires_height > 0;
+    long long tw = p->width, th = p->height;
+    const long long rx = p->hires_width, ry = p->hires_height;
+    if (on && rx == 0 && ry == 0) {
+        tw = (long long)((double)p->width * p->hires_scale);
+        th = (long long)((double)p->height * p->hires_scale);
+    } else if (on && (ry == 0 || (rx && (double)p->width / p->height < (double)rx / ry))) {
+        tw = rx;
+        th = rx * p->height / p->width;
+    } else if (on) {
+        tw = ry * p->width / p->height;
+        th = ry;
+    }
+    if (w)
+        *w = (int)(tw < INT32_MAX ? tw : INT32_MAX);
+    if (h)
+        *h = (int)(th < INT32_MAX ? th : INT32_MAX);
+    if (steps)
+        *steps = on ? (p->hires_steps ? p->hires_steps : p->steps) : 0;
+    return on;
+}
+
+/* The hires and fill fields, when they say something (o: common's). */
+static void add_hires(cJSON *o, const svc_params *p)
+{
+    if (svc_params_hires(p, NULL, NULL, NULL)) {
+        svc_json_add_double(o, "hires_scale", p->hires_scale);
+        cJSON_AddNumberToObject(o, "hires_width", p->hires_width);
+        cJSON_AddNumberToObject(o, "hires_height", p->hires_height);
+        cJSON_AddNumberToObject(o, "hires_steps", p->hires_steps);
+        svc_json_add_double(o, "hires_strength", p->hires_strength);
+        svc_json_add_string_or_null(o, "hires_upscaler", p->hires_upscaler);
+    }
+    if (p->mask_gray)
+        cJSON_AddNumberToObject(o, "mask_fill", p->mask_fill);
 }
 
 static cJSON *common(const svc_params *p)
@@ -336,6 +404,7 @@ cJSON *svc_params_view(const svc_params *p)
     svc_json_add_number_or_null(o, "strength", p->strength, p->init_rgb != NULL);
     cJSON_AddBoolToObject(o, "init_image", p->init_rgb != NULL);
     cJSON_AddBoolToObject(o, "mask", p->mask_gray != NULL);
+    add_hires(o, p);
     return o;
 }
 
@@ -366,5 +435,6 @@ cJSON *svc_params_request(const svc_params *p)
         cJSON_AddStringToObject(o, "mask", b);
         free(b);
     }
+    add_hires(o, p);
     return o;
 }

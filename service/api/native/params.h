@@ -50,7 +50,19 @@ typedef struct svc_params {
     uint8_t *init_rgb, *mask_gray;
     uint8_t *init_file, *mask_file;
     size_t init_file_len, mask_file_len;
+    /* the hires fix (tsr_image_params' hires_*; on when hires_scale > 0 or
+     * hires_width/height > 0) and inpainting's mask_fill (A1111's
+     * inpainting_fill, default 1) */
+    double hires_scale, hires_strength;
+    int hires_width, hires_height, hires_steps;
+    char *hires_upscaler; /* NULL: "Latent" */
+    int mask_fill;
 } svc_params;
+
+/* Whether p asks for the hires fix; *w x *h (may be NULL) the size its
+ * first pass is upscaled to (A1111's arithmetic; its steps in *steps):
+ * what the gate counts for the second pass. */
+bool svc_params_hires(const svc_params *p, int *w, int *h, int *steps);
 
 typedef struct svc_params_ctx {
     int default_size; /* the model's side for absent width/height */
