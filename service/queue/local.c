@@ -18,10 +18,13 @@
  * above to that key's entries only (its passes count within the key).  So a
  * free row goes to each waiting key in turn, and a key's flood holds another
  * key's first image back by at most one row per other waiting key.  Name
- * order rather than arrival order keeps the turn a single string (`turn`),
- * with no per-key state to create and drop as keys come and go.  With one
- * key waiting (or keys off: every owner "") the rule is exactly the plain
- * one.  Each pop walks the list twice; the list is bounded by --max-queue.
+ * order rather than arrival order keeps the turn a single string (`turn`)
+ * that stays right as keys come and go.  With one key waiting (or keys
+ * off: every owner "") the rule is exactly the plain one.  Whose turn it is
+ * comes from `keys`, the waiting keys with their entry counts (kept by push
+ * and unlink), so a pop costs a look at the keys plus the walk up to its
+ * pick, as before, not a walk of the whole list; should that table fail to
+ * grow (out of memory), pops walk the list for the keys until it empties.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -42,7 +45,51 @@ typedef struct local_queue {
     uint64_t next_seq;
     bool closed;
     char turn[64]; /* the key served last (fair turns) */
+    struct key_count {
+        char name[64];
+        int n;         /* its entries waiting */
+    } *keys;           /* the keys with entries waiting, unordered */
+    int n_keys, cap_keys;
+    bool keys_lost;    /* `keys` could not grow: walk the list instead */
 } local_queue;
+
+static struct key_count *key_find(local_queue *q, const char *name)
+{
+    for (int k = 0; k < q->n_keys; k++)
+        if (strcmp(q->keys[k].name, name) == 0)
+            return &q->keys[k];
+    return NULL;
+}
+
+static void key_add(local_queue *q, const char *name)
+{
+    if (q->keys_lost)
+        return;
+    struct key_count *c = key_find(q, name);
+    if (!c) {
+        if (q->n_keys == q->cap_keys) {
+            int cap = q->cap_keys ? 2 * q->cap_keys : 8;
+            struct key_count *v = realloc(q->keys, (size_t)cap * sizeof *v);
+            if (!v) {
+                q->keys_lost = true;
+                return;
+            }
+            q->keys = v;
+            q->cap_keys = cap;
+        }
+        c = &q->keys[q->n_keys++];
+        snprintf(c->name, sizeof c->name, "%s", name);
+        c->n = 0;
+    }
+    c->n++;
+}
+
+static void key_drop(local_queue *q, const char *name)
+{
+    struct key_count *c = q->keys_lost ? NULL : key_find(q, name);
+    if (c && --c->n == 0)
+        *c = q->keys[--q->n_keys];
+}
 
 svc_entry *svc_entry_new(uint64_t job, int index, svc_params *params)
 {
@@ -77,6 +124,11 @@ static void unlink_entry(local_queue *q, svc_entry *e)
         q->tail = e->prev;
     e->prev = e->next = NULL;
     q->length--;
+    key_drop(q, e->owner);
+    if (q->length == 0) {
+        q->n_keys = 0;
+        q->keys_lost = false;
+    }
 }
 
 static void q_push(svc_queue *base, svc_entry **entries, int n)
@@ -95,6 +147,7 @@ static void q_push(svc_queue *base, svc_entry **entries, int n)
             q->head = e;
         q->tail = e;
         q->length++;
+        key_add(q, e->owner);
     }
     pthread_cond_broadcast(&q->cv);
     pthread_mutex_unlock(&q->mu);
@@ -117,6 +170,16 @@ static int q_remove_job(svc_queue *base, uint64_t job)
     return removed;
 }
 
+/* Fold one waiting key into the turn search (turn_key). */
+static void turn_consider(const char *name, const char *turn, const char **first,
+                          const char **after)
+{
+    if (strcmp(name, *first) < 0)
+        *first = name;
+    if (strcmp(name, turn) > 0 && (!*after || strcmp(name, *after) < 0))
+        *after = name;
+}
+
 /* The key whose turn it is: among the owners of waiting entries, the first
  * after q->turn in name order, else (wrapping) the first.  *several: more
  * than one key waits.  Under q->mu, with q->head set. */
@@ -124,14 +187,15 @@ static const char *turn_key(const local_queue *q, bool *several)
 {
     const char *first = q->head->owner, *after = NULL;
     *several = false;
+    if (!q->keys_lost) {
+        *several = q->n_keys > 1;
+        for (int k = 0; k < q->n_keys; k++)
+            turn_consider(q->keys[k].name, q->turn, &first, &after);
+        return after ? after : first;
+    }
     for (const svc_entry *e = q->head; e; e = e->next) {
-        const int c = strcmp(e->owner, first);
-        if (c != 0)
-            *several = true;
-        if (c < 0)
-            first = e->owner;
-        if (strcmp(e->owner, q->turn) > 0 && (!after || strcmp(e->owner, after) < 0))
-            after = e->owner;
+        *several |= strcmp(e->owner, first) != 0;
+        turn_consider(e->owner, q->turn, &first, &after);
     }
     return after ? after : first;
 }
@@ -156,7 +220,7 @@ static svc_entry *choose(local_queue *q, bool have_shape, int width, int height)
         }
     }
     if (!pick)
-        pick = oldest;
+        pick = oldest ? oldest : q->head; /* (the key always has one) */
     for (svc_entry *e = q->head; e != pick; e = e->next)
         if (!several || strcmp(e->owner, key) == 0)
             e->passed++;
@@ -226,6 +290,7 @@ static void q_destroy(svc_queue *base)
         next = e->next;
         svc_entry_free(e);
     }
+    free(q->keys);
     pthread_cond_destroy(&q->cv);
     pthread_mutex_destroy(&q->mu);
     free(q);

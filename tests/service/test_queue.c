@@ -10,7 +10,10 @@
  * checked: whose turn it is, the shape preference and the passes within a
  * key, and, with one key (or keys off), the very order of the rule before
  * fair turns, against a copy of that rule kept here as the reference
- * (1,000 random pushes and pops).
+ * (1,000 random pushes and pops).  With several keys, the queue (which
+ * keeps a table of the waiting keys) is checked against the fair rule
+ * written plainly here, by walking the whole list, over random pushes,
+ * pops and cancels of four keys.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -158,6 +161,87 @@ static int one_key_matches(const char *owner)
     return 0;
 }
 
+/* The fair rule written plainly: the turn from a walk of the whole list,
+ * then the old rule within that key. */
+typedef struct fair_entry {
+    uint64_t job;
+    int key, w, h, passed;
+} fair_entry;
+
+static uint64_t fair_pop(fair_entry *v, int *n, int *turn, int max_batch, bool have_shape,
+                         int w, int h)
+{
+    if (*n == 0)
+        return 0;
+    int first = -1, after = -1; /* keys are 0..3, named in that order */
+    bool several = false;
+    for (int i = 0; i < *n; i++) {
+        several |= v[i].key != v[0].key;
+        if (first < 0 || v[i].key < first)
+            first = v[i].key;
+        if (v[i].key > *turn && (after < 0 || v[i].key < after))
+            after = v[i].key;
+    }
+    const int key = after >= 0 ? after : first;
+    int pick = -1, oldest = -1;
+    for (int i = 0; i < *n && pick < 0; i++) {
+        if (several && v[i].key != key)
+            continue;
+        if (oldest < 0)
+            oldest = i;
+        if (!have_shape || v[i].passed >= max_batch || (v[i].w == w && v[i].h == h))
+            pick = i;
+    }
+    if (pick < 0)
+        pick = oldest;
+    for (int i = 0; i < pick; i++)
+        if (!several || v[i].key == key)
+            v[i].passed++;
+    *turn = v[pick].key;
+    uint64_t id = v[pick].job;
+    memmove(&v[pick], &v[pick + 1], (size_t)(*n - pick - 1) * sizeof v[0]);
+    (*n)--;
+    return id;
+}
+
+static int test_keys_match_the_plain_rule(void)
+{
+    static const char *const names[] = {"a", "b", "c", "d"};
+    static fair_entry ref[2000];
+    int n = 0, turn = -1;
+    const int max_batch = 2;
+    svc_queue *q = svc_queue_local_new(max_batch);
+    unsigned seed = 777;
+    uint64_t next = 1;
+    for (int step = 0; step < 3000; step++) {
+        seed = seed * 1103515245u + 12345u;
+        const int r = (int)((seed >> 16) % 100);
+        const int side = 64 * (1 + (int)((seed >> 8) % 2));
+        /* key a floods; b, c, d come and go */
+        const int key = r < 30 ? 0 : 1 + (int)((seed >> 4) % 3);
+        if (r < 52) {
+            push(q, next, names[key], side, side);
+            ref[n++] = (fair_entry){next, key, side, side, 0};
+            next++;
+        } else if (r < 56 && n > 0) {
+            /* a cancel: one job's entry leaves wherever it waits */
+            const int i = (int)((seed >> 3) % (unsigned)n);
+            ASSERT_EQ(q->ops->remove_job(q, ref[i].job), 1);
+            memmove(&ref[i], &ref[i + 1], (size_t)(n - i - 1) * sizeof ref[0]);
+            n--;
+        } else {
+            const bool have = r % 5 != 0;
+            ASSERT_EQ(pop(q, have, side, side), fair_pop(ref, &n, &turn, max_batch, have, side,
+                                                         side));
+        }
+        ASSERT_EQ(q->ops->length(q), n);
+    }
+    while (n > 0)
+        ASSERT_EQ(pop(q, true, 64, 64), fair_pop(ref, &n, &turn, max_batch, true, 64, 64));
+    q->ops->destroy(q);
+    return 0;
+}
+
 static int test_one_key_is_the_old_rule(void)
 {
     return one_key_matches("alice");
@@ -171,6 +255,7 @@ static int test_keys_off_is_the_old_rule(void)
 static const tsr_test_entry tests[] = {
     {"turns", test_turns},
     {"shapes_within_a_key", test_shapes_within_a_key},
+    {"keys_match_the_plain_rule", test_keys_match_the_plain_rule},
     {"one_key_is_the_old_rule", test_one_key_is_the_old_rule},
     {"keys_off_is_the_old_rule", test_keys_off_is_the_old_rule},
 };
