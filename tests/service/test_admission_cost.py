@@ -226,6 +226,14 @@ def test_big_counts_more(c):
     r = s.post("/v1/jobs", small)
     assert r.status == 429 and "(16 queue units)" in r.error["message"], r
     s.delete("/v1/jobs/" + long.json["id"])
+    # a hires-fix job counts its second pass too: 128x128 and then 256x256,
+    # 30 steps each: 1 + 4 units
+    hires = s.post("/v1/jobs", dict(prompt=PROMPT, width=128, height=128, steps=30,
+                                    hires_scale=2))
+    assert hires.status == 202, hires
+    r = s.post("/v1/jobs", small)
+    assert r.status == 429 and "(5 queue units)" in r.error["message"], r
+    s.delete("/v1/jobs/" + hires.json["id"])
     s.delete("/v1/jobs/" + a["id"])
 
 
