@@ -152,8 +152,15 @@ int tsr_cmd_serve(int argc, char **argv)
          "rewrite the journal while running once its records no longer needed pass KB KiB and "
          "outweigh the rest (default {}; 0 = only at start-up)",
          0, 1048576, 0, 0},
-        {"queue", TSR_ARG_STRING, &c.queue_url, "redis://HOST:PORT[/DB]",
-         "share one Redis Streams queue with other nodes (docs/scale-out.md)", 0, 0, 0, 0},
+        {"queue", TSR_ARG_STRING, &c.queue_url, "redis[s]://[USER@]HOST:PORT[/DB]",
+         "share one Redis Streams queue with other nodes (docs/scale-out.md); rediss:// is "
+         "TLS; no password in the URL", 0, 0, 0, 0},
+        {"queue-password-file", TSR_ARG_STRING, &c.queue_password_file, "FILE",
+         "with --queue: the Redis password, one line (mode 600); default: "
+         "$TESSERA_REDIS_PASSWORD, else no AUTH", 0, 0, 0, 0},
+        {"queue-ca", TSR_ARG_STRING, &c.queue_ca, "FILE",
+         "with rediss://: the CA certificate(s), PEM, Redis's certificate must chain to "
+         "(default: the system's trust store)", 0, 0, 0, 0},
         {"role", TSR_ARG_STRING, &role, "ROLE",
          "with --queue: api (accept and serve), worker (run) or both (default)", 0, 0, 0, 0},
         {"result-ttl", TSR_ARG_INT, &result_ttl, "S",
@@ -217,9 +224,9 @@ int tsr_cmd_serve(int argc, char **argv)
         }
     }
     if (c.queue_url) {
-        char err[160];
+        char err[400];
         if (tsr_service_check_queue_url(c.queue_url, err, sizeof err) < 0) {
-            fprintf(stderr, "tessera serve: --queue '%s': %s\n", c.queue_url, err);
+            fprintf(stderr, "tessera serve: --queue %s\n", err);
             return TSR_EXIT_USAGE;
         }
     }
@@ -285,6 +292,10 @@ int tsr_cmd_serve(int argc, char **argv)
         c.allowed_hosts = allowed;
     char err[640];
     if (tsr_service_check_auth(&c, err, sizeof err) < 0) {
+        fprintf(stderr, "tessera serve: %s\n", err);
+        return TSR_EXIT_USAGE;
+    }
+    if (tsr_service_check_queue(&c, err, sizeof err) < 0) {
         fprintf(stderr, "tessera serve: %s\n", err);
         return TSR_EXIT_USAGE;
     }

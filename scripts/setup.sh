@@ -21,7 +21,9 @@ PACKAGES=(
   clang libclang-rt-14-dev # libFuzzer and sanitizer runtimes (scripts/fuzz.sh)
   python3 python3-yaml # tests/service (standard library + PyYAML for docs/openapi.yaml)
   curl              # scripts/demo.sh talks to tessera serve as a client would
-  libhiredis-dev    # Redis client: tessera serve --queue redis:// (service/queue_redis.c)
+  libhiredis-dev    # Redis client: tessera serve --queue redis:// (service/queue/redis/)
+  libssl-dev        # rediss://: TLS to Redis (service/queue/redis/redis_tls.c)
+  openssl           # tests/cluster makes its CA and Redis certificate with the CLI
   redis-server redis-tools # tests/cluster: the shared Redis Streams queue, redis-benchmark
 )
 

@@ -27,6 +27,7 @@
 #include "json.h"
 #include "log.h"
 #include "redis_url.h"
+#include "redis_conn.h"
 #include "server_int.h"
 #include "a1111.h"
 #include "sse.h"
@@ -145,9 +146,11 @@ static int start_cluster(svc_server *s)
 {
     svc_cluster_config cc;
     memset(&cc, 0, sizeof cc);
-    char err[160];
-    if (svc_redis_url_parse(s->cfg.queue_url, &cc.url, err, sizeof err) < 0) {
-        SVC_ERROR("--queue %s: %s", s->cfg.queue_url, err);
+    char err[400];
+    if (svc_redis_target(s->cfg.queue_url, s->cfg.queue_password_file, s->cfg.queue_ca,
+                         &cc.url, err, sizeof err) < 0) {
+        svc_redis_url_wipe(&cc.url);
+        SVC_ERROR("%s", err);
         return -1;
     }
     snprintf(s->work_dir, sizeof s->work_dir, "%s/worker", s->cfg.data_dir);
@@ -170,6 +173,7 @@ static int start_cluster(svc_server *s)
     cc.scratch_dir = s->work_dir;
     cc.mailbox = s->mailbox;
     s->cluster = svc_cluster_new(&cc);
+    svc_redis_url_wipe(&cc.url); /* the cluster holds its own copy */
     if (!s->cluster)
         return -1;
     s->queue = svc_cluster_mirror_queue(s->cluster);

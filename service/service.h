@@ -54,7 +54,11 @@ typedef struct tsr_service_config {
                               * dead records (default 1024; 0 = at start-up only) */
     FILE *ready_out;         /* the "listening on" line goes here (default stdout) */
     /* scale-out (docs/scale-out.md): NULL = the in-process queue */
-    const char *queue_url;   /* "redis://HOST:PORT[/DB]" */
+    const char *queue_url;   /* "redis[s]://[USER@]HOST:PORT[/DB]" (rediss: TLS) */
+    const char *queue_password_file; /* Redis password, one line; NULL: $TESSERA_REDIS_PASSWORD
+                              * (unset: no AUTH); never on the command line */
+    const char *queue_ca;    /* rediss://: the CA file (PEM) the server's certificate must chain
+                              * to; NULL = the system's trust store */
     int role;                /* tsr_service_role (default TSR_ROLE_BOTH) */
     int result_ttl_s;        /* results kept in Redis (default 86400) */
     int claim_idle_ms;       /* an image pending this long is taken over (default 30000) */
@@ -69,6 +73,14 @@ typedef enum tsr_service_role {
 
 /* Check a --queue URL; 0, or -1 with the reason in err. */
 int tsr_service_check_queue_url(const char *url, char *err, size_t err_size);
+
+/* The --queue check `tessera serve` makes before loading the model (exit 2
+ * on failure): the URL, the password (file or environment), --queue-ca,
+ * then one connection: a wrong password, an untrusted certificate or TLS
+ * against a plain port fail here with a one-line reason; Redis not
+ * reachable yet passes (the node waits for it).  Ignores SIGPIPE, as
+ * tsr_service_run does.  0, or -1 with the reason in err. */
+int tsr_service_check_queue(const tsr_service_config *c, char *err, size_t err_size);
 
 void tsr_service_config_init(tsr_service_config *c);
 

@@ -33,19 +33,34 @@ def free_port():
 
 
 class Redis:
-    def __init__(self):
+    """password: requirepass (AUTH as the default user); extra: more
+    redis-server arguments (an ACL `--user ...`); tls: {cert, key, ca} to
+    serve TLS only (--port 0 --tls-port), the test's own client trusting ca."""
+
+    def __init__(self, password=None, extra=(), tls=None, bind="127.0.0.1"):
         self.port = free_port()
         self.dir = svc.tmpdir("tsr-redis-")
         self.proc = None
+        self.password = password
+        self.extra = list(extra)
+        self.tls = tls
+        self.bind = bind
 
     @property
     def url(self):
-        return "redis://127.0.0.1:%d" % self.port
+        return "%s://127.0.0.1:%d" % ("rediss" if self.tls else "redis", self.port)
 
     def start(self):
-        argv = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+        ports = ["--port", str(self.port)]
+        if self.tls:
+            ports = ["--port", "0", "--tls-port", str(self.port),
+                     "--tls-cert-file", self.tls["cert"], "--tls-key-file", self.tls["key"],
+                     "--tls-ca-cert-file", self.tls["ca"], "--tls-auth-clients", "no"]
+        if self.password:
+            ports += ["--requirepass", self.password]
+        argv = [REDIS_SERVER] + ports + ["--bind"] + self.bind.split() + ["--dir", self.dir,
                 "--appendonly", "yes", "--appendfsync", "always", "--save", "",
-                "--logfile", os.path.join(self.dir, "redis.log")]
+                "--logfile", os.path.join(self.dir, "redis.log")] + self.extra
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, preexec_fn=svc._die_with_parent)
         svc.wait_until(self.ping, 20, "redis-server on port %d" % self.port)
@@ -63,15 +78,30 @@ class Redis:
             self.proc.wait(30)
 
     def cmd(self, *args):
-        """One command over RESP; the decoded reply."""
-        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as s:
-            out = b"*%d\r\n" % len(args)
-            for a in args:
-                a = a if isinstance(a, bytes) else str(a).encode()
-                out += b"$%d\r\n%s\r\n" % (len(a), a)
-            s.sendall(out)
+        """One command over RESP (after AUTH, over TLS when the server
+        wants them); the decoded reply."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as raw:
+            s = raw
+            if self.tls:
+                import ssl
+                ctx = ssl.create_default_context(cafile=self.tls["ca"])
+                s = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
             f = s.makefile("rb")
+            if self.password:
+                s.sendall(_encode(("AUTH", self.password)))
+                r = _resp(f)
+                if r != "OK":
+                    raise OSError("AUTH: %r" % (r,))
+            s.sendall(_encode(args))
             return _resp(f)
+
+
+def _encode(args):
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    return out
 
 
 def _resp(f):

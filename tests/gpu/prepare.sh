@@ -33,7 +33,7 @@ LIBS="libopenblas-dev libopenblas0 libopenblas-pthread-dev libopenblas0-pthread 
       libquadmath0 libcjson-dev libcjson1 libevent-dev libevent-2.1-7 libevent-core-2.1-7
       libevent-extra-2.1-7 libevent-openssl-2.1-7 libevent-pthreads-2.1-7 libpng-dev libpng16-16
       zlib1g-dev libjpeg62-turbo-dev libjpeg62-turbo libturbojpeg0-dev libturbojpeg0
-      libhiredis-dev libhiredis0.14"
+      libhiredis-dev libhiredis0.14 libssl-dev"
 # cmake's own closure, minus the base image (libc6, libstdc++6, libssl3, ...)
 PKGCONF="pkgconf pkgconf-bin libpkgconf3"
 TOOLS="ninja-build cmake cmake-data libjsoncpp25 librhash0 libuv1

@@ -92,7 +92,7 @@ table() {
 }
 
 # ---- deps: toolchain and libraries ----
-PKGS="libcjson openblas libpng libjpeg libevent libevent_pthreads libturbojpeg hiredis"
+PKGS="libcjson openblas libpng libjpeg libevent libevent_pthreads libturbojpeg hiredis openssl"
 missing=""
 for t in cmake ninja pkg-config; do command -v $t >/dev/null || missing="$missing $t"; done
 if command -v pkg-config >/dev/null; then

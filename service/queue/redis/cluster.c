@@ -25,6 +25,7 @@
 #include <hiredis/hiredis.h>
 
 #include "log.h"
+#include "redis_conn.h"
 #include "service.h"
 #include "store.h"
 #include "tessera.h"
@@ -32,39 +33,33 @@
 
 /* ------------------------------------------------------------ connections */
 
+/* Every connection of the node is made here (redis_conn.c: TLS, AUTH,
+ * PING, SELECT), so a reconnect authenticates as the first one did.  A
+ * failure is logged once until it changes or the connection comes back;
+ * a refused password or certificate is retried too (it may be rotated). */
 bool svc_cl_rc_ensure(rconn *r)
 {
     if (r->ctx)
         return true;
-    struct timeval tv = {1, 0};
-    redisContext *c = redisConnectWithTimeout(r->url->host, r->url->port, tv);
-    if (!c || c->err) {
-        if (!r->down_logged)
-            SVC_WARN("cluster %s: cannot reach redis://%s:%d: %s (retrying)", r->who,
-                     r->url->host, r->url->port, c ? c->errstr : "out of memory");
+    svc_redis_link l;
+    char err[512];
+    int rc = svc_redis_open(r->url, 1000, r->timeout_s > 0 ? r->timeout_s : 10, &l, err,
+                            sizeof err);
+    if (rc != SVC_REDIS_OK) {
+        if (!r->down_logged || strncmp(r->last_err, err, sizeof r->last_err - 1) != 0)
+            SVC_WARN("cluster %s: %s (retrying)", r->who, err);
+        snprintf(r->last_err, sizeof r->last_err, "%s", err);
         r->down_logged = true;
-        redisFree(c);
         return false;
     }
-    struct timeval io = {r->timeout_s > 0 ? r->timeout_s : 10, 0};
-    redisSetTimeout(c, io);
-    if (r->url->db) {
-        redisReply *rep = redisCommand(c, "SELECT %d", r->url->db);
-        bool ok = rep && rep->type != REDIS_REPLY_ERROR;
-        if (!ok)
-            SVC_WARN("cluster %s: SELECT %d failed: %s", r->who, r->url->db,
-                     rep ? rep->str : c->errstr);
-        freeReplyObject(rep);
-        if (!ok) {
-            redisFree(c);
-            return false;
-        }
-    }
     if (r->down_logged)
-        SVC_INFO("cluster %s: connected to redis://%s:%d", r->who, r->url->host, r->url->port);
+        SVC_INFO("cluster %s: connected to %s://%s:%d", r->who, r->url->tls ? "rediss" : "redis",
+                 r->url->host, r->url->port);
     r->down_logged = false;
+    r->last_err[0] = '\0';
     r->backoff_ms = 0;
-    r->ctx = c;
+    r->ctx = l.ctx;
+    r->tls = l.tls;
     return true;
 }
 
@@ -72,19 +67,20 @@ void svc_cl_rc_drop(rconn *r)
 {
     if (r->ctx) {
         if (!r->down_logged)
-            SVC_WARN("cluster %s: lost redis://%s:%d: %s", r->who, r->url->host, r->url->port,
-                     r->ctx->errstr[0] ? r->ctx->errstr : "error");
+            SVC_WARN("cluster %s: lost %s://%s:%d: %s", r->who, r->url->tls ? "rediss" : "redis",
+                     r->url->host, r->url->port, r->ctx->errstr[0] ? r->ctx->errstr : "error");
         r->down_logged = true;
-        redisFree(r->ctx);
-        r->ctx = NULL;
+        svc_cl_rc_close(r);
     }
 }
 
 /* End of a thread: close without a word. */
 void svc_cl_rc_close(rconn *r)
 {
-    redisFree(r->ctx);
+    svc_redis_link l = {r->ctx, r->tls};
+    svc_redis_close(&l);
     r->ctx = NULL;
+    r->tls = NULL;
 }
 
 /* A command; NULL when the connection failed (it is dropped). */
@@ -351,8 +347,10 @@ int svc_cluster_start(svc_cluster *c, const char *model_name)
     c->started = true;
     pthread_cond_broadcast(&c->cond);
     pthread_mutex_unlock(&c->mu);
-    SVC_INFO("cluster: queue redis://%s:%d/%d, keys %s*, consumer %s", c->cfg.url.host,
-             c->cfg.url.port, c->cfg.url.db, c->prefix, c->consumer);
+    SVC_INFO("cluster: queue %s://%s%s%s:%d/%d%s, keys %s*, consumer %s",
+             c->cfg.url.tls ? "rediss" : "redis", c->cfg.url.user, c->cfg.url.user[0] ? "@" : "",
+             c->cfg.url.host, c->cfg.url.port, c->cfg.url.db,
+             c->cfg.url.password[0] ? " (password set)" : "", c->prefix, c->consumer);
     return 0;
 }
 
@@ -406,6 +404,7 @@ void svc_cluster_free(svc_cluster *c)
         free(f);
     }
     svc_cl_rc_close(&c->pop);
+    svc_redis_url_wipe(&c->cfg.url);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cond);
     pthread_mutex_destroy(&c->pop_mu);

@@ -28,6 +28,8 @@
 typedef struct rconn {
     const svc_redis_url *url;
     redisContext *ctx;
+    struct svc_tls_bridge *tls; /* rediss://: ctx's TLS bridge (redis_tls.h) */
+    char last_err[64];        /* the start of the last failure logged (log it on change) */
     int backoff_ms;
     bool down_logged;
     const char *who;
