@@ -89,10 +89,11 @@ def start_node(url, role, name, extra=(), env=None):
     return n
 
 
-def run_job(api, i, wait_s=0):
+def run_job(api, i, wait_s=0, size=64):
     """One job through api; wait_s: how long a 503 (Redis away, the node
-    reconnecting) is retried."""
+    reconnecting) is retried.  Returns the PNG's size."""
     p = cluster.spec(i, steps=2)
+    p.update(width=size, height=size)
     deadline = time.time() + wait_s
     while True:
         r = api.post("/v1/jobs", p)
@@ -103,8 +104,9 @@ def run_job(api, i, wait_s=0):
     jid = r.json["id"]
     j = api.wait_job(jid, timeout=120)
     assert j["state"] == "done", j
-    svc.assert_same_image(api.image(jid), p, "job %s" % jid)
-    return jid
+    png = api.image(jid)
+    svc.assert_same_image(png, p, "job %s" % jid)
+    return len(png)
 
 
 def serve_fails(args, env=None, timeout=60):
@@ -239,8 +241,11 @@ def test_job_over_tls(c):
     worker.wait_ready(120)
     t0 = time.time()
     run_job(api, 3)
-    run_job(api, 4)
-    svc.figure("2 jobs over rediss:// (api by IP, worker by name): %.2f s" % (time.time() - t0))
+    # a PNG and tile sets of many TLS records (16 KB each) through the bridge
+    big = run_job(api, 4, size=256)
+    svc.figure("2 jobs over rediss:// (api by IP, worker by name; a %d-byte PNG): %.2f s"
+               % (big, time.time() - t0))
+    assert big > 16384, big
     assert worker.metrics().value("tessera_cluster_results_total") == 2
     # every connection of both nodes is a TLS one: Redis has no plain port
     assert r.cmd("CONFIG", "GET", "port")[1] == b"0"
