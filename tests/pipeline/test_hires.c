@@ -10,7 +10,9 @@
  * - which must give the same bytes as one hires image; the latent path by
  * what can be seen from outside (size, progress over both passes, the
  * infotext, UNet calls shared with a plain image of the second pass's
- * size, and the same bytes alone or in company).  Tiny models keep it fast.
+ * size, and the same bytes alone or in company) and against diffusers'
+ * pipelines composed as A1111 runs the pass (diffusers_latent; references
+ * by tools/reference/make_hires_refs.py).  Tiny models keep it fast.
  */
 #include <cJSON.h>
 #include <math.h>
@@ -417,6 +419,83 @@ static int test_latent_pass(void)
     return 0;
 }
 
+/* The latent path against diffusers' own pipelines composed as A1111's
+ * hires pass runs (tools/reference/make_hires_refs.py: txt2img to latents,
+ * torch's interpolate, img2img from latents with a fresh generator), on
+ * the tiny model whose pixels move with everything (sd1_sharp).  Within
+ * the pipeline goldens' tolerance, and the upscale mode matters beyond it. */
+static int test_diffusers_latent(void)
+{
+    char path[512];
+    size_t size = 0;
+    char *text = tsr_test_read_file(tsr_test_path("pipeline/hires/diffusers.json", path,
+                                                  sizeof path), &size);
+    ASSERT_TRUE(text);
+    cJSON *j = cJSON_ParseWithLength(text, size);
+    free(text);
+    ASSERT_TRUE(j);
+    tsr_engine *e;
+    if (open_model("models/sd1_sharp", &e))
+        return 1;
+    const int tol = cJSON_GetObjectItem(j, "tolerance")->valueint;
+    int n = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "cases"))
+    {
+        const char *name = cJSON_GetObjectItem(c, "name")->valuestring;
+        tsr_image_params p;
+        tsr_image_params_init(&p);
+        p.prompt = cJSON_GetObjectItem(c, "prompt")->valuestring;
+        p.width = p.height = 64;
+        p.steps = cJSON_GetObjectItem(c, "steps")->valueint;
+        p.seed = (uint64_t)cJSON_GetObjectItem(c, "seed")->valuedouble;
+        p.cfg_scale = cJSON_GetObjectItem(c, "cfg_scale")->valuedouble;
+        p.sampler = cJSON_GetObjectItem(c, "sampler")->valuestring;
+        p.hires_scale = 2;
+        p.hires_steps = cJSON_GetObjectItem(c, "hires_steps")->valueint;
+        p.hires_strength = cJSON_GetObjectItem(c, "hires_strength")->valuedouble;
+        p.hires_upscaler = cJSON_GetObjectItem(c, "hires_upscaler")->valuestring;
+        tsr_result r;
+        if (run(e, &p, NULL, &r, NULL))
+            return 1;
+        char rel[256];
+        snprintf(rel, sizeof rel, "pipeline/hires/diffusers_%s.png", name);
+        uint8_t *want;
+        int w, h;
+        if (read_png(rel, 3, &want, &w, &h))
+            return 1;
+        ASSERT_TRUE(w == r.width && h == r.height);
+        int worst = 0;
+        for (int i = 0; i < w * h * 3; i++) {
+            int d = abs((int)r.rgb[i] - (int)want[i]);
+            worst = d > worst ? d : worst;
+        }
+        if (worst > tol)
+            TSR_FAIL("%s: differs from diffusers by up to %d (tolerance %d)", name, worst, tol);
+        if (n == 0) {
+            /* sensitivity: another upscale mode is far outside the tolerance */
+            p.hires_upscaler = "Latent (nearest)";
+            tsr_result other;
+            if (run(e, &p, NULL, &other, NULL))
+                return 1;
+            int far = 0;
+            for (int i = 0; i < w * h * 3; i++) {
+                int d = abs((int)other.rgb[i] - (int)want[i]);
+                far = d > far ? d : far;
+            }
+            ASSERT_TRUE(far > 4 * tol);
+            tsr_result_free(&other);
+        }
+        free(want);
+        tsr_result_free(&r);
+        n++;
+    }
+    ASSERT_EQ(n, 3);
+    cJSON_Delete(j);
+    tsr_engine_close(e);
+    return 0;
+}
+
 /* Bad hires and fill parameters name their field; hr_resize's crop. */
 static int test_checks(void)
 {
@@ -475,6 +554,6 @@ static const tsr_test_entry k_tests[] = {
     {"upscale_modes", test_upscale_modes}, {"fill_pixels", test_fill_pixels},
     {"fill_latent", test_fill_latent},     {"fill_modes", test_fill_modes},
     {"lanczos_by_hand", test_lanczos_by_hand}, {"latent_pass", test_latent_pass},
-    {"checks", test_checks},
+    {"checks", test_checks},               {"diffusers_latent", test_diffusers_latent},
 };
 TSR_TEST_TABLE_MAIN(k_tests)
