@@ -364,6 +364,12 @@ int tsr_cmd_generate(int argc, char **argv)
          "(bf16 weights and GEMM inputs, f32 sums)", 0, 0, 0, 0},
         {"tokenizer", TSR_ARG_STRING, &o.tokenizer, "default|a1111", TSR_CLI_TOKENIZER_HELP, 0, 0,
          0, 0},
+        {"lora-dir", TSR_ARG_STRING, &o.lora_dir, "DIR",
+         "folder of LoRA files (NAME.safetensors): kohya/A1111 or diffusers/PEFT, LoRA or LoCon",
+         0, 0, 0, 0},
+        {"lora", TSR_ARG_STRING, &o.lora, "NAME[:W[:W_UNET]][,...]",
+         "LoRAs from --lora-dir at multiplier W (text encoders; the UNet's W_UNET, default W), "
+         "as the prompt's <lora:NAME:W> tags, which also work", 0, 0, 0, 0},
         {"output", TSR_ARG_STRING, &o.output, "OUT.png",
          "where to write: .png, or .jpg/.jpeg (quality 80); batches write OUT-0.png, OUT-1.png, "
          "... (default tessera.png)", 0, 0, 0, 0},
@@ -418,10 +424,20 @@ int tsr_cmd_generate(int argc, char **argv)
     tsr_batch *batch = NULL;
     int exit_code = TSR_EXIT_FAILURE, image_ids[GEN_MAX_BATCH] = {0}, n_images = 0;
     int index_of[GEN_MAX_BATCH + 2] = {0};
-    if (o.init && load_image("init-image", o.init, 3, &init) < 0)
+    tsr_lora_spec lora_specs[16];
+    int n_lora_specs = 0;
+    char *lora_buf = NULL;
+    if (o.lora && gen_parse_loras(o.lora, lora_specs, 16, &n_lora_specs, &lora_buf) < 0) {
+        fprintf(stderr, "tessera generate: --lora: %s\n", tsr_last_error());
+        return TSR_EXIT_USAGE;
+    }
+    if (o.init && load_image("init-image", o.init, 3, &init) < 0) {
+        free(lora_buf);
         return TSR_EXIT_FAILURE;
+    }
     if (o.mask && load_image("mask", o.mask, 1, &mask) < 0) {
         tsr_image_free(&init);
+        free(lora_buf);
         return TSR_EXIT_FAILURE;
     }
 
@@ -434,6 +450,7 @@ int tsr_cmd_generate(int argc, char **argv)
     eo.taesd = o.taesd;
     eo.tokenizer = o.tokenizer;
     eo.precision = o.precision;
+    eo.lora_dir = o.lora_dir;
     const double t_open = tsr_cli_now();
     rc = tsr_engine_open(&eo, &engine);
     const double load_s = tsr_cli_now() - t_open;
@@ -477,6 +494,8 @@ int tsr_cmd_generate(int argc, char **argv)
         tsr_image_params_init(&p);
         p.prompt = o.prompt;
         p.negative_prompt = o.negative;
+        p.loras = lora_specs;
+        p.n_loras = n_lora_specs;
         p.width = (int)o.width;
         p.height = (int)o.height;
         p.steps = (int)o.steps;
@@ -574,5 +593,6 @@ done:
     tsr_image_free(&init);
     tsr_image_free(&mask);
     full_res_free(&fr);
+    free(lora_buf);
     return exit_code;
 }

@@ -36,6 +36,7 @@ typedef struct gen_opts {
     uint64_t seed;
     double cfg, strength, rescale, eta;
     double mask_blur; /* A1111's mask blur: Pillow GaussianBlur radius of the overlay mask */
+    const char *lora_dir, *lora; /* --lora-dir, --lora NAME[:W[:W_UNET]][,...] */
     /* A1111's "inpaint only masked": crop the mask's region (grown by the
      * padding and to the target aspect), inpaint it at --width x --height,
      * paste it back into the full-size init image */
@@ -70,6 +71,9 @@ const char *gen_flag_for_message(const char *msg, const gen_opts *o, bool openin
  * message already starts with it or none is known) and return the exit
  * code for status `rc`: 2 for a value the model cannot take, 1 otherwise. */
 int gen_report(int rc, const char *msg, const gen_opts *o, bool opening);
+
+/* --lora's list into specs (names point into *buf, owned; free it). */
+int gen_parse_loras(const char *arg, tsr_lora_spec *out, int max, int *n, char **buf);
 
 /* OUT.png -> OUT-i.png for batches. */
 void gen_output_name(const char *out, int i, int n, char *buf, size_t size);

@@ -253,6 +253,7 @@ static const struct {
     {"threads", "--threads"},
     {"prediction", "--prediction"},
     {"taesd", "--taesd"},
+    {"loras", "--lora"},
 };
 
 const char *gen_flag_for_field(const char *field)

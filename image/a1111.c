@@ -254,10 +254,11 @@ int tsr_a1111_parameters(const tsr_a1111_info *info, char **out)
     const char *strs[] = {info->prompt,     info->negative_prompt, info->sampler,
                           info->schedule_type, info->model_hash,   info->model,
                           info->vae_hash,   info->vae,             info->rng,
-                          info->version,    info->hires_upscaler};
+                          info->version,    info->hires_upscaler, info->lora_hashes};
     static const char *names[] = {"prompt",     "negative prompt", "sampler", "schedule type",
                                   "model hash", "model",           "VAE hash", "VAE",
-                                  "RNG",        "version",         "hires upscaler"};
+                                  "RNG",        "version",         "hires upscaler",
+                                  "Lora hashes"};
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
         TSR_TRY(check_utf8(names[i], strs[i]));
 
@@ -301,6 +302,7 @@ int tsr_a1111_parameters(const tsr_a1111_info *info, char **out)
         sb_fmt(&b, ": %d", info->hires_steps);
     }
     field_str(&f, "Hires upscaler", info->hires_upscaler);
+    field_str(&f, "Lora hashes", info->lora_hashes && info->lora_hashes[0] ? info->lora_hashes : NULL);
     field_str(&f, "Version", info->version);
 
     if (b.oom) {

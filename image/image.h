@@ -269,6 +269,9 @@ typedef struct tsr_a1111_info {
     int hires_resize_x, hires_resize_y;
     int hires_steps;
     const char *hires_upscaler;
+    /* "Lora hashes: \"name: 0123456789ab, ...\"" (A1111's, after the hires
+     * fields: an extra_generation_params entry); NULL or "" omits */
+    const char *lora_hashes;
 } tsr_a1111_info;
 
 /* Fill `info` with "omitted" values (negative denoising, clip_skip 0, NULLs). */

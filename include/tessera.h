@@ -109,6 +109,8 @@ typedef struct tsr_engine_options {
                              * "bf16": the CPU's opt-in fast mode on AVX512_BF16 (weights
                              * stored bf16, conv/linear products in bf16 with f32 sums;
                              * device auto or cpu; docs/perf.md gives its error) */
+    const char *lora_dir;   /* NULL = no LoRAs; the folder LoRA names resolve in */
+    int lora_cache_mb;      /* loaded LoRAs kept up to this many MiB (LRU); 0 = 1024 */
 } tsr_engine_options;
 
 void tsr_engine_options_init(tsr_engine_options *o);
@@ -152,6 +154,13 @@ int tsr_schedules(const tsr_schedule_desc **out);
 #define TSR_MAX_SIZE 4096
 #define TSR_MAX_STEPS 1000
 
+/* One LoRA of an image: its name in lora_dir and its multipliers. */
+typedef struct tsr_lora_spec {
+    const char *name;   /* file stem: [^/\\:] without "..", not starting with '.' */
+    double unet_weight; /* the UNet's deltas times this */
+    double te_weight;   /* the text encoders' deltas times this */
+} tsr_lora_spec;
+
 typedef struct tsr_image_params {
     const char *prompt;          /* UTF-8, A1111 syntax (copied at submit) */
     const char *negative_prompt; /* NULL = none given (diffusers' behaviour) */
@@ -178,6 +187,11 @@ typedef struct tsr_image_params {
     const uint8_t *mask;
     /* SDXL micro-conditioning; 0 = diffusers' defaults (the image size, 0) */
     int original_width, original_height, crop_top, crop_left, target_width, target_height;
+    /* LoRAs (docs/lora.md): files "<name>.safetensors" in the engine's
+     * lora_dir, besides the prompt's <lora:name:w> tags (borrowed until
+     * submit; at most 16 in all; a bad one fails with field "loras") */
+    const struct tsr_lora_spec *loras;
+    int n_loras;
     /* hires fix (A1111's): after the last step, the latents are upscaled and
      * denoised again as an img2img image at the larger size (docs/api.md,
      * "Hires fix").  On when hires_scale > 0 or hires_width/height > 0;

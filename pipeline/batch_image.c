@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "pipeline/hires.h"
+#include "pipeline/lora.h"
 #include "pipeline/pipeline_internal.h"
 
 double tsr_pipeline_now(void)
@@ -67,6 +68,7 @@ void tsr_batch_image_free(tsr_batch_image *j)
     free(j->prompt);
     free(j->negative);
     free(j->upscaler);
+    tsr_image_lora_free(j->lora);
     free((void *)j->params.init_image);
     free((void *)j->params.mask);
     free(j->rgb);
@@ -136,6 +138,16 @@ int tsr_batch_image_create(const tsr_engine *e, const tsr_image_params *p,
     /* the copies stand in for the caller's strings from here on */
     j->params.prompt = j->prompt;
     j->params.negative_prompt = j->negative;
+    /* LoRAs: the prompt's tags come out of the text that is encoded */
+    j->params.loras = NULL;
+    j->params.n_loras = 0;
+    const int lrc = tsr_image_lora_create(e, p, &j->lora);
+    if (lrc < 0) {
+        tsr_batch_image_free(j);
+        return lrc;
+    }
+    if (j->lora)
+        j->params.prompt = tsr_image_lora_prompt(j->lora);
     /* SDXL micro-conditioning, diffusers' defaults: original = target =
      * the image size, crop (0, 0) */
     const float ids[6] = {
@@ -348,7 +360,11 @@ int tsr_batch_image_prepare(tsr_engine *e, tsr_batch_image *j)
     const tsr_image_params *p = &j->params;
     tsr_rng_init(&j->rng, j->rng_kind, j->seed);
     TSR_TRY(make_sampler(e, j, p));
-    TSR_TRY(encode_prompts(e, j, p));
+    TSR_TRY(tsr_image_lora_acquire(e, j->lora));
+    tsr_text_cond_set_lora(e->cond, tsr_image_lora_set(j->lora));
+    const int erc = encode_prompts(e, j, p);
+    tsr_text_cond_set_lora(e->cond, NULL);
+    TSR_TRY(erc);
     TSR_TRY(prepare_latents(e, j, p));
     /* the init image and mask are in the latents now */
     free((void *)j->params.init_image);

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "image/image.h"
+#include "pipeline/lora.h"
 #include "pipeline/pipeline_internal.h"
 
 void tsr_engine_options_init(tsr_engine_options *o)
@@ -30,6 +31,7 @@ void tsr_engine_close(tsr_engine *e)
         return;
     tsr_taesd_free(e->taesd);
     tsr_vae_free(e->vae);
+    tsr_engine_lora_close(e);
     tsr_unet_free(e->unet);
     tsr_weights_free(e->vae_w);
     tsr_weights_free(e->unet_w);
@@ -162,6 +164,7 @@ int tsr_engine_open(const tsr_engine_options *o, tsr_engine **out)
     }
     TSR_CHECK_GOTO(rc, tsr_weights_load(e->model, TSR_COMP_UNET, e->backend, &e->unet_w), fail);
     TSR_CHECK_GOTO(rc, tsr_unet_create(ud, e->unet_w, e->backend, &e->unet), fail);
+    TSR_CHECK_GOTO(rc, tsr_engine_lora_open(e, o), fail);
     TSR_CHECK_GOTO(rc, tsr_weights_load(e->model, TSR_COMP_VAE, e->backend, &e->vae_w), fail);
     TSR_CHECK_GOTO(rc, tsr_vae_create(vd, e->vae_w, e->backend, &e->vae), fail);
     if (o->taesd)
@@ -352,6 +355,7 @@ int tsr_batch_image_infotext(const tsr_engine *e, tsr_batch_image *j)
     char version[32];
     snprintf(version, sizeof version, "tessera %s", tsr_version());
     info.version = version;
+    info.lora_hashes = tsr_image_lora_hashes(j->lora);
     if (j->step_offset > 0) { /* a hires image, its second pass done */
         const tsr_image_params *p = &j->params;
         info.denoising_strength = p->hires_strength;

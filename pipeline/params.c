@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "pipeline/hires.h"
+#include "pipeline/lora.h"
 #include "pipeline/pipeline_internal.h"
 
 void tsr_image_params_init(tsr_image_params *p)
@@ -127,6 +128,7 @@ int tsr_params_resolve(const tsr_engine *e, const tsr_image_params *p, tsr_param
                   p->mask_fill);
     tsr_hires_plan plan;
     TSR_TRY(tsr_hires_check(e, p, r->width, r->height, &plan, field));
+    TSR_TRY(tsr_image_lora_check(e, p, field));
     return TSR_OK;
 }
 

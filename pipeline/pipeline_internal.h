@@ -40,6 +40,7 @@ struct tsr_engine {
     int default_size;
     char model_name[256];   /* file or folder stem, for the infotext */
     char model_hash[11];    /* A1111 AutoV2 hash of a single file, computed at open; "" unknown */
+    struct tsr_engine_lora *lora; /* owned: LoRA tables and cache (pipeline/lora.c) */
 };
 
 /* Parameters after checking: the defaults applied and names resolved. */
@@ -96,6 +97,7 @@ typedef struct tsr_batch_image {
     char *upscaler;     /* the upscaler's name as given (owned; NULL = "Latent") */
     int step_offset;    /* user-visible steps of the passes before the running one */
     int steps_later;    /* ... and of the pass still to come */
+    struct tsr_image_lora *lora; /* owned: its LoRAs (pipeline/lora.c); NULL = none */
     /* result */
     uint8_t *rgb;
     char *parameters;

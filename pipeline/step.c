@@ -30,6 +30,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "pipeline/batch_internal.h"
+#include "pipeline/lora.h"
 #include "pipeline/hires.h"
 
 #define MAX_ROWS TSR_UNET_MAX_BATCH
@@ -423,6 +424,15 @@ static int run_unet(tsr_batch *b, call_group *g)
         in.time_ids = b->tids;
         in.n_time_ids = 6;
     }
+    /* LoRAs: each row takes its image's set; none at all = NULL */
+    const tsr_lora_set *sets[TSR_UNET_MAX_BATCH];
+    bool any_lora = false;
+    for (int gi = 0, r = 0; gi < g->n; gi++)
+        for (int k = 0; k < tsr_batch_image_rows(g->images[gi]) && r < TSR_UNET_MAX_BATCH; k++) {
+            sets[r] = tsr_image_lora_set(g->images[gi]->lora);
+            any_lora |= sets[r++] != NULL;
+        }
+    in.loras = any_lora ? sets : NULL;
     const double t0 = tsr_pipeline_now();
     int rc = tsr_unet_forward(e->unet, &in, b->out);
     const double unet_s = tsr_pipeline_now() - t0;

@@ -22,6 +22,7 @@
 
 #include "backend/arena.h"
 #include "core/error.h"
+#include "model/lora.h"
 
 typedef struct clip_layer {
     const tsr_tensor *ln1_w, *ln1_b, *ln2_w, *ln2_b;
@@ -37,7 +38,25 @@ struct tsr_clip {
     clip_layer layers[TSR_CLIP_MAX_LAYERS];
     tsr_arena ws;
     int64_t ws_tokens; /* batch*len the workspace was planned for */
+    const tsr_lora_set *lora;      /* borrowed: tsr_clip_set_lora; NULL = none */
+    tsr_component lora_comp;       /* which encoder the LoRA keys name */
+    tsr_lora_scratch lora_scratch; /* owned */
 };
+
+void tsr_clip_set_lora(tsr_clip *c, const tsr_lora_set *set, tsr_component comp)
+{
+    c->lora = set;
+    c->lora_comp = comp;
+}
+
+/* A linear and the LoRA deltas on its weight (every row of an encode call
+ * belongs to one image, so one set serves them all). */
+static int clip_linear(tsr_clip *c, const tsr_tensor *x, const tsr_tensor *w, const tsr_tensor *b,
+                       tsr_tensor *y)
+{
+    TSR_TRY(tsr_linear(c->backend, x, w, b, y));
+    return tsr_lora_linear(&c->lora_scratch, c->lora, c->lora_comp, w, x, y);
+}
 
 /* Fetch a weight and check its shape (n1 = 0 for 1-D tensors). */
 static int get_weight(const tsr_weights *w, const tsr_tensor **out, int64_t n0, int64_t n1,
@@ -129,6 +148,7 @@ void tsr_clip_free(tsr_clip *c)
     if (!c)
         return;
     tsr_arena_free(&c->ws);
+    tsr_lora_scratch_free(&c->lora_scratch);
     free(c);
 }
 
@@ -190,16 +210,16 @@ static int clip_forward(tsr_clip *c, tsr_arena *ws, const int32_t *ids, int B, i
     for (int i = 0; i < run; i++) {
         const clip_layer *l = &c->layers[i];
         OP(tsr_layer_norm(be, &x, l->ln1_w, l->ln1_b, (float)cfg->layer_norm_eps, &h));
-        OP(tsr_linear(be, &h, l->q_w, l->q_b, &q));
-        OP(tsr_linear(be, &h, l->k_w, l->k_b, &k));
-        OP(tsr_linear(be, &h, l->v_w, l->v_b, &v));
+        OP(clip_linear(c, &h, l->q_w, l->q_b, &q));
+        OP(clip_linear(c, &h, l->k_w, l->k_b, &k));
+        OP(clip_linear(c, &h, l->v_w, l->v_b, &v));
         OP(tsr_attention(be, &q, &k, &v, &ap, &a));
-        OP(tsr_linear(be, &a, l->o_w, l->o_b, &h));
+        OP(clip_linear(c, &a, l->o_w, l->o_b, &h));
         OP(tsr_binary(be, TSR_BINARY_ADD, &x, &h, &x));
         OP(tsr_layer_norm(be, &x, l->ln2_w, l->ln2_b, (float)cfg->layer_norm_eps, &h));
-        OP(tsr_linear(be, &h, l->fc1_w, l->fc1_b, &f));
+        OP(clip_linear(c, &h, l->fc1_w, l->fc1_b, &f));
         OP(tsr_unary(be, c->act, &f, &f));
-        OP(tsr_linear(be, &f, l->fc2_w, l->fc2_b, &h));
+        OP(clip_linear(c, &f, l->fc2_w, l->fc2_b, &h));
         OP(tsr_binary(be, TSR_BINARY_ADD, &x, &h, &x));
         if (i + 1 == target && keep.data)
             OP(tsr_scale(be, &x, 1.0f, &keep));
@@ -252,7 +272,7 @@ static int clip_forward(tsr_clip *c, tsr_arena *ws, const int32_t *ids, int B, i
             if (!c->proj)
                 return tsr_errorf(TSR_ERR_INVALID, "this text encoder has no text_projection");
             tsr_tensor proj_t = tsr_tensor_view2(&f, B, cfg->projection_dim);
-            OP(tsr_linear(be, &pool_t, c->proj, NULL, &proj_t));
+            OP(clip_linear(c, &pool_t, c->proj, NULL, &proj_t));
             TSR_TRY(tsr_arena_download_f32(ws, &proj_t, 0, projected));
         }
     }

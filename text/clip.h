@@ -57,4 +57,10 @@ const tsr_textenc_desc *tsr_clip_get_config(const tsr_clip *c);
 int tsr_clip_encode(tsr_clip *c, const int32_t *ids, int batch, int len, const tsr_clip_output *o,
                     float *hidden, float *pooled, float *projected);
 
+/* LoRAs for the following encode calls (borrowed until replaced; NULL =
+ * none); comp says which encoder's keys apply (TSR_COMP_TEXT_ENCODER or
+ * TSR_COMP_TEXT_ENCODER_2) and te_scale is the weight (model/lora.h). */
+struct tsr_lora_set;
+void tsr_clip_set_lora(tsr_clip *c, const struct tsr_lora_set *set, tsr_component comp);
+
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "model/lora.h"
 #include "text/clip.h"
 #include "text/prompt.h"
 #include "text/tokenizer.h"
@@ -36,7 +37,35 @@ struct tsr_text_cond {
     cond_encoder enc[COND_MAX_ENCODERS];
     int dim, pooled_dim;
     cond_cache cache[COND_CACHE];
+    const tsr_lora_set *lora; /* borrowed: tsr_text_cond_set_lora */
+    cond_cache lora_empty;    /* the empty prompt under `lora` (not shared) */
 };
+
+/* Whether the set changes what the encoders compute. */
+static bool lora_on_te(const tsr_lora_set *s)
+{
+    for (int i = 0; s && i < s->n; i++)
+        if (s->use[i].te_scale != 0.0f &&
+            (tsr_lora_module_count(s->use[i].lora, TSR_COMP_TEXT_ENCODER) > 0 ||
+             tsr_lora_module_count(s->use[i].lora, TSR_COMP_TEXT_ENCODER_2) > 0))
+            return true;
+    return false;
+}
+
+void tsr_text_cond_set_lora(tsr_text_cond *c, const tsr_lora_set *set)
+{
+    c->lora = lora_on_te(set) ? set : NULL;
+    tsr_text_embedding_free(&c->lora_empty.emb);
+    c->lora_empty.clip_skip = 0;
+    for (int i = 0; i < c->n_enc; i++)
+        tsr_clip_set_lora(c->enc[i].clip, c->lora,
+                          i == 0 ? TSR_COMP_TEXT_ENCODER : TSR_COMP_TEXT_ENCODER_2);
+}
+
+const tsr_weights *tsr_text_cond_weights(const tsr_text_cond *c, int which)
+{
+    return which >= 0 && which < c->n_enc ? c->enc[which].weights : NULL;
+}
 
 void tsr_text_embedding_free(tsr_text_embedding *e)
 {
@@ -77,6 +106,7 @@ void tsr_text_cond_free(tsr_text_cond *c)
     }
     for (int i = 0; i < COND_CACHE; i++)
         tsr_text_embedding_free(&c->cache[i].emb);
+    tsr_text_embedding_free(&c->lora_empty.emb);
     free(c);
 }
 
@@ -338,6 +368,18 @@ int tsr_text_cond_empty(tsr_text_cond *c, int clip_skip, const tsr_text_embeddin
 {
     *out = NULL;
     cond_cache *slot = NULL;
+    if (c->lora) { /* under a text-encoder LoRA: computed for this image only */
+        slot = &c->lora_empty;
+        if (slot->clip_skip != clip_skip) {
+            tsr_text_embedding_free(&slot->emb);
+            slot->clip_skip = 0;
+            const char *empty = "";
+            TSR_TRY(tsr_text_cond_encode(c, &empty, 1, clip_skip, &slot->emb));
+            slot->clip_skip = clip_skip;
+        }
+        *out = &slot->emb;
+        return TSR_OK;
+    }
     for (int i = 0; i < COND_CACHE; i++) {
         if (c->cache[i].clip_skip == clip_skip) {
             *out = &c->cache[i].emb;

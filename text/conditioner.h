@@ -66,6 +66,14 @@ int tsr_text_cond_encode(tsr_text_cond *c, const char *const *prompts, int n, in
 /* The empty prompt's conditioning (cached; borrowed from c). */
 int tsr_text_cond_empty(tsr_text_cond *c, int clip_skip, const tsr_text_embedding **out);
 
+/* LoRAs for the following encode calls (borrowed until replaced; NULL =
+ * none): each encoder applies its own keys at te_scale.  The cached
+ * empty-prompt conditioning is bypassed while a set touches an encoder. */
+struct tsr_lora_set;
+void tsr_text_cond_set_lora(tsr_text_cond *c, const struct tsr_lora_set *set);
+/* Encoder `which`'s weights (borrowed; NULL when absent), for binding LoRAs. */
+const tsr_weights *tsr_text_cond_weights(const tsr_text_cond *c, int which);
+
 /* Extend e with empty-prompt windows to n_tokens (a multiple of 77), so a
  * prompt and its negative share one sequence length (as A1111 pads). */
 int tsr_text_cond_pad(tsr_text_cond *c, int clip_skip, tsr_text_embedding *e, int n_tokens);

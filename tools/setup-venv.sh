@@ -29,6 +29,8 @@ pip install -q \
 pip install -q --no-deps open-clip-torch==3.2.0
 # scheduler goldens: scipy for LMSDiscreteScheduler, torchsde for DPMSolverSDEScheduler
 pip install -q scipy==1.16.3 torchsde==0.2.6
+# LoRA goldens (tools/reference/make_lora_goldens.py): diffusers' load_lora_weights needs peft
+pip install -q peft==0.17.1
 python - <<'PY'
 import torch, diffusers, transformers
 print(f"venv ready: torch {torch.__version__}, diffusers {diffusers.__version__}, transformers {transformers.__version__}")

@@ -76,6 +76,7 @@ struct tsr_unet {
     unet_transformer mid_tr;
     tsr_arena ws;       /* owned workspace */
     int plan[5];        /* B, H, W, L, n_time_ids of the last plan */
+    tsr_lora_scratch lora_scratch; /* owned: the LoRA deltas' scratch */
 };
 
 /* ------------------------------------------------------------- create */
@@ -226,6 +227,7 @@ void tsr_unet_free(tsr_unet *u)
         return;
     unet_release(u);
     tsr_arena_free(&u->ws);
+    tsr_lora_scratch_free(&u->lora_scratch);
     free(u);
 }
 
@@ -260,8 +262,8 @@ static int embed(tsr_unet *u, unet_run *r, const tsr_unet_inputs *in, int64_t B)
     const tsr_timestep_params tparams = {(int)c0, d->flip_sin_to_cos, (float)d->freq_shift};
     TSR_TRY(tsr_arena_upload_f32(ws, &t, in->timesteps, given));
     OP(tsr_timestep_embedding(be, &t, &tparams, &tp));
-    OP(tsr_linear_fused(be, &tp, u->t1_w, u->t1_b, &silu, &th));
-    OP(tsr_linear(be, &th, u->t2_w, u->t2_b, &emb));
+    OP(unet_linear(r, &tp, u->t1_w, u->t1_b, &silu, &th));
+    OP(unet_linear(r, &th, u->t2_w, u->t2_b, NULL, &emb));
     tsr_tensor aug, *e = &emb; /* the embedding SiLU reads (aug: + add_embedding) */
     if (d->text_time) {
         const int64_t nt = n_time_ids(in), ad = d->addition_time_embed_dim;
@@ -279,9 +281,9 @@ static int embed(tsr_unet *u, unet_run *r, const tsr_unet_inputs *in, int64_t B)
         TSR_TRY(tsr_arena_upload_f32(ws, &te, in->text_embeds, given));
         OP(tsr_timestep_embedding(be, &ids, &ap, &ide));
         OP(tsr_concat(be, &te, &ide_rows, &cat));
-        OP(tsr_linear_fused(be, &cat, u->a1_w, u->a1_b, &silu, &th));
+        OP(unet_linear(r, &cat, u->a1_w, u->a1_b, &silu, &th));
         /* emb + add_embedding(...), fused: the sum is in aug */
-        OP(tsr_linear_fused(be, &th, u->a2_w, u->a2_b, &(tsr_epilogue){.residual = &emb}, &aug));
+        OP(unet_linear(r, &th, u->a2_w, u->a2_b, &(tsr_epilogue){.residual = &emb}, &aug));
         e = &aug;
     }
     OP(tsr_unary(be, TSR_UNARY_SILU, e, &r->temb_act));
@@ -345,7 +347,8 @@ static int unet_walk(tsr_unet *u, tsr_arena *ws, const tsr_unet_inputs *in, int6
     tsr_backend *be = u->be;
     const int64_t L = in->context_len;
     int64_t H = in->height, W = in->width;
-    unet_run r = {.be = be, .ws = ws, .desc = d};
+    unet_run r = {.be = be, .ws = ws, .desc = d, .loras = in->loras,
+                  .n_loras = in->loras ? in->batch : 0, .lora_scratch = &u->lora_scratch};
     const tsr_conv2d_params p3 = tsr_conv2d_params_make(1, 1), p3s2 = tsr_conv2d_params_make(2, 1);
 
     tsr_tensor x;
@@ -367,7 +370,7 @@ static int unet_walk(tsr_unet *u, tsr_arena *ws, const tsr_unet_inputs *in, int6
     CK(push_new(ws, s, B, H, W, d->block_out_channels[0]));
     cur = s->t[s->n - 1];
     if (!ws->measuring)
-        CK(tsr_conv2d(be, &x, u->conv_in_w, u->conv_in_b, &p3, &cur));
+        CK(unet_conv(&r, &x, u->conv_in_w, u->conv_in_b, &p3, NULL, &cur));
 
     for (int i = 0; i < d->n_blocks; i++) {
         const unet_block *b = &u->down[i];
@@ -385,7 +388,7 @@ static int unet_walk(tsr_unet *u, tsr_arena *ws, const tsr_unet_inputs *in, int6
             CK(push_new(ws, s, B, H, W, cur.ne[3]));
             tsr_tensor *o = &s->t[s->n - 1];
             if (!ws->measuring)
-                CK(tsr_conv2d(be, &cur, b->sample_w, b->sample_b, &p3s2, o));
+                CK(unet_conv(&r, &cur, b->sample_w, b->sample_b, &p3s2, NULL, o));
             cur = *o;
         }
     }
@@ -412,7 +415,7 @@ static int unet_walk(tsr_unet *u, tsr_arena *ws, const tsr_unet_inputs *in, int6
             CK(unet_alloc4(ws, &o, B, H, W, cur.ne[3]));
             if (!ws->measuring) {
                 CK(tsr_upsample_nearest(be, &cur, &up));
-                CK(tsr_conv2d(be, &up, b->sample_w, b->sample_b, &p3, &o));
+                CK(unet_conv(&r, &up, b->sample_w, b->sample_b, &p3, NULL, &o));
             }
             cur = o;
         }
@@ -424,7 +427,7 @@ static int unet_walk(tsr_unet *u, tsr_arena *ws, const tsr_unet_inputs *in, int6
     if (!ws->measuring) {
         CK(tsr_group_norm(be, &cur, u->norm_out_w, u->norm_out_b, d->norm_num_groups,
                           (float)d->norm_eps, true, &gn));
-        CK(tsr_conv2d(be, &gn, u->conv_out_w, u->conv_out_b, &p3, &y));
+        CK(unet_conv(&r, &gn, u->conv_out_w, u->conv_out_b, &p3, NULL, &y));
     }
     CK(tsr_arena_download_f32(ws, &y, in->batch, out)); /* the real rows only */
     if (!ws->measuring)
@@ -533,6 +536,7 @@ void tsr_unet_trim(tsr_unet *u)
     tsr_arena_free(&u->ws);
     memset(&u->ws, 0, sizeof u->ws);
     memset(u->plan, 0, sizeof u->plan);
+    tsr_lora_scratch_free(&u->lora_scratch);
 }
 
 int tsr_unet_forward(tsr_unet *u, const tsr_unet_inputs *in, float *out)

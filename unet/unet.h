@@ -64,6 +64,9 @@ typedef struct tsr_unet_inputs {
     const float *text_embeds; /* [B, pooled_dim] pooled text embeddings */
     const float *time_ids;    /* [B, n_time_ids] */
     int n_time_ids;           /* 0 = 6 (SDXL base) */
+    /* LoRAs: loras[i] is row i's set (NULL = none); NULL = no LoRAs at all.
+     * Borrowed; see model/lora.h. */
+    const struct tsr_lora_set *const *loras;
 } tsr_unet_inputs;
 
 /* Build the network: desc is copied; weights and backend are borrowed and

@@ -20,6 +20,7 @@
 
 #include "backend/arena.h"
 #include "core/error.h"
+#include "model/lora.h"
 #include "unet/unet.h"
 
 #define OP(expr) TSR_ARENA_OP(ws, expr)
@@ -62,7 +63,22 @@ typedef struct unet_run {
     const tsr_unet_desc *desc; /* borrowed */
     tsr_tensor temb_act;       /* SiLU(time embedding) [B, temb_dim] */
     tsr_tensor context;        /* [B, L, cross_attention_dim] */
+    /* LoRAs per row (tsr_unet_inputs.loras; NULL = none) and their scratch */
+    const tsr_lora_set *const *loras;
+    int n_loras;
+    tsr_lora_scratch *lora_scratch;
 } unet_run;
+
+/* The weight ops of the blocks (unet_lora.c): the base op over all rows,
+ * then each row's LoRA deltas on that row alone.  An activation in the
+ * epilogue moves after the deltas when a LoRA touches the weight. */
+int unet_linear(unet_run *r, const tsr_tensor *x, const tsr_tensor *w, const tsr_tensor *b,
+                const tsr_epilogue *e, tsr_tensor *y);
+int unet_conv(unet_run *r, const tsr_tensor *x, const tsr_tensor *w, const tsr_tensor *b,
+              const tsr_conv2d_params *p, const tsr_epilogue *e, tsr_tensor *y);
+/* The same for x, y holding tokens of one row only (the feed-forward's chunks). */
+int unet_linear_row(unet_run *r, int64_t row, const tsr_tensor *x, const tsr_tensor *w,
+                    const tsr_tensor *b, const tsr_epilogue *e, tsr_tensor *y);
 
 /* Fetch weight `name` and check it has exactly the shape ne[0..ndim). */
 int unet_weight(const tsr_weights *w, const tsr_tensor **out, int ndim, const int64_t *ne,

@@ -99,10 +99,9 @@ int unet_resnet_forward(unet_run *r, const unet_resnet *rn, const tsr_tensor *x,
     tsr_tensor tp2 = tsr_tensor_view2(&tp, B, rn->cout);
 
     OP(tsr_group_norm(be, x, rn->norm1_w, rn->norm1_b, groups, eps, true, &t1));
-    OP(tsr_linear(be, &r->temb_act, rn->temb_w, rn->temb_b, &tp2));
+    OP(unet_linear(r, &r->temb_act, rn->temb_w, rn->temb_b, NULL, &tp2));
     /* conv1 + bias, then + the time embedding [B,1,1,C] broadcast */
-    OP(tsr_conv2d_fused(be, &t1, rn->conv1_w, rn->conv1_b, &p3, &(tsr_epilogue){.residual = &tp},
-                        &c1));
+    OP(unet_conv(r, &t1, rn->conv1_w, rn->conv1_b, &p3, &(tsr_epilogue){.residual = &tp}, &c1));
 
     /* t1 is dead: the second norm's output reuses it when it fits. */
     tsr_tensor t2 = c1;
@@ -119,11 +118,11 @@ int unet_resnet_forward(unet_run *r, const unet_resnet *rn, const tsr_tensor *x,
         /* [B, HW, C]: one GEMM per image (batch independence) */
         tsr_tensor x2 = tsr_tensor_view3(x, B, H * W, rn->cin);
         tsr_tensor s2 = tsr_tensor_view3(&c1, B, H * W, rn->cout);
-        OP(tsr_linear(be, &x2, &rn->short_w2d, rn->short_b, &s2));
+        OP(unet_linear(r, &x2, &rn->short_w2d, rn->short_b, NULL, &s2));
         shortcut = &c1;
     }
-    OP(tsr_conv2d_fused(be, &t2, rn->conv2_w, rn->conv2_b, &p3,
-                        &(tsr_epilogue){.residual = shortcut}, out));
+    OP(unet_conv(r, &t2, rn->conv2_w, rn->conv2_b, &p3, &(tsr_epilogue){.residual = shortcut},
+                 out));
     tsr_arena_reset(ws, mark);
     return TSR_OK;
 }

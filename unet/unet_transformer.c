@@ -148,11 +148,11 @@ static int attention(unet_run *r, const unet_attn *a, int heads, const tsr_tenso
     TSR_TRY(tsr_arena_act(ws, &v, 3, nk));
     TSR_TRY(tsr_arena_act(ws, &o, 3, nq));
     const tsr_attention_params ap = {.heads = heads, .scale = 0.0f, .causal = false};
-    OP(tsr_linear(be, xq, a->q_w, NULL, &q));
-    OP(tsr_linear(be, kv, a->k_w, NULL, &k));
-    OP(tsr_linear(be, kv, a->v_w, NULL, &v));
+    OP(unet_linear(r, xq, a->q_w, NULL, NULL, &q));
+    OP(unet_linear(r, kv, a->k_w, NULL, NULL, &k));
+    OP(unet_linear(r, kv, a->v_w, NULL, NULL, &v));
     OP(tsr_attention(be, &q, &k, &v, &ap, &o));
-    OP(tsr_linear_fused(be, &o, a->o_w, a->o_b, &(tsr_epilogue){.residual = res}, out));
+    OP(unet_linear(r, &o, a->o_w, a->o_b, &(tsr_epilogue){.residual = res}, out));
     tsr_arena_reset(ws, mark);
     return TSR_OK;
 }
@@ -184,10 +184,10 @@ static int feed_forward(unet_run *r, const unet_tlayer *l, const tsr_tensor *x,
         tsr_tensor xc = tsr_tensor_rows(x, r0, n), oc = tsr_tensor_rows(out, r0, n);
         tsr_tensor rc = tsr_tensor_rows(res, r0, n);
         tsr_tensor fc = tsr_tensor_rows(&f, 0, n), gc = tsr_tensor_rows(&g, 0, n);
-        TSR_TRY(tsr_linear(be, &xc, l->ff1_w, l->ff1_b, &fc));
+        TSR_TRY(unet_linear_row(r, r0 / T, &xc, l->ff1_w, l->ff1_b, NULL, &fc));
         TSR_TRY(tsr_geglu(be, &fc, &gc));
-        TSR_TRY(tsr_linear_fused(be, &gc, l->ff2_w, l->ff2_b, &(tsr_epilogue){.residual = &rc},
-                                 &oc));
+        TSR_TRY(unet_linear_row(r, r0 / T, &gc, l->ff2_w, l->ff2_b,
+                                &(tsr_epilogue){.residual = &rc}, &oc));
     }
     tsr_arena_reset(ws, mark);
     return TSR_OK;
@@ -209,7 +209,7 @@ int unet_transformer_forward(unet_run *r, const unet_transformer *t, tsr_tensor 
 
     OP(tsr_group_norm(be, x, t->norm_w, t->norm_b, r->desc->norm_num_groups, TRANSFORMER_GN_EPS,
                       false, &n4));
-    OP(tsr_linear(be, &n, &t->proj_in_w, t->proj_in_b, &h));
+    OP(unet_linear(r, &n, &t->proj_in_w, t->proj_in_b, NULL, &h));
     /* h + block(...) goes to n, and then n is the new h */
 #define SWAP_HN()           \
     do {                    \
@@ -232,7 +232,7 @@ int unet_transformer_forward(unet_run *r, const unet_transformer *t, tsr_tensor 
         SWAP_HN();
     }
 #undef SWAP_HN
-    OP(tsr_linear(be, &h, &t->proj_out_w, t->proj_out_b, &n));
+    OP(unet_linear(r, &h, &t->proj_out_w, t->proj_out_b, NULL, &n));
     OP(tsr_binary(be, TSR_BINARY_ADD, &x3, &n, &x3));
     tsr_arena_reset(ws, mark);
     return TSR_OK;

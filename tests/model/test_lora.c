@@ -1,0 +1,162 @@
+/*
+ * tests/model/test_lora.c - LoRA key mapping, loading checks and the cache
+ * (model/lora.h), below the pipeline.
+ *
+ * Why apart from tests/pipeline/test_lora.c: these are the rules a file
+ * meets before any image is made - which key spellings map where (kohya's
+ * flattened diffusers and LDM names, PEFT's, the older diffusers ones),
+ * which are refused by name, and how the cache evicts and pins - and they
+ * run in milliseconds on the tiny models' weights.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/lora.h"
+#include "model/model.h"
+#include "test.h"
+
+static int t_parse(void)
+{
+    tsr_lora_key k;
+    ASSERT_OK(tsr_lora_parse_key("lora_unet_down_blocks_0_attentions_0_proj_in.lora_down.weight", &k));
+    ASSERT_EQ(k.comp, TSR_COMP_UNET);
+    ASSERT_TRUE(k.flat);
+    ASSERT_EQ(k.part, TSR_LORA_PART_DOWN);
+    ASSERT_STR_EQ(k.module, "down_blocks_0_attentions_0_proj_in");
+    ASSERT_OK(tsr_lora_parse_key("lora_te2_text_model_encoder_layers_0_mlp_fc1.alpha", &k));
+    ASSERT_EQ(k.comp, TSR_COMP_TEXT_ENCODER_2);
+    ASSERT_EQ(k.part, TSR_LORA_PART_ALPHA);
+    ASSERT_OK(tsr_lora_parse_key("lora_te_text_model_encoder_layers_0_mlp_fc1.lora_up.weight", &k));
+    ASSERT_EQ(k.comp, TSR_COMP_TEXT_ENCODER);
+    ASSERT_EQ(k.part, TSR_LORA_PART_UP);
+    ASSERT_OK(tsr_lora_parse_key("unet.mid_block.resnets.0.conv1.lora_B.weight", &k));
+    ASSERT_EQ(k.comp, TSR_COMP_UNET);
+    ASSERT_TRUE(!k.flat);
+    ASSERT_STR_EQ(k.module, "mid_block.resnets.0.conv1");
+    ASSERT_OK(tsr_lora_parse_key("text_encoder_2.text_model.encoder.layers.1.self_attn.q_proj.lora.down.weight", &k));
+    ASSERT_EQ(k.comp, TSR_COMP_TEXT_ENCODER_2);
+    ASSERT_STR_EQ(k.module, "text_model.encoder.layers.1.self_attn.q_proj");
+    ASSERT_OK(tsr_lora_parse_key(
+        "unet.down_blocks.0.attentions.0.transformer_blocks.0.attn1.processor.to_out_lora.up.weight", &k));
+    ASSERT_STR_EQ(k.module, "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_out.0");
+    ASSERT_EQ(k.part, TSR_LORA_PART_UP);
+    /* refused by name */
+    ASSERT_EQ(tsr_lora_parse_key("model.diffusion_model.x.weight", &k), TSR_ERR_NOT_FOUND);
+    ASSERT_TRUE(strstr(tsr_last_error(), "model.diffusion_model.x.weight") != NULL);
+    ASSERT_EQ(tsr_lora_parse_key("lora_unet_x.weight", &k), TSR_ERR_NOT_FOUND);
+    ASSERT_EQ(tsr_lora_parse_key("lora_unet_x.lora_mid.weight", &k), TSR_ERR_UNSUPPORTED);
+    ASSERT_EQ(tsr_lora_parse_key("lora_unet_x.hada_w1_a", &k), TSR_ERR_UNSUPPORTED);
+    ASSERT_EQ(tsr_lora_parse_key("lora_unet_.lora_down.weight", &k), TSR_ERR_NOT_FOUND);
+    return 0;
+}
+
+static int load(const char *model_rel, tsr_model **m, tsr_backend **be, tsr_weights **w,
+                tsr_lora_names **names)
+{
+    char path[512];
+    ASSERT_OK(tsr_model_open(tsr_test_path(model_rel, path, sizeof path), m));
+    ASSERT_OK(tsr_backend_open("cpu", 1, be));
+    ASSERT_OK(tsr_weights_load(*m, TSR_COMP_UNET, *be, w));
+    const size_t n = tsr_weights_count(*w);
+    const char **nm = malloc(n * sizeof *nm);
+    for (size_t i = 0; i < n; i++) {
+        const tsr_tensor *t;
+        tsr_weights_at(*w, i, &nm[i], &t);
+    }
+    ASSERT_OK(tsr_lora_names_build(nm, n, tsr_model_unet_desc(*m), names));
+    free(nm);
+    return 0;
+}
+
+/* kohya's SDXL spelling (LDM names) and SD1's (diffusers names) both find
+ * the same weight; PEFT's dotted name too. */
+static int t_names(void)
+{
+    tsr_model *m;
+    tsr_backend *be;
+    tsr_weights *w;
+    tsr_lora_names *names;
+    if (load("models/sd1", &m, &be, &w, &names))
+        return 1;
+    tsr_lora_key k;
+    ASSERT_OK(tsr_lora_parse_key(
+        "lora_unet_down_blocks_0_attentions_1_transformer_blocks_0_attn2_to_k.lora_down.weight", &k));
+    const char *a = tsr_lora_names_find(names, &k);
+    ASSERT_TRUE(a != NULL);
+    ASSERT_STR_EQ(a, "down_blocks.0.attentions.1.transformer_blocks.0.attn2.to_k.weight");
+    /* LDM: input_blocks.2.1 is down block 0's second attention (2 layers per block) */
+    ASSERT_OK(tsr_lora_parse_key(
+        "lora_unet_input_blocks_2_1_transformer_blocks_0_attn2_to_k.lora_up.weight", &k));
+    const char *b = tsr_lora_names_find(names, &k);
+    ASSERT_TRUE(b != NULL);
+    ASSERT_STR_EQ(b, a);
+    ASSERT_OK(tsr_lora_parse_key("lora_unet_input_blocks_1_0_in_layers_2.lora_up.weight", &k));
+    ASSERT_STR_EQ(tsr_lora_names_find(names, &k) ? tsr_lora_names_find(names, &k) : "",
+                  "down_blocks.0.resnets.0.conv1.weight");
+    ASSERT_OK(tsr_lora_parse_key("unet.down_blocks.0.resnets.0.conv1.lora_A.weight", &k));
+    ASSERT_STR_EQ(tsr_lora_names_find(names, &k) ? tsr_lora_names_find(names, &k) : "",
+                  "down_blocks.0.resnets.0.conv1.weight");
+    ASSERT_OK(tsr_lora_parse_key("unet.down_blocks.0.resnets.0.conv9.lora_A.weight", &k));
+    ASSERT_TRUE(tsr_lora_names_find(names, &k) == NULL);
+    tsr_lora_names_free(names);
+    tsr_weights_free(w);
+    tsr_backend_destroy(be);
+    tsr_model_close(m);
+    return 0;
+}
+
+/* LRU with holds: a held LoRA survives a full cache; an unheld one goes. */
+static int t_cache(void)
+{
+    tsr_model *m;
+    tsr_backend *be;
+    tsr_weights *w;
+    tsr_lora_names *names;
+    if (load("models/sd1_sharp", &m, &be, &w, &names))
+        return 1;
+    tsr_lora_model lm;
+    memset(&lm, 0, sizeof lm);
+    lm.backend = be;
+    lm.weights[TSR_COMP_UNET] = w;
+    lm.names[TSR_COMP_UNET] = names;
+    char dir[512];
+    tsr_test_path("lora/loras", dir, sizeof dir);
+    tsr_lora_cache *c;
+    /* a 1-byte bound holds nothing unheld (k_sd1_attn is a few KB as f32) */
+    ASSERT_OK(tsr_lora_cache_create(dir, 1, &lm, &c));
+    const tsr_lora *a, *a2, *b;
+    ASSERT_OK(tsr_lora_cache_acquire(c, "k_sd1_attn", &a));
+    ASSERT_OK(tsr_lora_cache_acquire(c, "k_sd1_attn", &a2));
+    ASSERT_TRUE(a == a2); /* one load */
+    int n;
+    size_t bytes;
+    tsr_lora_cache_stats(c, &n, &bytes);
+    ASSERT_EQ(n, 1);
+    ASSERT_TRUE(bytes > 1); /* over the bound: held */
+    ASSERT_TRUE(tsr_lora_module_count(a, TSR_COMP_UNET) > 0);
+    ASSERT_EQ(tsr_lora_module_count(a, TSR_COMP_TEXT_ENCODER), 0);
+    tsr_lora_cache_release(c, a);
+    tsr_lora_cache_stats(c, &n, NULL);
+    ASSERT_EQ(n, 1); /* still held once */
+    tsr_lora_cache_release(c, a2);
+    tsr_lora_cache_stats(c, &n, &bytes);
+    ASSERT_EQ(n, 0); /* unheld and over the bound: evicted */
+    ASSERT_EQ(bytes, 0);
+    /* a file with text-encoder keys on a UNet-only model: named */
+    ASSERT_TRUE(tsr_lora_cache_acquire(c, "k_sd1", &b) < 0);
+    ASSERT_TRUE(strstr(tsr_last_error(), "lora_te_") != NULL);
+    tsr_lora_cache_free(c);
+    tsr_lora_names_free(names);
+    tsr_weights_free(w);
+    tsr_backend_destroy(be);
+    tsr_model_close(m);
+    return 0;
+}
+
+static const tsr_test_entry tests[] = {
+    {"parse", t_parse},
+    {"names", t_names},
+    {"cache", t_cache},
+};
+
+TSR_TEST_TABLE_MAIN(tests)
