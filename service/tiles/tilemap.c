@@ -84,8 +84,27 @@ int svc_tilemap_apply(svc_tilemap **mp, svc_tileset *ts)
             return -1;
         *mp = m;
     }
-    if (m->rows != ts->rows || m->cols != ts->cols || m->final || m->dropped)
+    if (m->final || m->dropped)
         return -1;
+    if (m->rows != ts->rows || m->cols != ts->cols || m->width != ts->width ||
+        m->height != ts->height) {
+        /* the image changed size mid-way (the hires fix's second pass): the
+         * map takes the new grid; the old grid's versions go (their URLs
+         * 404 from now on), the publish list and its indices go on */
+        if (ts->rows <= 0 || ts->cols <= 0 || ts->rows > 4096 || ts->cols > 4096)
+            return -1;
+        svc_tile_cell *cells = calloc((size_t)ts->rows * ts->cols, sizeof *cells);
+        if (!cells)
+            return -1;
+        free_cells(m);
+        m->cells = cells;
+        m->bytes = 0;
+        m->width = ts->width;
+        m->height = ts->height;
+        m->tile_size = ts->tile_size;
+        m->rows = ts->rows;
+        m->cols = ts->cols;
+    }
     if (m->n_pubs == m->cap_pubs) {
         int cap = m->cap_pubs ? m->cap_pubs * 2 : 16;
         svc_tile_publish *np = realloc(m->pubs, (size_t)cap * sizeof *np);

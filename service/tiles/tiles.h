@@ -135,7 +135,9 @@ svc_tilemap *svc_tilemap_new(int width, int height, int tile_size, int rows, int
 bool svc_tilemap_add(svc_tilemap *m, svc_tile_blob *b);
 void svc_tilemap_free(svc_tilemap *m);
 /* Take the tileset's blobs over (ts->tiles emptied); returns the publish
- * index, or -1 on out of memory / a grid that does not match. */
+ * index, or -1 on out of memory or a final / dropped map.  A tileset of
+ * another grid (an image that grew: the hires fix) replaces the map's grid
+ * and drops the old grid's versions; the publish list goes on. */
 int svc_tilemap_apply(svc_tilemap **m, svc_tileset *ts);
 /* Free every version's bytes (the map must not take new publishes); the
  * grid and the publish list stay.  Returns the bytes freed. */

@@ -169,6 +169,10 @@ def test_hires_shares_calls(c):
     svc.assert_same_image(s.image(b), plain, "plain job beside it")
     params = s.job(a)["params"]
     assert params["hires_scale"] == 2 and params["hires_upscaler"] == "Latent (bicubic)", params
+    # its preview tiles moved to the final grid with the second pass
+    m = s.get("/v1/jobs/%s/images/0/tiles" % a).json
+    assert m["final"] and (m["width"], m["height"]) == (128, 128), m
+    assert s.get(m["tiles"][-1]["url"]).status == 200, m["tiles"][-1]
     r = s.post("/v1/jobs", dict(prompt=PROMPT, width=64, height=64, hires_scale=2,
                                 hires_upscaler="ESRGAN_4x"))
     err = r.json["error"]
