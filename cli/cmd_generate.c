@@ -328,16 +328,16 @@ int tsr_cmd_generate(int argc, char **argv)
         {"inpainting-fill", TSR_ARG_INT, &o.inpainting_fill, "N",
          "inpainting: what the masked area starts from, A1111's inpainting_fill: 0 fill "
          "(blurred surroundings), 1 original (default), 2 latent noise, 3 latent nothing", 0, 3,
-         0, 0},
+         0, 0, .seen = &o.inpainting_fill_given},
         {"hires-scale", TSR_ARG_FLOAT, &o.hires_scale, "F",
          "hires fix: a second img2img pass at int(width * F) x int(height * F), (0, 16] "
          "(default 0 = off; txt2img only)", 0, 0, 0, 16},
         {"hires-steps", TSR_ARG_INT, &o.hires_steps, "N",
          "hires fix: the second pass's steps, 0..1000 (default 0 = --steps)", 0, TSR_MAX_STEPS,
-         0, 0},
+         0, 0, .seen = &o.hires_steps_given},
         {"hires-strength", TSR_ARG_FLOAT, &o.hires_strength, "F",
          "hires fix: the second pass's denoising strength, (0, 1] (default 0.7)", 0, 0, 0, 1,
-         .fmin_open = true},
+         .fmin_open = true, .seen = &o.hires_strength_given},
         {"hires-upscaler", TSR_ARG_STRING, &o.hires_upscaler, "NAME",
          "hires fix: Latent (default), \"Latent (antialiased)\", \"Latent (bicubic)\", "
          "\"Latent (bicubic antialiased)\", \"Latent (nearest)\", \"Latent (nearest-exact)\", "

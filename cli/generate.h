@@ -48,6 +48,7 @@ typedef struct gen_opts {
     double hires_scale, hires_strength;
     int64_t hires_steps, inpainting_fill;
     const char *hires_upscaler;
+    bool hires_steps_given, hires_strength_given, inpainting_fill_given;
     /* derived by gen_precheck */
     gen_format format;
     tsr_resize_mode resize;

@@ -182,6 +182,14 @@ int gen_precheck(gen_opts *o)
         USAGE("--inpaint-full-res-padding needs --inpaint-full-res");
     if (o->strength_given && !o->init)
         USAGE("--strength needs --init-image (it sets how much img2img changes the init image)");
+    if (!(o->hires_scale > 0) && (o->hires_steps_given || o->hires_strength_given ||
+                                  o->hires_upscaler))
+        USAGE("--hires-steps, --hires-strength and --hires-upscaler need --hires-scale (the "
+              "hires fix's second pass)");
+    if (o->hires_scale > 0 && o->init)
+        USAGE("--hires-scale is a second pass after txt2img: not with --init-image");
+    if (o->inpainting_fill_given && !o->mask)
+        USAGE("--inpainting-fill needs --mask (it says what the masked area starts from)");
     o->resize = TSR_RESIZE_JUST;
     if (o->resize_mode) {
         if (!o->init)

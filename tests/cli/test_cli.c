@@ -279,6 +279,27 @@ static int test_flag_errors(void)
     RUN(&r, "generate", "--model", demo, "--prompt", "x", "--init-image", init, "--strength", "0");
     EXPECT(&r, 2, "--strength must be in (0, 1], got 0");
     run_free(&r);
+    /* the hires fix and the fill modes (issue 58) */
+    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--hires-steps", "4");
+    EXPECT(&r, 2, "--hires-steps, --hires-strength and --hires-upscaler need --hires-scale");
+    ASSERT_NOT_LOADED(&r);
+    run_free(&r);
+    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--hires-scale", "2", "--init-image",
+        init);
+    EXPECT(&r, 2, "--hires-scale is a second pass after txt2img");
+    ASSERT_NOT_LOADED(&r);
+    run_free(&r);
+    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--inpainting-fill", "2");
+    EXPECT(&r, 2, "--inpainting-fill needs --mask");
+    ASSERT_NOT_LOADED(&r);
+    run_free(&r);
+    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--hires-scale", "1.3");
+    EXPECT(&r, 2, "--hires-scale: the hires fix upscales 128x128 to 166x166");
+    run_free(&r);
+    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--hires-scale", "2",
+        "--hires-upscaler", "ESRGAN_4x");
+    EXPECT(&r, 2, "--hires-upscaler: unknown hires upscaler \"ESRGAN_4x\"");
+    run_free(&r);
     RUN(&r, "generate", "--model", demo, "--prompt", "x", "--init-image", init, "--strength",
         "1.5");
     EXPECT(&r, 2, "--strength must be in (0, 1], got 1.5");
