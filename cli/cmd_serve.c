@@ -54,6 +54,7 @@ int tsr_cmd_serve(int argc, char **argv)
     int64_t key_max_queue = c.key_max_queue;
     int64_t max_wait = c.max_wait_ms, drain = c.drain_timeout_s, max_body = c.max_body;
     int64_t max_bodies = c.max_bodies;
+    int64_t lora_cache_mb = 0;
     int64_t tile_size = c.tile_size, preview_every = c.preview_every, tile_threads = c.tile_threads;
     int64_t keep_jobs = c.keep_jobs, tile_cache = c.tile_cache_mb,
             journal_compact = c.journal_compact_kb;
@@ -78,6 +79,12 @@ int tsr_cmd_serve(int argc, char **argv)
         {"precision", TSR_ARG_STRING, &c.precision, "f32|bf16",
          "f32 (default; equals diffusers) or bf16: the CPU's fast mode where it has AVX512_BF16",
          0, 0, 0, 0},
+        {"lora-dir", TSR_ARG_STRING, &c.lora_dir, "DIR",
+         "LoRA files (NAME.safetensors) that prompts' <lora:NAME:W> tags and the 'loras' field "
+         "name; listed by /sdapi/v1/loras", 0, 0, 0, 0},
+        {"lora-cache-mb", TSR_ARG_INT, &lora_cache_mb, "MIB",
+         "loaded LoRAs kept per worker, least recently used evicted, never one in use "
+         "(default 1024)", 0, 1 << 20, 0, 0},
         {"max-batch", TSR_ARG_INT, &max_batch, "N",
          "images per UNet call, 1..32 (default {}; rows = 2N with guidance)", 1, 32, 0, 0},
         {"max-queue", TSR_ARG_INT, &max_queue, "N",
@@ -256,6 +263,7 @@ int tsr_cmd_serve(int argc, char **argv)
     if (!c.model)
         c.model = tsr_cli_default_model();
     c.threads = (int)threads;
+    c.lora_cache_mb = (int)lora_cache_mb;
     c.max_batch = (int)max_batch;
     c.max_queue = (int)max_queue;
     c.key_max_queue = (int)key_max_queue;

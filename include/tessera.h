@@ -161,6 +161,12 @@ typedef struct tsr_lora_spec {
     double te_weight;   /* the text encoders' deltas times this */
 } tsr_lora_spec;
 
+/* The LoRA names in `dir`: stems of its *.safetensors files that are valid
+ * names and resolve inside it (links followed), sorted.  *names owned:
+ * tsr_lora_list_free.  A1111's /sdapi/v1/loras lists these. */
+int tsr_lora_list(const char *dir, char ***names, int *n);
+void tsr_lora_list_free(char **names, int n);
+
 typedef struct tsr_image_params {
     const char *prompt;          /* UTF-8, A1111 syntax (copied at submit) */
     const char *negative_prompt; /* NULL = none given (diffusers' behaviour) */

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 
 #include "core/error.h"
@@ -84,4 +85,68 @@ done:
     free(cand);
     free(real_dir);
     return rc;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+void tsr_lora_list_free(char **names, int n)
+{
+    for (int i = 0; names && i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+int tsr_lora_list(const char *dir, char ***names, int *n)
+{
+    *names = NULL;
+    *n = 0;
+    if (!dir || !*dir)
+        return TSR_OK;
+    DIR *d = opendir(dir);
+    if (!d)
+        return tsr_errorf(TSR_ERR_IO, "lora: folder '%s': %s", dir, strerror(errno));
+    char **out = NULL;
+    int cnt = 0, cap = 0, rc = TSR_OK;
+    const struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        const size_t len = strlen(de->d_name), ext = strlen(".safetensors");
+        if (len <= ext || strcmp(de->d_name + len - ext, ".safetensors") != 0 ||
+            len - ext > TSR_LORA_NAME_MAX)
+            continue;
+        char stem[TSR_LORA_NAME_MAX + 1];
+        memcpy(stem, de->d_name, len - ext);
+        stem[len - ext] = '\0';
+        char *path = NULL;
+        if (tsr_lora_resolve(dir, stem, &path) < 0) { /* bad names, links out: left out */
+            tsr_error_clear();
+            continue;
+        }
+        free(path);
+        if (cnt == cap) {
+            cap = cap ? 2 * cap : 16;
+            char **g = realloc(out, (size_t)cap * sizeof *g);
+            if (!g) {
+                rc = tsr_errorf(TSR_ERR_NOMEM, "out of memory");
+                break;
+            }
+            out = g;
+        }
+        if (!(out[cnt] = strdup(stem))) {
+            rc = tsr_errorf(TSR_ERR_NOMEM, "out of memory");
+            break;
+        }
+        cnt++;
+    }
+    closedir(d);
+    if (rc < 0) {
+        tsr_lora_list_free(out, cnt);
+        return rc;
+    }
+    qsort(out, (size_t)cnt, sizeof *out, cmp_str);
+    *names = out;
+    *n = cnt;
+    return TSR_OK;
 }

@@ -221,6 +221,8 @@ static int start_workers(svc_server *s)
         snprintf(wc.device, sizeof wc.device, "%s", names[i]);
         wc.threads = threads;
         wc.precision = s->cfg.precision;
+        wc.lora_dir = s->cfg.lora_dir;
+        wc.lora_cache_mb = s->cfg.lora_cache_mb;
         wc.max_batch = s->cfg.max_batch;
         wc.max_wait_ms = s->cfg.max_wait_ms;
         wc.static_batching = s->cfg.static_batching != 0;

@@ -31,6 +31,8 @@ typedef struct svc_worker_config {
     char device[64];     /* "cpu", "cuda:1", "auto" */
     int threads;         /* CPU threads (0 = all) */
     const char *precision; /* borrowed: NULL/"f32" or "bf16" */
+    const char *lora_dir;  /* borrowed: NULL = no LoRAs */
+    int lora_cache_mb;
     int max_batch;       /* images per UNet call (rows = 2x with guidance) */
     int max_wait_ms;     /* wait this long to fill a new group */
     bool static_batching; /* admit only into an empty batch (the load tests' baseline) */

@@ -13,6 +13,7 @@
 #include "a1111.h"
 #include "http.h"
 #include "json.h"
+#include "log.h"
 #include "server.h"
 #include "tessera.h"
 
@@ -42,7 +43,6 @@ static const struct {
     {"/realesrgan-models", "[]", false},
     {"/prompt-styles", "[]", false},
     {"/embeddings", "{\"loaded\":{},\"skipped\":{}}", false},
-    {"/loras", "[]", false},
     {"/extensions", "[]", false},
     {"/refresh-checkpoints", "null", true},
     {"/refresh-vae", "null", true},
@@ -203,6 +203,31 @@ void svc_a1111_sd_models(svc_req *r, const char *rest)
 {
     (void)rest;
     svc_reply_json(r, 200, sd_models(r->srv));
+}
+
+/* A1111's /sdapi/v1/loras: the files of --lora-dir, read on every call (so
+ * refresh-loras has nothing to do).  "path" is the file name only: the
+ * server's folder is not the client's business. */
+void svc_a1111_loras(svc_req *r, const char *rest)
+{
+    (void)rest;
+    char **names = NULL;
+    int n = 0;
+    cJSON *a = cJSON_CreateArray();
+    if (tsr_lora_list(r->srv->cfg.lora_dir, &names, &n) < 0)
+        SVC_WARN("/sdapi/v1/loras: %s", tsr_last_error());
+    for (int i = 0; a && i < n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        char file[160];
+        snprintf(file, sizeof file, "%s.safetensors", names[i]);
+        cJSON_AddStringToObject(o, "name", names[i]);
+        cJSON_AddStringToObject(o, "alias", names[i]);
+        cJSON_AddStringToObject(o, "path", file);
+        cJSON_AddItemToObject(o, "metadata", cJSON_CreateObject());
+        cJSON_AddItemToArray(a, o);
+    }
+    tsr_lora_list_free(names, n);
+    svc_reply_json(r, 200, a);
 }
 
 void svc_a1111_cmd_flags(svc_req *r, const char *rest)

@@ -105,6 +105,49 @@ static int get_image(parser *ps, const char *name, int channels, uint8_t **file,
     return 0;
 }
 
+/* "loras": [{"name": "x", "weight": 0.8, "te_weight": 1, "unet_weight": 0.5}], the
+ * weights in -1000..1000 (te_weight and unet_weight default to weight, which
+ * defaults to 1).  Names are checked by the engine (--lora-dir). */
+static int get_loras(parser *ps, svc_params *p)
+{
+    const cJSON *a = get(ps, "loras");
+    if (!a || cJSON_IsNull(a))
+        return 0;
+    if (!cJSON_IsArray(a))
+        return fail(ps, "loras", "loras must be an array of {name, weight}");
+    if (cJSON_GetArraySize(a) > SVC_MAX_LORAS)
+        return fail(ps, "loras", "loras has %d entries; at most %d", cJSON_GetArraySize(a),
+                    SVC_MAX_LORAS);
+    const cJSON *it;
+    cJSON_ArrayForEach(it, a)
+    {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
+        if (!cJSON_IsObject(it) || !cJSON_IsString(name) || !name->valuestring[0] ||
+            strlen(name->valuestring) > 128)
+            return fail(ps, "loras", "loras[%d] needs a \"name\" of 1..128 bytes", p->n_loras);
+        double w[3] = {1.0, 0, 0};
+        static const char *keys[3] = {"weight", "te_weight", "unet_weight"};
+        for (int k = 0; k < 3; k++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(it, keys[k]);
+            if (k > 0)
+                w[k] = w[0];
+            if (!v || cJSON_IsNull(v))
+                continue;
+            if (!cJSON_IsNumber(v) || !(v->valuedouble >= -1000 && v->valuedouble <= 1000))
+                return fail(ps, "loras", "loras[%d].%s must be a number in -1000..1000",
+                            p->n_loras, keys[k]);
+            w[k] = v->valuedouble;
+        }
+        tsr_lora_spec *s = &p->loras[p->n_loras];
+        if (!(s->name = strdup(name->valuestring)))
+            return fail(ps, NULL, "out of memory");
+        s->te_weight = w[1];
+        s->unet_weight = w[2];
+        p->n_loras++;
+    }
+    return 0;
+}
+
 static void params_free(svc_params *p)
 {
     if (!p)
@@ -115,6 +158,8 @@ static void params_free(svc_params *p)
     free(p->scheduler);
     free(p->rng);
     free(p->hires_upscaler);
+    for (int i = 0; i < p->n_loras; i++)
+        free((char *)p->loras[i].name);
     free(p->init_rgb);
     free(p->mask_gray);
     free(p->init_file);
@@ -223,7 +268,7 @@ int svc_params_parse(const cJSON *job, const cJSON *defaults, const svc_params_c
         svc_fields_number(&ps.f, "hires_strength", 0, 1, true, 0.7, &p->hires_strength, NULL) <
             0 ||
         get_string(&ps, "hires_upscaler", 64, false, &p->hires_upscaler) < 0 ||
-        svc_fields_int(&ps.f, "mask_fill", 0, 3, 1, &fill) < 0)
+        svc_fields_int(&ps.f, "mask_fill", 0, 3, 1, &fill) < 0 || get_loras(&ps, p) < 0)
         goto bad;
     p->hires_width = (int)hw;
     p->hires_height = (int)hh;
@@ -334,6 +379,8 @@ void svc_params_to_engine(const svc_params *p, int index, tsr_image_params *o)
     o->hires_strength = p->hires_strength;
     o->hires_upscaler = p->hires_upscaler;
     o->mask_fill = p->mask_fill;
+    o->loras = p->n_loras ? p->loras : NULL;
+    o->n_loras = p->n_loras;
 }
 
 bool svc_params_hires(const svc_params *p, int *w, int *h, int *steps)
@@ -393,6 +440,16 @@ static cJSON *common(const svc_params *p)
     cJSON_AddStringToObject(o, "rng", p->rng);
     cJSON_AddNumberToObject(o, "clip_skip", p->clip_skip);
     svc_json_add_double(o, "guidance_rescale", p->guidance_rescale);
+    if (p->n_loras) {
+        cJSON *a = cJSON_AddArrayToObject(o, "loras");
+        for (int i = 0; a && i < p->n_loras; i++) {
+            cJSON *l = cJSON_CreateObject();
+            cJSON_AddStringToObject(l, "name", p->loras[i].name);
+            svc_json_add_double(l, "te_weight", p->loras[i].te_weight);
+            svc_json_add_double(l, "unet_weight", p->loras[i].unet_weight);
+            cJSON_AddItemToArray(a, l);
+        }
+    }
     return o;
 }
 

@@ -30,6 +30,7 @@
 
 #define SVC_MAX_IMAGES_PER_JOB 16
 #define SVC_MAX_PROMPT_BYTES 65536
+#define SVC_MAX_LORAS 16 /* per image, prompt tags included (the engine's bound) */
 
 typedef struct svc_params {
     atomic_int refs;
@@ -57,6 +58,9 @@ typedef struct svc_params {
     int hires_width, hires_height, hires_steps;
     char *hires_upscaler; /* NULL: "Latent" */
     int mask_fill;
+    /* LoRAs ("loras": [{name, weight, te_weight?, unet_weight?}]); names owned */
+    tsr_lora_spec loras[SVC_MAX_LORAS];
+    int n_loras;
 } svc_params;
 
 /* Whether p asks for the hires fix; *w x *h (may be NULL) the size its

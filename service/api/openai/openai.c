@@ -391,7 +391,7 @@ static void add_int(cJSON *o, const char *name, int v)
 static const char *const passthrough[] = {"seed",      "steps",     "negative_prompt",
                                           "cfg_scale", "sampler",   "scheduler",
                                           "clip_skip", "guidance_rescale", "rng",
-                                          "strength",  NULL};
+                                          "strength",  "loras",     NULL};
 
 /* Check OpenAI's fields of `in` into c and move what the native parser
  * reads into `nat`.  The edits route adds init_image/mask itself. */
