@@ -342,7 +342,8 @@ int tsr_lora_load(const char *path, const tsr_lora_model *mm, tsr_lora **out)
     *out = l;
     return TSR_OK;
 fail_named:
-    tsr_error_prefix(rc, "%s", path);
+    /* the file's name, not its path: the message may reach an API client */
+    tsr_error_prefix(rc, "%s", strrchr(path, '/') ? strrchr(path, '/') + 1 : path);
 fail:
     tsr_lora_free(l);
     tsr_st_close(st);

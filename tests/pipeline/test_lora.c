@@ -360,6 +360,49 @@ static int t_self_pixels_move(void)
     return 0;
 }
 
+/* `tessera generate --lora-dir DIR --lora NAME:W` is the prompt tag's
+ * image; a name leaving the folder fails the run. */
+static int t_cli(void)
+{
+    const char *bin = getenv("TSR_BIN");
+    if (!bin || access(bin, X_OK) != 0) {
+        printf("no TSR_BIN: skipped\n");
+        return TSR_TEST_SKIP;
+    }
+    char model[512], out[] = "/tmp/tsr_lora_cli_XXXXXX";
+    ASSERT_TRUE(mkdtemp(out) != NULL);
+    char png[600], log[600];
+    snprintf(png, sizeof png, "%s/out.png", out);
+    snprintf(log, sizeof log, "%s/log.txt", out);
+    tsr_test_path("models/sd1_sharp", model, sizeof model);
+    char *argv[] = {(char *)bin, "--log-level", "warn", "generate", "--model", model, "--lora-dir",
+                    lora_dir, "--lora", "k_sd1:0.8", "--prompt",
+                    "a photo of a red cat on a green sofa", "--seed", "11", "--steps", "4",
+                    "--width", "64", "--height", "64", "--sampler", "euler", "--quiet",
+                    "--output", png, NULL};
+    tsr_test_child r;
+    ASSERT_TRUE(tsr_test_spawn(argv, log, NULL, 300, &r) == 0);
+    ASSERT_TRUE(r.exited && r.status == 0);
+    tsr_image img;
+    ASSERT_OK(tsr_image_read(png, 3, &img));
+    int d = 0;
+    if (compare_png("sd1_kohya_tag.png", img.data, img.width, img.height, &d))
+        return 1;
+    printf("--lora k_sd1:0.8: max diff vs diffusers %d/255\n", d);
+    ASSERT_TRUE(d <= 1);
+    tsr_image_free(&img);
+    argv[9] = "../loras/k_sd1:0.8";
+    ASSERT_TRUE(tsr_test_spawn(argv, log, NULL, 300, &r) == 0);
+    ASSERT_TRUE(r.exited && r.status != 0);
+    argv[9] = "k_sd1:x";
+    ASSERT_TRUE(tsr_test_spawn(argv, log, NULL, 300, &r) == 0);
+    ASSERT_TRUE(r.exited && r.status == 2);
+    unlink(png);
+    unlink(log);
+    rmdir(out);
+    return 0;
+}
+
 static int setup(void)
 {
     tsr_test_path("lora/loras", lora_dir, sizeof lora_dir);
@@ -371,6 +414,12 @@ static int c_sdxl(void) { return setup() || t_sdxl(); }
 static int c_batch(void) { return setup() || t_batch_vs_solo(); }
 static int c_refusals(void) { return setup() || t_refusals(); }
 static int c_moves(void) { return setup() || t_self_pixels_move(); }
+static int c_cli(void)
+{
+    if (setup())
+        return 1;
+    return t_cli();
+}
 
 static const tsr_test_entry tests[] = {
     {"sd1", c_sd1},
@@ -378,6 +427,7 @@ static const tsr_test_entry tests[] = {
     {"batch_vs_solo", c_batch},
     {"refusals", c_refusals},
     {"goldens_move", c_moves},
+    {"cli", c_cli},
 };
 
 TSR_TEST_TABLE_MAIN(tests)
