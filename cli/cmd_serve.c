@@ -159,9 +159,9 @@ int tsr_cmd_serve(int argc, char **argv)
          "rewrite the journal while running once its records no longer needed pass KB KiB and "
          "outweigh the rest (default {}; 0 = only at start-up)",
          0, 1048576, 0, 0},
-        {"queue", TSR_ARG_STRING, &c.queue_url, "redis[s]://[USER@]HOST:PORT[/DB]",
-         "share one Redis Streams queue with other nodes (docs/scale-out.md); rediss:// is "
-         "TLS; no password in the URL", 0, 0, 0, 0},
+        {"queue", TSR_ARG_STRING, &c.queue_url, "URL",
+         "redis[s]://[USER@]HOST[:PORT][/DB]: share one Redis Streams queue with other nodes "
+         "(docs/scale-out.md); rediss:// is TLS; no password in the URL", 0, 0, 0, 0},
         {"queue-password-file", TSR_ARG_STRING, &c.queue_password_file, "FILE",
          "with --queue: the Redis password, one line (mode 600); default: "
          "$TESSERA_REDIS_PASSWORD, else no AUTH", 0, 0, 0, 0},
