@@ -10,12 +10,14 @@
  *
  * - Field order is A1111's: Steps, Sampler, Schedule type, CFG scale, Seed,
  *   Size, Model hash, Model, VAE hash, VAE, Denoising strength, Clip skip,
- *   RNG, Version.  Fields A1111 has that Tessera never produces (Image CFG
- *   scale, Face restoration, FP8 weight, Variation seed, Seed resize from,
- *   Conditional mask weight, ENSD, Token merging, Init image hash, NGMS,
- *   Tiling, extension parameters such as Lora hashes, User) are not
- *   supported; a field that is NULL / negative is omitted as A1111 omits
- *   None.
+ *   RNG, then the extra parameters in the order A1111 adds them (the hires
+ *   fix's Hires upscale or Hires resize, Hires steps, Hires upscaler at
+ *   init; Lora hashes when the networks load), Version.  Fields A1111 has
+ *   that Tessera never produces (Image CFG scale, Face restoration, FP8
+ *   weight, Variation seed, Seed resize from, Conditional mask weight, ENSD,
+ *   Token merging, Init image hash, NGMS, Tiling, other extensions'
+ *   parameters, User) are not supported; a field that is NULL / negative is
+ *   omitted as A1111 omits None.
  * - The negative prompt line is omitted when it is empty (Python truthiness).
  * - Values go through A1111's quote(): a value containing ',', ':' or '\n'
  *   is written as json.dumps(value, ensure_ascii=False).  A value equal to
