@@ -10,7 +10,9 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "core/safetensors.h"
 #include "model/lora.h"
 #include "model/model.h"
 #include "test.h"
@@ -153,7 +155,82 @@ static int t_cache(void)
     return 0;
 }
 
+/* Files that do not fit: each refused naming the key. */
+static int t_misfit(void)
+{
+    tsr_model *m;
+    tsr_backend *be;
+    tsr_weights *w;
+    tsr_lora_names *names;
+    if (load("models/sd1", &m, &be, &w, &names))
+        return 1;
+    tsr_lora_model lm;
+    memset(&lm, 0, sizeof lm);
+    lm.backend = be;
+    lm.weights[TSR_COMP_UNET] = w;
+    lm.names[TSR_COMP_UNET] = names;
+    const char *mod = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q";
+    const tsr_tensor *q;
+    ASSERT_OK(tsr_weights_get(w, "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q.weight",
+                              &q));
+    const int64_t C = q->ne[1];
+    float buf[4096] = {0}, alpha = 0;
+    char kd[200], ku[200], ka[200];
+    snprintf(kd, sizeof kd, "%s.lora_down.weight", mod);
+    snprintf(ku, sizeof ku, "%s.lora_up.weight", mod);
+    snprintf(ka, sizeof ka, "%s.alpha", mod);
+    char path[] = "/tmp/tsr_lora_misfit_XXXXXX";
+    const int fd = mkstemp(path);
+    ASSERT_TRUE(fd >= 0);
+    close(fd);
+    struct {
+        int64_t down[2], up[2];
+        bool with_up, bad_alpha;
+        const char *want;
+    } cases[] = {
+        {{2, C + 1}, {C, 2}, true, false, kd},  /* down's in is not the weight's */
+        {{2, C}, {C, 3}, true, false, ku},      /* up's rank is not down's */
+        {{2, C}, {C + 8, 2}, true, false, ku},  /* up's out is not the weight's */
+        {{2, C}, {C, 2}, false, false, "no up"}, /* down alone */
+        {{2, C}, {C, 2}, true, true, ka},       /* alpha 0 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tsr_st_write_entry e[3] = {
+            {kd, TSR_ST_F32, 2, {cases[i].down[0], cases[i].down[1]}, buf},
+            {ku, TSR_ST_F32, 2, {cases[i].up[0], cases[i].up[1]}, buf},
+            {ka, TSR_ST_F32, 0, {0}, &alpha},
+        };
+        alpha = cases[i].bad_alpha ? 0.0f : 1.0f;
+        size_t n = 0;
+        tsr_st_write_entry use[3];
+        use[n++] = e[0];
+        if (cases[i].with_up)
+            use[n++] = e[1];
+        use[n++] = e[2];
+        ASSERT_OK(tsr_st_write(path, use, n, NULL));
+        tsr_lora *l = NULL;
+        ASSERT_TRUE(tsr_lora_load(path, &lm, &l) < 0);
+        printf("case %zu: %s\n", i, tsr_last_error());
+        ASSERT_TRUE(strstr(tsr_last_error(), cases[i].want) != NULL);
+        ASSERT_TRUE(strstr(tsr_last_error(), "/tmp/") == NULL); /* no server path */
+    }
+    /* and a fitting one loads */
+    tsr_st_write_entry ok[2] = {{kd, TSR_ST_F32, 2, {2, C}, buf}, {ku, TSR_ST_F32, 2, {C, 2}, buf}};
+    ASSERT_OK(tsr_st_write(path, ok, 2, NULL));
+    tsr_lora *l = NULL;
+    ASSERT_OK(tsr_lora_load(path, &lm, &l));
+    ASSERT_EQ(tsr_lora_module_count(l, TSR_COMP_UNET), 1);
+    tsr_lora_free(l);
+    unlink(path);
+    tsr_lora_names_free(names);
+    tsr_weights_free(w);
+    tsr_backend_destroy(be);
+    tsr_model_close(m);
+    return 0;
+}
+
 static const tsr_test_entry tests[] = {
+    {"misfit", t_misfit},
     {"parse", t_parse},
     {"names", t_names},
     {"cache", t_cache},

@@ -171,7 +171,7 @@ static int t_sd1(void)
 
 static int t_sdxl(void)
 {
-    const char *names[] = {"sdxl_kohya", "sdxl_kohya_ldm", "sdxl_none"};
+    const char *names[] = {"sdxl_kohya", "sdxl_kohya_ldm", "sdxl_peft", "sdxl_none"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (t_goldens(names[i]))
             return 1;

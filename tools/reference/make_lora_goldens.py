@@ -145,11 +145,14 @@ def peft_file(pipe, name, seed, rank, gain, unet_names, te=True):
         d, u = rand_pair(m, rank, g, gain)
         sd[f"unet.{n}.lora_A.weight"] = d
         sd[f"unet.{n}.lora_B.weight"] = u
-    if te:
-        for n, m in targets(pipe.text_encoder, TE_LINEAR):
+    encoders = [("text_encoder", pipe.text_encoder)] if te else []
+    if te and getattr(pipe, "text_encoder_2", None) is not None:
+        encoders.append(("text_encoder_2", pipe.text_encoder_2))
+    for prefix, enc in encoders:
+        for n, m in targets(enc, TE_LINEAR):
             d, u = rand_pair(m, rank, g, gain)
-            sd[f"text_encoder.{n}.lora_A.weight"] = d
-            sd[f"text_encoder.{n}.lora_B.weight"] = u
+            sd[f"{prefix}.{n}.lora_A.weight"] = d
+            sd[f"{prefix}.{n}.lora_B.weight"] = u
     save_file(half(sd), os.path.join(LORAS, name + ".safetensors"))
 
 
@@ -243,6 +246,8 @@ def main():
     kohya_file(xl, "k_sdxl", 4, 4, 4.0, XL_GAIN,
                [("lora_te1_", xl.text_encoder), ("lora_te2_", xl.text_encoder_2)],
                UNET_LINEAR + UNET_CONV)
+    # PEFT SDXL: UNet attention + LoCon conv1, both text encoders
+    peft_file(xl, "p_sdxl", 5, 4, 1.0, ("to_q", "to_k", "to_v", "to_out.0", "conv1"))
     # the same matrices, UNet modules in LDM names (kohya's SDXL spelling)
     cfg = xl.unet.config
     attn_up = ["CrossAttn" in t for t in cfg.up_block_types]
@@ -268,6 +273,9 @@ def main():
              loras=[], use=[("k_sdxl", 1.0, 1.0)], seed=21),
         dict(name="sdxl_kohya_ldm", model="sdxl_sharp", prompt=PROMPT + "<lora:k_sdxl_ldm:0.9:1.2>",
              encode=PROMPT, loras=[], use=[("k_sdxl_ldm", 0.9, 1.2)], seed=21),
+        dict(name="sdxl_peft", model="sdxl_sharp", prompt=PROMPT, encode=PROMPT,
+             loras=[{"name": "p_sdxl", "te_weight": 0.8, "unet_weight": 1.0}],
+             use=[("p_sdxl", 0.8, 1.0)], seed=21),
         dict(name="sdxl_none", model="sdxl_sharp", prompt=PROMPT, encode=PROMPT, loras=[], use=[],
              seed=21),
     ]
