@@ -229,6 +229,9 @@ def test_webuiapi_hires(c):
                      "Hires steps: 2", "Hires upscaler: %s" % name):
             assert want in text, (want, text)
         assert r.info["denoising_strength"] == 0.6, r.info
+        extra = r.info["extra_generation_params"]
+        assert extra.get("Hires upscale") == 2 and extra.get("Hires steps") == 2 and \
+            extra.get("Hires upscaler") == name and extra.get("Denoising strength") == 0.6, extra
         assert r.parameters["enable_hr"] is True, r.parameters
         svc.assert_same_image(png_of(r.json["images"][0]),
                               dict(prompt=PROMPT, negative_prompt="", width=64, height=64,

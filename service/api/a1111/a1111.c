@@ -302,6 +302,20 @@ static cJSON *info_json(a1111_call *c, cJSON *infotexts)
     cJSON *extra = cJSON_AddObjectToObject(o, "extra_generation_params");
     if (extra && strcmp(q->scheduler, "Automatic") != 0)
         cJSON_AddStringToObject(extra, "Schedule type", q->scheduler);
+    if (extra && q->hires) { /* what A1111's txt2img init adds with enable_hr */
+        cJSON_AddNumberToObject(extra, "Denoising strength", q->denoising_strength);
+        if (q->hr_resize_x || q->hr_resize_y) {
+            char size[48];
+            snprintf(size, sizeof size, "%dx%d", q->hr_resize_x, q->hr_resize_y);
+            cJSON_AddStringToObject(extra, "Hires resize", size);
+        } else {
+            cJSON_AddNumberToObject(extra, "Hires upscale", q->hr_scale);
+        }
+        if (q->hr_steps)
+            cJSON_AddNumberToObject(extra, "Hires steps", q->hr_steps);
+        if (q->hr_upscaler[0])
+            cJSON_AddStringToObject(extra, "Hires upscaler", q->hr_upscaler);
+    }
     cJSON_AddNumberToObject(o, "index_of_first_image", 0);
     cJSON_AddItemToObject(o, "infotexts", infotexts);
     cJSON *styles = q->styles && cJSON_IsArray(q->styles) ? cJSON_Duplicate(q->styles, true)

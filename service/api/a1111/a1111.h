@@ -40,6 +40,9 @@ typedef struct svc_a1111_error {
 typedef struct svc_a1111_req {
     bool img2img;
     bool hires;          /* txt2img with enable_hr */
+    double hr_scale;     /* with hires: A1111's hr_* as honoured (info's extra params) */
+    int hr_resize_x, hr_resize_y, hr_steps;
+    char hr_upscaler[72]; /* "" = not given */
     cJSON *native;       /* the native job object without "n" and "seed" */
     cJSON *parameters;   /* A1111's `parameters`: the request over its defaults */
     int batch_size, n_iter, total;

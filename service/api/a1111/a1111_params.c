@@ -677,6 +677,14 @@ int svc_a1111_translate(const cJSON *body, bool img2img_call, const svc_a1111_de
         (!img2img_call && hires(&x, &v, q->native) < 0))
         goto bad;
     q->hires = !img2img_call && v.enable_hr;
+    if (q->hires) {
+        q->hr_scale = v.hr_scale;
+        q->hr_resize_x = (int)v.hr_rx;
+        q->hr_resize_y = (int)v.hr_ry;
+        q->hr_steps = (int)v.hr_steps;
+        snprintf(q->hr_upscaler, sizeof q->hr_upscaler, "%s",
+                 v.hr_upscaler ? v.hr_upscaler : "");
+    }
     q->parameters = parameters_json(body, img2img_call, img2img_call && v.with_images);
     if (!q->parameters) {
         fail(&x, 400, NULL, "out of memory");
