@@ -31,6 +31,9 @@
  * Op contracts (all tensors contiguous; shapes outermost first):
  *   conv2d      x NHWC [N,H,W,Ci], w OHWI [Co,KH,KW,Ci], b [Co] or NULL,
  *               y [N,Ho,Wo,Co] with Ho = (H+pad_t+pad_b-KH)/stride_h+1.
+ *               circular: the padding wraps around (torch's padding_mode
+ *               'circular': padded row -1 is row H-1), each pad at most
+ *               the input's size; otherwise zeros.  Seamless tiling.
  *   linear      x [..., in], w [out, in], b [out] or NULL, y [..., out].
  *   epilogue    conv2d and linear (the _fused variants) take an optional
  *               residual r and activation: y = act((op(x) + b) + r), with r
@@ -115,12 +118,13 @@ typedef enum tsr_binary_kind {
 typedef struct tsr_conv2d_params {
     int stride_h, stride_w;
     int pad_t, pad_l, pad_b, pad_r;
+    bool circular; /* wrap-around padding instead of zeros (seamless tiling) */
 } tsr_conv2d_params;
 
 /* Symmetric padding and stride: the common case. */
 static inline tsr_conv2d_params tsr_conv2d_params_make(int stride, int pad)
 {
-    tsr_conv2d_params p = {stride, stride, pad, pad, pad, pad};
+    tsr_conv2d_params p = {stride, stride, pad, pad, pad, pad, false};
     return p;
 }
 

@@ -255,6 +255,12 @@ int tsr_conv2d_fused(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w,
         p->pad_l > 1024 || p->pad_b > 1024 || p->pad_r > 1024)
         return tsr_errorf(TSR_ERR_INVALID, "%s: padding (t %d, l %d, b %d, r %d) out of range [0, 1024]",
                           op, p->pad_t, p->pad_l, p->pad_b, p->pad_r);
+    if (p->circular && (p->pad_t > x->ne[1] || p->pad_b > x->ne[1] || p->pad_l > x->ne[2] ||
+                        p->pad_r > x->ne[2]))
+        return tsr_errorf(TSR_ERR_INVALID,
+                          "%s: circular padding (t %d, l %d, b %d, r %d) wraps more than once "
+                          "around x %s",
+                          op, p->pad_t, p->pad_l, p->pad_b, p->pad_r, SH(x, s1));
     int64_t hp = x->ne[1] + p->pad_t + p->pad_b, wp = x->ne[2] + p->pad_l + p->pad_r;
     if (hp < w->ne[1] || wp < w->ne[2])
         return tsr_errorf(TSR_ERR_INVALID, "%s: kernel %lldx%lld larger than padded input %lldx%lld (x %s)",

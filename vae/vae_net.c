@@ -400,7 +400,7 @@ int tsr_vae_net_encode(vae_run *r, const float *images, int B, int H, int W, flo
             const int b = nxt(r->cur, 1);
             const int64_t ho = (x.ne[1] + 1 - 3) / 2 + 1, wo = (x.ne[2] + 1 - 3) / 2 + 1;
             TSR_TRY(slot(r, b, x.ne[0], ho, wo, x.ne[3], &y));
-            const tsr_conv2d_params p = {2, 2, 0, 0, 1, 1};
+            const tsr_conv2d_params p = {2, 2, 0, 0, 1, 1, false};
             OP(tsr_conv2d(be, &x, &s->samp_w, &s->samp_b, &p, &y));
             r->cur = b;
             x = y;

@@ -122,8 +122,12 @@ static const float *conv_run(const tsr_gemm_im2col *cv, int64_t row, int64_t p, 
     const int64_t oh = rem / cv->wo, ow = rem % cv->wo;
     const int64_t tap = p / cv->ci, ch = p % cv->ci;
     *run = min64(cv->ci - ch, want);
-    const int64_t ih = oh * cv->sh - cv->pt + tap / cv->kw;
-    const int64_t iw = ow * cv->sw - cv->pl + tap % cv->kw;
+    int64_t ih = oh * cv->sh - cv->pt + tap / cv->kw;
+    int64_t iw = ow * cv->sw - cv->pl + tap % cv->kw;
+    if (cv->circular) { /* a pad is at most the size (ops.c): one wrap */
+        ih = ih < 0 ? ih + cv->h : ih >= cv->h ? ih - cv->h : ih;
+        iw = iw < 0 ? iw + cv->w : iw >= cv->w ? iw - cv->w : iw;
+    }
     if (ih < 0 || ih >= cv->h || iw < 0 || iw >= cv->w)
         return zeros;
     return cv->x + ((n * cv->h + ih) * cv->w + iw) * cv->ci + ch;

@@ -45,6 +45,7 @@ typedef struct tsr_gemm_im2col {
     int64_t h, w, ci;
     int64_t kh, kw, ho, wo;
     int sh, sw, pt, pl;
+    bool circular; /* padding wraps around the image (tsr_conv2d_params) */
 } tsr_gemm_im2col;
 
 typedef struct tsr_gemm {

@@ -10,6 +10,9 @@
  * (zeros past the border), so a 3x3 conv reads its input once per k-block
  * instead of writing and re-reading a 9x larger column buffer.
  *
+ * Circular padding (seamless tiling) is the same packing with the tap's
+ * row and column wrapped around the image instead of read as zeros.
+ *
  * The bias is written into y first and the GEMM accumulates onto it; a fused
  * residual / activation (tsr_cpu_epilogue) then runs as one pass over y.
  *
@@ -68,7 +71,8 @@ int tsr_cpu_conv2d(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, con
                           .sh = p->stride_h,
                           .sw = p->stride_w,
                           .pt = p->pad_t,
-                          .pl = p->pad_l};
+                          .pl = p->pad_l,
+                          .circular = p->circular};
     if (pointwise) {
         g.a = src; /* a 1x1 conv is a GEMM on the pixels as they lie */
         g.lda = ci / u;

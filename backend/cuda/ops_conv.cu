@@ -18,6 +18,10 @@
  * is not expressible in the legacy descriptor: such an input is first
  * copied into a zero-padded buffer (scratch), then convolved unpadded.
  *
+ * Circular padding (seamless tiling, tsr_conv2d_params.circular) has no
+ * cuDNN mode either: the same copy wraps around the image instead of
+ * writing zeros (k_pad's circ), then the conv runs unpadded.
+ *
  * Bias, residual and activation run as one elementwise pass after the
  * convolution (tsr_cu_epilogue), in backend.h's order; cuDNN's fused
  * conv-bias-activation takes neither a residual added after the bias nor
@@ -39,7 +43,7 @@ static cudnnDataType_t dnn_type(tsr_dtype dt)
 }
 
 __global__ void k_pad(const void *x, void *y, int dt, int64_t h, int64_t w, int64_t c, int64_t hp,
-                      int64_t wp, int64_t pt, int64_t pl, int64_t n)
+                      int64_t wp, int64_t pt, int64_t pl, int circ, int64_t n)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)blockDim.x * gridDim.x) {
@@ -47,6 +51,10 @@ __global__ void k_pad(const void *x, void *y, int dt, int64_t h, int64_t w, int6
         t /= wp;
         int64_t row = t % hp, img = t / hp;
         int64_t sr = row - pt, sc = col - pl;
+        if (circ) { /* a pad is at most the size (ops.c checks): one wrap */
+            sr = sr < 0 ? sr + h : sr >= h ? sr - h : sr;
+            sc = sc < 0 ? sc + w : sc >= w ? sc - w : sc;
+        }
         float v = 0.0f;
         if (sr >= 0 && sr < h && sc >= 0 && sc < w)
             v = tsr_cu_load(x, dt, ((img * h + sr) * w + sc) * c + ch);
@@ -128,7 +136,9 @@ static int conv_run(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w,
     cuda_ctx *c = tsr_cu_ctx(b);
     const int64_t n = x->ne[0], h = x->ne[1], wd = x->ne[2], ci = x->ne[3];
     const int64_t co = w->ne[0], kh = w->ne[1], kw = w->ne[2];
-    const bool sym = p->pad_t == p->pad_b && p->pad_l == p->pad_r;
+    const bool padded = p->pad_t || p->pad_l || p->pad_b || p->pad_r;
+    /* sym: cuDNN pads (zeros) itself; otherwise k_pad copies into scratch */
+    const bool sym = p->pad_t == p->pad_b && p->pad_l == p->pad_r && !(p->circular && padded);
     const int64_t hp = sym ? h : h + p->pad_t + p->pad_b, wp = sym ? wd : wd + p->pad_l + p->pad_r;
     const int ph = sym ? p->pad_t : 0, pw = sym ? p->pad_l : 0;
     if (n > INT32_MAX || hp > INT32_MAX || wp > INT32_MAX || ci > INT32_MAX || co > INT32_MAX)
@@ -165,7 +175,8 @@ static int conv_run(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w,
         const int64_t total = n * hp * wp * ci;
         k_pad<<<tsr_cu_blocks(total, 256), 256, 0, c->stream>>>(x->data, scratch, (int)x->dtype, h,
                                                                 wd, ci, hp, wp, p->pad_t,
-                                                                p->pad_l, total);
+                                                                p->pad_l, p->circular ? 1 : 0,
+                                                                total);
         TSR_CUDA_LAUNCHED("conv2d");
         src = scratch;
     }

@@ -194,7 +194,8 @@ static bool b_conv2d(const golden *g, const char *c, ops_case *oc, tsr_tensor *t
                              .pad_t = (int)golden_param(g, c, "pad_t", 0),
                              .pad_l = (int)golden_param(g, c, "pad_l", 0),
                              .pad_b = (int)golden_param(g, c, "pad_b", 0),
-                             .pad_r = (int)golden_param(g, c, "pad_r", 0)};
+                             .pad_r = (int)golden_param(g, c, "pad_r", 0),
+                             .circular = golden_param(g, c, "circular", 0) != 0};
     oc->run = r_conv2d;
     return in(g, c, "x", oc, t, 0, OPS_ACT, false) && in(g, c, "w", oc, t, 1, OPS_PARAM, false) &&
            in(g, c, "b", oc, t, 2, OPS_PARAM, true);
@@ -404,6 +405,8 @@ static bool b_embedding(const golden *g, const char *c, ops_case *oc, tsr_tensor
 }
 
 static int test_conv2d(void) { return run_golden("conv2d", b_conv2d, NULL); }
+/* circular padding (seamless tiling): tools/reference/make_tiling_goldens.py */
+static int test_conv2d_circular(void) { return run_golden("conv2d_circular", b_conv2d, NULL); }
 static int test_linear(void) { return run_golden("linear", b_linear, NULL); }
 static int test_matmul(void) { return run_golden("matmul", b_matmul, NULL); }
 static int test_group_norm(void) { return run_golden("group_norm", b_group_norm, NULL); }
@@ -428,6 +431,7 @@ static int test_embedding(void) { return run_golden("embedding", b_embedding, NU
 
 static const tsr_test_entry tests[] = {
     {"conv2d", test_conv2d},
+    {"conv2d_circular", test_conv2d_circular},
     {"conv2d_tiled", test_conv2d_tiled},
     {"linear", test_linear},
     {"matmul", test_matmul},

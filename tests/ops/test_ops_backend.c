@@ -234,7 +234,7 @@ int test_supports_desc(void)
     /* conv2d: parameters and the epilogue's residual reach supports_op */
     tsr_tensor cx = tsr_tensor_4d(TSR_F32, 1, 4, 4, 2, buf[0]), cw = tsr_tensor_4d(TSR_F32, 3, 3, 3, 2, buf[1]);
     tsr_tensor cy = tsr_tensor_4d(TSR_F32, 1, 2, 2, 3, buf[3]), cr = tsr_tensor_1d(TSR_F32, 3, buf[2]);
-    const tsr_conv2d_params p = {2, 2, 1, 1, 0, 0};
+    const tsr_conv2d_params p = {2, 2, 1, 1, 0, 0, false};
     ASSERT_OK(tsr_conv2d_fused(&picky, &cx, &cw, NULL, &p,
                                &(tsr_epilogue){.residual = &cr, .has_act = true}, &cy));
     ASSERT_EQ(seen.op, TSR_OP_CONV2D);

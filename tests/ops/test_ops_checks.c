@@ -83,7 +83,7 @@ int test_conv2d_tiled(void)
     /* 64x64x160 with a 3x3 kernel: one output row of columns is 64*1440
      * floats, so the 16 MiB column buffer holds 45 of 64 rows: two tiles. */
     const int n = 1, h = 64, wd = 64, ci = 160, co = 8;
-    const tsr_conv2d_params ps[2] = {tsr_conv2d_params_make(1, 1), {2, 2, 0, 0, 1, 1}};
+    const tsr_conv2d_params ps[2] = {tsr_conv2d_params_make(1, 1), {2, 2, 0, 0, 1, 1, false}};
     float *x = rand_buf((size_t)n * h * wd * ci), *w = rand_buf((size_t)co * 9 * ci);
     float *bias = rand_buf(co);
     float *ref = nan_buf((size_t)n * h * wd * co);
@@ -220,7 +220,7 @@ int test_reject_shapes(void)
     tsr_tensor y = tsr_tensor_4d(TSR_F32, 1, 8, 8, 6, buf[3]);
     tsr_tensor y_bad = tsr_tensor_4d(TSR_F32, 1, 7, 8, 6, buf[3]);
     tsr_conv2d_params p = tsr_conv2d_params_make(1, 1), p_bad = tsr_conv2d_params_make(0, 1);
-    tsr_conv2d_params p_neg = {1, 1, -1, 0, 0, 0};
+    tsr_conv2d_params p_neg = {1, 1, -1, 0, 0, 0, false};
     ASSERT_OK(tsr_conv2d(be, &x, &w, &bias, &p, &y));
     EXPECT_REJECT(tsr_conv2d(be, &x, &w_bad, &bias, &p, &y), "conv2d");
     EXPECT_REJECT(tsr_conv2d(be, &x, &w, &bias_bad, &p, &y), "conv2d");
