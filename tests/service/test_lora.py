@@ -115,7 +115,26 @@ def test_refusals(s):
     assert r.status in (400, 422), (r.status, r.body[:200])
 
 
-TESTS = [test_native, test_a1111_tag, test_openai_extra_body, test_listing, test_refusals]
+def test_restart(s):
+    """The loras field survives a restart in the job's record (the journal
+    keeps the request with its loras, as it keeps every field)."""
+    j = s.submit(prompt=PROMPT, seed=11, steps=4, width=64, height=64, sampler="euler",
+                 loras=[{"name": "p_sd1", "weight": 1}])
+    assert s.wait_job(j["id"])["state"] == "done"
+    s.stop()
+    t = svc.Server(["--lora-dir", LORAS], model=MODEL, data_dir=s.data_dir)
+    t.start()
+    try:
+        rec = t.job(j["id"])
+        assert rec["params"]["loras"] == [{"name": "p_sd1", "te_weight": 1, "unet_weight": 1}], rec
+        close_to(t.image(j["id"]), "sd1_peft", "after a restart")
+    finally:
+        t.stop()
+    s.start()
+
+
+TESTS = [test_native, test_a1111_tag, test_openai_extra_body, test_listing, test_refusals,
+         test_restart]
 
 if __name__ == "__main__":
     raise SystemExit(svc.run_tests(TESTS, setup=setup, teardown=teardown))
