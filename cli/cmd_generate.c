@@ -342,6 +342,11 @@ int tsr_cmd_generate(int argc, char **argv)
          "hires fix: Latent (default), \"Latent (antialiased)\", \"Latent (bicubic)\", "
          "\"Latent (bicubic antialiased)\", \"Latent (nearest)\", \"Latent (nearest-exact)\", "
          "Lanczos, Nearest, None", 0, 0, 0, 0},
+        {"tiling", TSR_ARG_FLAG, &o.tiling, NULL,
+         "seamless tiling (A1111's): every padded convolution of the UNet and the VAE pads "
+         "circularly, so the image's left and right (and top and bottom) edges continue each "
+         "other",
+         0, 0, 0, 0},
         {"resize-mode", TSR_ARG_STRING, &o.resize_mode, "MODE",
          "fit the init image and mask to the size as A1111 does: just-resize (default), "
          "crop-and-resize, resize-and-fill", 0, 0, 0, 0},
@@ -515,6 +520,7 @@ int tsr_cmd_generate(int argc, char **argv)
         p.hires_steps = (int)o.hires_steps;
         p.hires_strength = o.hires_strength;
         p.hires_upscaler = o.hires_upscaler;
+        p.tiling = o.tiling ? 1 : 0;
         const char *field = NULL;
         rc = tsr_image_params_check(engine, &p, &field);
         if (rc == TSR_OK)

@@ -49,6 +49,7 @@ typedef struct gen_opts {
     int64_t hires_steps, inpainting_fill;
     const char *hires_upscaler;
     bool hires_steps_given, hires_strength_given, inpainting_fill_given;
+    bool tiling; /* --tiling: seamless textures (A1111's tiling) */
     /* derived by gen_precheck */
     gen_format format;
     tsr_resize_mode resize;

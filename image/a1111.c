@@ -293,6 +293,7 @@ int tsr_a1111_parameters(const tsr_a1111_info *info, char **out)
         sb_fmt(&b, ": %d", info->clip_skip);
     }
     field_str(&f, "RNG", info->rng && strcmp(info->rng, "GPU") != 0 ? info->rng : NULL);
+    field_str(&f, "Tiling", info->tiling ? "True" : NULL);
     if (info->hires_resize_x > 0 || info->hires_resize_y > 0) {
         field_sep(&f, "Hires resize");
         sb_fmt(&b, ": %dx%d", info->hires_resize_x, info->hires_resize_y);

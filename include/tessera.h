@@ -215,6 +215,10 @@ typedef struct tsr_image_params {
      * 0 fill (blurred surroundings), 1 original (default), 2 latent noise,
      * 3 latent nothing */
     int mask_fill;
+    /* seamless tiling (A1111's `tiling`): 1 = every padded convolution of
+     * the UNet and the VAE pads circularly, so the image's left and right
+     * (and top and bottom) edges continue each other; 0 (default) = off */
+    int tiling;
 } tsr_image_params;
 
 void tsr_image_params_init(tsr_image_params *p);
@@ -227,7 +231,7 @@ void tsr_image_params_init(tsr_image_params *p);
  * "steps", "cfg_scale", "guidance_rescale", "sampler", "scheduler", "rng",
  * "clip_skip", "eta", "prompt", "negative_prompt", "strength", "init_image",
  * "mask", "hires_scale", "hires_width", "hires_height", "hires_steps",
- * "hires_strength", "hires_upscaler", "mask_fill" - or NULL.  Reads only
+ * "hires_strength", "hires_upscaler", "mask_fill", "tiling" - or NULL.  Reads only
  * what is fixed at tsr_engine_open, so a server may call it on its own
  * thread while a worker steps a batch of the same engine. */
 int tsr_image_params_check(const tsr_engine *e, const tsr_image_params *p, const char **field);

@@ -175,6 +175,7 @@ int tsr_batch_image_encode(tsr_engine *e, tsr_batch_image *j, const float *pixel
         rc = tsr_errorf(TSR_ERR_NOMEM, "out of memory encoding the init image");
         goto done;
     }
+    tsr_vae_set_circular(e->vae, j->params.tiling != 0); /* seamless tiling */
     TSR_CHECK_GOTO(rc, tsr_vae_encode(e->vae, pixels, 1, j->height, j->width, mean, logvar), done);
     TSR_CHECK_GOTO(rc, tsr_rng_randn_nhwc(&j->rng, e->latent_channels, j->lh, j->lw, noise), done);
     tsr_vae_sample(tsr_vae_get_desc(e->vae), mean, logvar, noise, n, latent);

@@ -352,6 +352,7 @@ int tsr_batch_image_infotext(const tsr_engine *e, tsr_batch_image *j)
     info.denoising_strength = j->strength;
     info.clip_skip = j->clip_skip;
     info.rng = j->rng_kind == TSR_RNG_CUDA ? NULL : "CPU";
+    info.tiling = j->params.tiling;
     char version[32];
     snprintf(version, sizeof version, "tessera %s", tsr_version());
     info.version = version;
