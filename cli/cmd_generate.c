@@ -342,6 +342,11 @@ int tsr_cmd_generate(int argc, char **argv)
          "hires fix: Latent (default), \"Latent (antialiased)\", \"Latent (bicubic)\", "
          "\"Latent (bicubic antialiased)\", \"Latent (nearest)\", \"Latent (nearest-exact)\", "
          "Lanczos, Nearest, None", 0, 0, 0, 0},
+        {"tiling", TSR_ARG_FLAG, &o.tiling, NULL,
+         "seamless tiling (A1111's): every padded convolution of the UNet and the VAE pads "
+         "circularly, so the image's left and right (and top and bottom) edges continue each "
+         "other",
+         0, 0, 0, 0},
         {"resize-mode", TSR_ARG_STRING, &o.resize_mode, "MODE",
          "fit the init image and mask to the size as A1111 does: just-resize (default), "
          "crop-and-resize, resize-and-fill", 0, 0, 0, 0},
@@ -370,9 +375,6 @@ int tsr_cmd_generate(int argc, char **argv)
         {"lora", TSR_ARG_STRING, &o.lora, "NAME[:W[:W_UNET]][,...]",
          "LoRAs from --lora-dir at multiplier W (text encoders; the UNet's W_UNET, default W), "
          "as the prompt's <lora:NAME:W> tags, which also work", 0, 0, 0, 0},
-        {"embeddings-dir", TSR_ARG_STRING, &o.embeddings_dir, "DIR",
-         "textual-inversion embeddings (NAME.safetensors: A1111 emb_params, SDXL clip_l/clip_g); "
-         "used where NAME is a word of the prompt", 0, 0, 0, 0},
         {"output", TSR_ARG_STRING, &o.output, "OUT.png",
          "where to write: .png, or .jpg/.jpeg (quality 80); batches write OUT-0.png, OUT-1.png, "
          "... (default tessera.png)", 0, 0, 0, 0},
@@ -454,7 +456,6 @@ int tsr_cmd_generate(int argc, char **argv)
     eo.tokenizer = o.tokenizer;
     eo.precision = o.precision;
     eo.lora_dir = o.lora_dir;
-    eo.embeddings_dir = o.embeddings_dir;
     const double t_open = tsr_cli_now();
     rc = tsr_engine_open(&eo, &engine);
     const double load_s = tsr_cli_now() - t_open;
@@ -519,6 +520,7 @@ int tsr_cmd_generate(int argc, char **argv)
         p.hires_steps = (int)o.hires_steps;
         p.hires_strength = o.hires_strength;
         p.hires_upscaler = o.hires_upscaler;
+        p.tiling = o.tiling ? 1 : 0;
         const char *field = NULL;
         rc = tsr_image_params_check(engine, &p, &field);
         if (rc == TSR_OK)

@@ -256,6 +256,7 @@ static const struct {
     {"hires_strength", "--hires-strength"},
     {"hires_upscaler", "--hires-upscaler"},
     {"mask_fill", "--inpainting-fill"},
+    {"tiling", "--tiling"},
     {"model", "--model"},
     {"device", "--device"},
     {"threads", "--threads"},

@@ -256,12 +256,11 @@ int tsr_a1111_parameters(const tsr_a1111_info *info, char **out)
     const char *strs[] = {info->prompt,     info->negative_prompt, info->sampler,
                           info->schedule_type, info->model_hash,   info->model,
                           info->vae_hash,   info->vae,             info->rng,
-                          info->version,    info->hires_upscaler, info->lora_hashes,
-                          info->ti_hashes};
+                          info->version,    info->hires_upscaler, info->lora_hashes};
     static const char *names[] = {"prompt",     "negative prompt", "sampler", "schedule type",
                                   "model hash", "model",           "VAE hash", "VAE",
                                   "RNG",        "version",         "hires upscaler",
-                                  "Lora hashes",    "TI hashes"};
+                                  "Lora hashes"};
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
         TSR_TRY(check_utf8(names[i], strs[i]));
 
@@ -294,6 +293,7 @@ int tsr_a1111_parameters(const tsr_a1111_info *info, char **out)
         sb_fmt(&b, ": %d", info->clip_skip);
     }
     field_str(&f, "RNG", info->rng && strcmp(info->rng, "GPU") != 0 ? info->rng : NULL);
+    field_str(&f, "Tiling", info->tiling ? "True" : NULL);
     if (info->hires_resize_x > 0 || info->hires_resize_y > 0) {
         field_sep(&f, "Hires resize");
         sb_fmt(&b, ": %dx%d", info->hires_resize_x, info->hires_resize_y);
@@ -306,7 +306,6 @@ int tsr_a1111_parameters(const tsr_a1111_info *info, char **out)
     }
     field_str(&f, "Hires upscaler", info->hires_upscaler);
     field_str(&f, "Lora hashes", info->lora_hashes && info->lora_hashes[0] ? info->lora_hashes : NULL);
-    field_str(&f, "TI hashes", info->ti_hashes && info->ti_hashes[0] ? info->ti_hashes : NULL);
     field_str(&f, "Version", info->version);
 
     if (b.oom) {

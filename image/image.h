@@ -260,6 +260,7 @@ typedef struct tsr_a1111_info {
     double denoising_strength;   /* img2img; < 0 (or NaN) omits */
     int clip_skip;               /* <= 1 omits (A1111 omits 1) */
     const char *rng;             /* "CPU" / "NV"; NULL or "GPU" (A1111's default) omits */
+    int tiling;                  /* "Tiling: True" after RNG (A1111's create_infotext); 0 omits */
     const char *version;         /* "Version: tessera 0.1.0"; NULL omits */
     /* the hires fix's extra parameters, after RNG (A1111's
      * extra_generation_params): "Hires upscale: 2" (<= 0 omits), or "Hires
@@ -272,9 +273,6 @@ typedef struct tsr_a1111_info {
     /* "Lora hashes: \"name: 0123456789ab, ...\"" (A1111's, after the hires
      * fields: an extra_generation_params entry); NULL or "" omits */
     const char *lora_hashes;
-    /* "TI hashes: \"name: 0123456789ab, ...\"" (A1111's, textual-inversion
-     * embeddings the prompts used, after Lora hashes); NULL or "" omits */
-    const char *ti_hashes;
 } tsr_a1111_info;
 
 /* Fill `info` with "omitted" values (negative denoising, clip_skip 0, NULLs). */

@@ -111,9 +111,6 @@ typedef struct tsr_engine_options {
                              * device auto or cpu; docs/perf.md gives its error) */
     const char *lora_dir;   /* NULL = no LoRAs; the folder LoRA names resolve in */
     int lora_cache_mb;      /* loaded LoRAs kept up to this many MiB (LRU); 0 = 1024 */
-    const char *embeddings_dir; /* NULL = none; textual-inversion *.safetensors, used when
-                                 * their name is in a prompt (docs/lora.md "Embeddings");
-                                 * read at open and again when the folder changes */
 } tsr_engine_options;
 
 void tsr_engine_options_init(tsr_engine_options *o);
@@ -170,21 +167,6 @@ typedef struct tsr_lora_spec {
 int tsr_lora_list(const char *dir, char ***names, int *n);
 void tsr_lora_list_free(char **names, int n);
 
-/* The textual-inversion embeddings of the engine's embeddings_dir, read
- * from the folder now (callable from any thread: it touches nothing the
- * engine's own thread uses), sorted by name; A1111's /sdapi/v1/embeddings
- * lists these.  Owned: tsr_embedding_info_free. */
-typedef struct tsr_embedding_info {
-    char *name;    /* file stem: the word a prompt uses */
-    int loaded;    /* 1 = fits this model; 0 = skipped, `error` says why */
-    int vectors;   /* tokens it stands for; 0 when unknown */
-    int shape;     /* vector width, summed over the text encoders (768, 2048); 0 unknown */
-    char hash[13]; /* A1111's TI hash (SHA-256 of the file, 12 hex digits); "" skipped */
-    char *error;   /* NULL when loaded */
-} tsr_embedding_info;
-int tsr_engine_embeddings(const tsr_engine *e, tsr_embedding_info **out, int *n);
-void tsr_embedding_info_free(tsr_embedding_info *a, int n);
-
 typedef struct tsr_image_params {
     const char *prompt;          /* UTF-8, A1111 syntax (copied at submit) */
     const char *negative_prompt; /* NULL = none given (diffusers' behaviour) */
@@ -233,6 +215,10 @@ typedef struct tsr_image_params {
      * 0 fill (blurred surroundings), 1 original (default), 2 latent noise,
      * 3 latent nothing */
     int mask_fill;
+    /* seamless tiling (A1111's `tiling`): 1 = every padded convolution of
+     * the UNet and the VAE pads circularly, so the image's left and right
+     * (and top and bottom) edges continue each other; 0 (default) = off */
+    int tiling;
 } tsr_image_params;
 
 void tsr_image_params_init(tsr_image_params *p);
@@ -245,7 +231,7 @@ void tsr_image_params_init(tsr_image_params *p);
  * "steps", "cfg_scale", "guidance_rescale", "sampler", "scheduler", "rng",
  * "clip_skip", "eta", "prompt", "negative_prompt", "strength", "init_image",
  * "mask", "hires_scale", "hires_width", "hires_height", "hires_steps",
- * "hires_strength", "hires_upscaler", "mask_fill" - or NULL.  Reads only
+ * "hires_strength", "hires_upscaler", "mask_fill", "tiling" - or NULL.  Reads only
  * what is fixed at tsr_engine_open, so a server may call it on its own
  * thread while a worker steps a batch of the same engine. */
 int tsr_image_params_check(const tsr_engine *e, const tsr_image_params *p, const char **field);

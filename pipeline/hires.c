@@ -174,6 +174,7 @@ static int upscale_latents(tsr_engine *e, tsr_batch_image *j, long long max_deco
         rc = tsr_errorf(TSR_ERR_NOMEM, "out of memory for the hires upscale");
         goto done;
     }
+    tsr_vae_set_circular(e->vae, j->params.tiling != 0); /* seamless tiling */
     if ((long long)npix > max_decode_pixels) {
         const tsr_vae_tiling tiling = {.tile = 64, .overlap = 16};
         rc = tsr_vae_decode_tiled(e->vae, j->latent, 1, j->lh, j->lw, &tiling, img);

@@ -121,6 +121,9 @@ int tsr_params_resolve(const tsr_engine *e, const tsr_image_params *p, tsr_param
                   "strength %g leaves no denoising step out of %d (steps x strength must be at "
                   "least 1)",
                   p->strength, p->steps);
+    if (p->tiling != 0 && p->tiling != 1)
+        FIELD_ERR("tiling", TSR_ERR_INVALID, "tiling must be 0 or 1 (true or false), got %d",
+                  p->tiling);
     if (p->mask_fill < 0 || p->mask_fill > 3)
         FIELD_ERR("mask_fill", TSR_ERR_INVALID,
                   "mask fill must be 0 (fill), 1 (original), 2 (latent noise) or 3 (latent "

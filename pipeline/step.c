@@ -62,7 +62,10 @@ static int reserve_u8(uint8_t **buf, size_t *cap, size_t n)
 
 static bool same_group(const tsr_batch_image *a, const tsr_batch_image *b)
 {
-    return a->lh == b->lh && a->lw == b->lw && a->cond.n_tokens == b->cond.n_tokens;
+    /* tiling pads every conv of the call circularly: tiled and plain images
+     * never share a UNet call (nor a decode: the decode takes a group's) */
+    return a->lh == b->lh && a->lw == b->lw && a->cond.n_tokens == b->cond.n_tokens &&
+           a->params.tiling == b->params.tiling;
 }
 
 /* diffusers' rescale_noise_cfg: match the std of the guided prediction to
@@ -100,6 +103,9 @@ static int decode_chunk(tsr_batch *b, tsr_batch_image **done, int nd)
     for (int i = 0; i < nd && rc == TSR_OK; i++)
         memcpy(lat + i * nl, done[i]->latent, nl * sizeof(float));
     if (rc == TSR_OK) {
+        /* a chunk is one group's, so one tiling value; tiled images decode
+         * whole even above max_decode_pixels (vae.h) */
+        tsr_vae_set_circular(e->vae, done[0]->params.tiling != 0);
         if ((long long)npix > b->opt.max_decode_pixels) {
             const tsr_vae_tiling tiling = {.tile = 64, .overlap = 16};
             rc = tsr_vae_decode_tiled(e->vae, lat, nd, lh, lw, &tiling, img);
@@ -433,6 +439,7 @@ static int run_unet(tsr_batch *b, call_group *g)
             any_lora |= sets[r++] != NULL;
         }
     in.loras = any_lora ? sets : NULL;
+    in.circular = g->images[0]->params.tiling != 0; /* one value per group (same_group) */
     const double t0 = tsr_pipeline_now();
     int rc = tsr_unet_forward(e->unet, &in, b->out);
     const double unet_s = tsr_pipeline_now() - t0;

@@ -348,8 +348,10 @@ static int unet_walk(tsr_unet *u, tsr_arena *ws, const tsr_unet_inputs *in, int6
     const int64_t L = in->context_len;
     int64_t H = in->height, W = in->width;
     unet_run r = {.be = be, .ws = ws, .desc = d, .loras = in->loras,
-                  .n_loras = in->loras ? in->batch : 0, .lora_scratch = &u->lora_scratch};
-    const tsr_conv2d_params p3 = tsr_conv2d_params_make(1, 1), p3s2 = tsr_conv2d_params_make(2, 1);
+                  .n_loras = in->loras ? in->batch : 0, .lora_scratch = &u->lora_scratch,
+                  .circular = in->circular};
+    tsr_conv2d_params p3 = tsr_conv2d_params_make(1, 1), p3s2 = tsr_conv2d_params_make(2, 1);
+    p3.circular = p3s2.circular = in->circular;
 
     tsr_tensor x;
     TSR_TRY(unet_alloc4(ws, &x, B, H, W, d->in_channels));

@@ -67,6 +67,9 @@ typedef struct tsr_unet_inputs {
     /* LoRAs: loras[i] is row i's set (NULL = none); NULL = no LoRAs at all.
      * Borrowed; see model/lora.h. */
     const struct tsr_lora_set *const *loras;
+    /* Seamless tiling (A1111's `tiling`): every padded conv of the call pads
+     * circularly (torch's padding_mode 'circular'), for all its rows. */
+    bool circular;
 } tsr_unet_inputs;
 
 /* Build the network: desc is copied; weights and backend are borrowed and

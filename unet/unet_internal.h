@@ -67,6 +67,7 @@ typedef struct unet_run {
     const tsr_lora_set *const *loras;
     int n_loras;
     tsr_lora_scratch *lora_scratch;
+    bool circular; /* tsr_unet_inputs.circular: every padded conv wraps */
 } unet_run;
 
 /* The weight ops of the blocks (unet_lora.c): the base op over all rows,

@@ -89,7 +89,8 @@ int unet_resnet_forward(unet_run *r, const unet_resnet *rn, const tsr_tensor *x,
     const int groups = r->desc->norm_num_groups;
     const float eps = (float)r->desc->norm_eps;
     const int64_t B = x->ne[0], H = x->ne[1], W = x->ne[2];
-    const tsr_conv2d_params p3 = tsr_conv2d_params_make(1, 1);
+    tsr_conv2d_params p3 = tsr_conv2d_params_make(1, 1);
+    p3.circular = r->circular;
     const size_t mark = tsr_arena_mark(ws);
 
     tsr_tensor t1, c1, tp;

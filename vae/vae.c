@@ -145,6 +145,8 @@ int tsr_vae_decode_workspace_need(tsr_vae *v, int B, int h, int w, size_t *bytes
     return TSR_OK;
 }
 
+void tsr_vae_set_circular(tsr_vae *v, bool on) { v->circular = on; }
+
 void tsr_vae_trim(tsr_vae *v)
 {
     tsr_arena_free(&v->ws);
@@ -168,7 +170,7 @@ static int check_shape(const char *what, int batch, int h, int w)
 static int decode_whole(tsr_vae *v, const float *latents, int B, int h, int w, float *images)
 {
     TSR_TRY(plan(v, VAE_DECODE, B, h, w));
-    vae_run r = {.v = v, .ws = &v->ws, .measuring = false};
+    vae_run r = {.v = v, .ws = &v->ws, .measuring = false, .circular = v->circular};
     int rc = tsr_vae_net_decode(&r, latents, B, h, w, images);
     tsr_arena_reset(&v->ws, v->ws_mark);
     return rc;
@@ -194,7 +196,7 @@ static int encode_whole(tsr_vae *v, const float *images, int B, int h, int w, fl
     const size_t pixels = (size_t)B * h * w;
     TSR_TRY(grow(&v->host, &v->host_elems, pixels * 2 * C));
     TSR_TRY(plan(v, VAE_ENCODE, B, h, w));
-    vae_run r = {.v = v, .ws = &v->ws, .measuring = false};
+    vae_run r = {.v = v, .ws = &v->ws, .measuring = false, .circular = v->circular};
     int rc = tsr_vae_net_encode(&r, images, B, h * v->factor, w * v->factor, v->host);
     tsr_arena_reset(&v->ws, v->ws_mark);
     TSR_TRY(rc);
@@ -390,7 +392,7 @@ int tsr_vae_decode_tiled(tsr_vae *v, const float *latents, int batch, int h, int
     TSR_TRY(check_shape("decode", batch, h, w));
     int tile, overlap;
     TSR_TRY(check_tiling(tiling, &tile, &overlap));
-    if (tile == 0 || (h <= tile && w <= tile))
+    if (tile == 0 || (h <= tile && w <= tile) || v->circular) /* circular: see vae.h */
         return decode_whole(v, latents, batch, h, w, images);
     return run_tiled(v, VAE_DECODE, latents, batch, h, w, tile, overlap, images, NULL);
 }
@@ -402,7 +404,7 @@ int tsr_vae_encode_tiled(tsr_vae *v, const float *images, int batch, int H, int 
     int tile, overlap;
     TSR_TRY(check_tiling(tiling, &tile, &overlap));
     const int h = H / v->factor, w = W / v->factor;
-    if (tile == 0 || (h <= tile && w <= tile))
+    if (tile == 0 || (h <= tile && w <= tile) || v->circular)
         return encode_whole(v, images, batch, h, w, mean, logvar);
     return run_tiled(v, VAE_ENCODE, images, batch, h, w, tile, overlap, mean, logvar);
 }

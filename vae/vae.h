@@ -71,6 +71,13 @@ size_t tsr_vae_workspace_bytes(const tsr_vae *v);
 int tsr_vae_decode_workspace_need(tsr_vae *v, int B, int h, int w, size_t *bytes);
 /* Release the workspace (the next call plans again). */
 void tsr_vae_trim(tsr_vae *v);
+/* Seamless tiling (A1111's `tiling`): from now on every padded conv of the
+ * encoder and decoder pads circularly (torch's padding_mode 'circular'; the
+ * encoder's downsamplers pad with zeros themselves, as in diffusers, and
+ * stay so).  A setting of the VAE, which runs one call at a time: the
+ * pipeline sets it before each call.  While on, the _tiled calls run the
+ * plane whole (tiles would wrap around their own edges). */
+void tsr_vae_set_circular(tsr_vae *v, bool on);
 
 /* Decode UNet latents [batch, h, w, C] (host) into images
  * [batch, h*f, w*f, out_channels] (host) in the decoder's raw range (about

@@ -51,6 +51,7 @@ struct tsr_vae {
     tsr_backend *backend; /* borrowed */
     int factor;
     bool has_encoder;
+    bool circular; /* tsr_vae_set_circular: seamless tiling for the calls that follow */
     vae_half enc, dec;
     tsr_tensor quant_w, quant_b, post_w, post_b;
 
@@ -77,6 +78,7 @@ typedef struct vae_run {
     bool measuring;
     size_t need;
     int cur; /* slot holding the current activation */
+    bool circular; /* tsr_vae.circular at the call: padded convs wrap */
 } vae_run;
 
 /* Load and shape-check every tensor the config needs. */

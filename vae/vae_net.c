@@ -234,6 +234,7 @@ static int conv(vae_run *r, const tsr_tensor *x, const tsr_tensor *wt, const tsr
                 int stride, int pad, const tsr_tensor *res, tsr_tensor *y)
 {
     tsr_conv2d_params p = tsr_conv2d_params_make(stride, pad);
+    p.circular = r->circular; /* seamless tiling; pad 0 convs are unchanged by it */
     OP(tsr_conv2d_fused(r->v->backend, x, wt, b, &p, &(tsr_epilogue){.residual = res}, y));
     return TSR_OK;
 }

@@ -34,6 +34,8 @@ typedef enum svc_dialect {
     SVC_DIALECT_NATIVE, /* {"error": {"code", "message", "field"}} (docs/openapi.yaml) */
     SVC_DIALECT_A1111,  /* the native object plus FastAPI's "detail": the message */
     SVC_DIALECT_OPENAI, /* {"error": {"message", "type", "param", "code"}} */
+    SVC_DIALECT_COMFY,  /* ComfyUI's {"error": {"type", "message", "details", "extra_info"},
+                         * "node_errors": {}} (docs/compat-comfyui.md) */
 } svc_dialect;
 
 typedef struct svc_req {

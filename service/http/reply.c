@@ -196,6 +196,15 @@ static cJSON *problem_body(svc_dialect d, const svc_problem *p)
         svc_json_add_string_or_null(e, "code", p->code);
         return o;
     }
+    if (d == SVC_DIALECT_COMFY) {
+        /* ComfyUI's: the code is its "type", the field its "details" */
+        cJSON_AddStringToObject(e, "type", p->code ? p->code : "error");
+        cJSON_AddStringToObject(e, "message", p->message);
+        cJSON_AddStringToObject(e, "details", field ? field : "");
+        cJSON_AddObjectToObject(e, "extra_info");
+        cJSON_AddObjectToObject(o, "node_errors");
+        return o;
+    }
     cJSON_AddStringToObject(e, "code", p->code);
     cJSON_AddStringToObject(e, "message", p->message);
     svc_json_add_string_or_null(e, "field", field);

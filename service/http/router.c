@@ -35,6 +35,7 @@
 
 #include "a1111.h"
 #include "auth.h"
+#include "comfy.h"
 #include "openai.h"
 #include "routes.h"
 #include "server.h"
@@ -72,6 +73,7 @@ typedef struct svc_route {
 #define NATIVE SVC_DIALECT_NATIVE
 #define A1111 SVC_DIALECT_A1111
 #define OPENAI SVC_DIALECT_OPENAI
+#define COMFY SVC_DIALECT_COMFY
 
 static void not_found(svc_req *r, const char *rest);
 
@@ -121,6 +123,21 @@ static const svc_route k_routes[] = {
     {"/sdapi/v1", "/*", M_READ, svc_a1111_fixed, A1111, svc_a1111_is_fixed_get, 0},
     {"/sdapi/v1", "/*", M_POST, svc_a1111_fixed, A1111, svc_a1111_is_fixed_post, 0},
     {"/sdapi/v1", "**", M_ANY, not_found, A1111, NULL, 0},
+    /* ComfyUI (api/comfy/: comfy_routes.c, comfy_info.c; docs/compat-comfyui.md) */
+    {"/prompt", "", M_POST, svc_comfy_prompt, COMFY, NULL, 0},
+    {"/history", "", M_READ, svc_comfy_history, COMFY, NULL, 0},
+    {"/history", "/*", M_READ, svc_comfy_history, COMFY, NULL, 0},
+    {"/view", "", M_READ, svc_comfy_view, COMFY, NULL, 0},
+    {"/queue", "", M_READ | M_POST, svc_comfy_queue, COMFY, NULL, 0},
+    {"/interrupt", "", M_POST, svc_comfy_interrupt, COMFY, NULL, 0},
+    {"/object_info", "", M_READ, svc_comfy_object_info, COMFY, NULL, 0},
+    {"/object_info", "/*", M_READ, svc_comfy_object_info, COMFY, NULL, 0},
+    {"/system_stats", "", M_READ, svc_comfy_system_stats, COMFY, NULL, 0},
+    {"/embeddings", "", M_READ, svc_comfy_list, COMFY, NULL, 0},
+    {"/extensions", "", M_READ, svc_comfy_list, COMFY, NULL, 0},
+    {"/models", "", M_READ, svc_comfy_models, COMFY, NULL, 0},
+    {"/models", "/*", M_READ, svc_comfy_models, COMFY, NULL, 0},
+    {"/upload", "/image", M_POST, svc_comfy_upload_image, COMFY, NULL, MULTIPART},
 };
 
 /* ---------------------------------------------------------------- matching */
@@ -299,8 +316,9 @@ static bool authorized(svc_req *r, bool *answered)
     svc_server *s = r->srv;
     const bool v1 = strncmp(r->path, "/v1/", 4) == 0;
     const bool sdapi = strncmp(r->path, "/sdapi/", 7) == 0;
+    const bool comfy = svc_comfy_is_path(r->path); /* ComfyUI's routes take the key too */
     *answered = false;
-    if (!(v1 || sdapi) || s->keys.n == 0)
+    if (!(v1 || sdapi || comfy) || s->keys.n == 0)
         return true;
     if (image_path(r->path)) {
         svc_url_verdict v =

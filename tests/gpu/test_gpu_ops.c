@@ -86,21 +86,26 @@ static int test_conv2d(void)
     const struct {
         const char *name;
         int64_t n, h, w, ci, co, k;
-        int stride, pt, pl, pb, pr, resid;
+        int stride, pt, pl, pb, pr, resid, circ; /* circ: circular padding (tiling) */
     } cs[] = {
-        {"sd15 unet 64x64x320 3x3", 2, 64, 64, 320, 320, 3, 1, 1, 1, 1, 1, 1},
-        {"sd15 unet down 64->32 s2", 2, 64, 64, 320, 320, 3, 2, 1, 1, 1, 1, 0},
-        {"sd15 unet 32x32 640->640", 2, 32, 32, 640, 640, 3, 1, 1, 1, 1, 1, 0},
-        {"sd15 unet 16x16 1920->1280", 2, 16, 16, 1920, 1280, 3, 1, 1, 1, 1, 1, 0},
-        {"sd15 unet 8x8 2560->1280 1x1", 2, 8, 8, 2560, 1280, 1, 1, 0, 0, 0, 0, 1},
-        {"sd15 proj_in 64x64 320->320 1x1", 2, 64, 64, 320, 320, 1, 1, 0, 0, 0, 0, 0},
-        {"unet conv_in 64x64 4->320", 2, 64, 64, 4, 320, 3, 1, 1, 1, 1, 1, 0},
-        {"unet conv_out 64x64 320->4", 2, 64, 64, 320, 4, 3, 1, 1, 1, 1, 1, 0},
-        {"sdxl unet 128x128x320", 1, 128, 128, 320, 320, 3, 1, 1, 1, 1, 1, 0},
-        {"vae dec 256x256 512->256", 1, 256, 256, 512, 256, 3, 1, 1, 1, 1, 1, 0},
-        {"vae dec 512x512x128", 1, 512, 512, 128, 128, 3, 1, 1, 1, 1, 1, 0},
-        {"vae enc down pad(0,1) s2", 1, 256, 256, 128, 128, 3, 2, 0, 0, 1, 1, 0},
-        {"vae dec conv_out 128->3", 1, 256, 256, 128, 3, 3, 1, 1, 1, 1, 1, 0},
+        {"sd15 unet 64x64x320 3x3", 2, 64, 64, 320, 320, 3, 1, 1, 1, 1, 1, 1, 0},
+        {"sd15 unet down 64->32 s2", 2, 64, 64, 320, 320, 3, 2, 1, 1, 1, 1, 0, 0},
+        {"sd15 unet 32x32 640->640", 2, 32, 32, 640, 640, 3, 1, 1, 1, 1, 1, 0, 0},
+        {"sd15 unet 16x16 1920->1280", 2, 16, 16, 1920, 1280, 3, 1, 1, 1, 1, 1, 0, 0},
+        {"sd15 unet 8x8 2560->1280 1x1", 2, 8, 8, 2560, 1280, 1, 1, 0, 0, 0, 0, 1, 0},
+        {"sd15 proj_in 64x64 320->320 1x1", 2, 64, 64, 320, 320, 1, 1, 0, 0, 0, 0, 0, 0},
+        {"unet conv_in 64x64 4->320", 2, 64, 64, 4, 320, 3, 1, 1, 1, 1, 1, 0, 0},
+        {"unet conv_out 64x64 320->4", 2, 64, 64, 320, 4, 3, 1, 1, 1, 1, 1, 0, 0},
+        {"sdxl unet 128x128x320", 1, 128, 128, 320, 320, 3, 1, 1, 1, 1, 1, 0, 0},
+        {"vae dec 256x256 512->256", 1, 256, 256, 512, 256, 3, 1, 1, 1, 1, 1, 0, 0},
+        {"vae dec 512x512x128", 1, 512, 512, 128, 128, 3, 1, 1, 1, 1, 1, 0, 0},
+        {"vae enc down pad(0,1) s2", 1, 256, 256, 128, 128, 3, 2, 0, 0, 1, 1, 0, 0},
+        {"vae dec conv_out 128->3", 1, 256, 256, 128, 3, 3, 1, 1, 1, 1, 1, 0, 0},
+        /* seamless tiling: k_pad wraps into scratch, then an unpadded cuDNN conv */
+        {"sd15 unet 64x64x320 3x3 circular", 2, 64, 64, 320, 320, 3, 1, 1, 1, 1, 1, 1, 1},
+        {"sd15 unet down 64->32 s2 circular", 2, 64, 64, 320, 320, 3, 2, 1, 1, 1, 1, 0, 1},
+        {"unet down 33x17 s2 circular", 2, 33, 17, 64, 64, 3, 2, 1, 1, 1, 1, 0, 1},
+        {"vae dec 256x256 512->256 circular", 1, 256, 256, 512, 256, 3, 1, 1, 1, 1, 1, 0, 1},
     };
     ops_tally t = {0};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
@@ -115,7 +120,8 @@ static int test_conv2d(void)
         tsr_tensor bias = tsr_tensor_1d(TSR_F32, cs[i].co, keep(&b, rnd((size_t)cs[i].co, 0.5f)));
         tsr_tensor r = t4(cs[i].n, ho, wo, cs[i].co,
                           cs[i].resid ? keep(&b, rnd((size_t)(cs[i].n * ho * wo * cs[i].co), 1.0f)) : NULL);
-        conv_p cp = {.p = {cs[i].stride, cs[i].stride, cs[i].pt, cs[i].pl, cs[i].pb, cs[i].pr}};
+        conv_p cp = {.p = {cs[i].stride, cs[i].stride, cs[i].pt, cs[i].pl, cs[i].pb, cs[i].pr,
+                           cs[i].circ != 0}};
         if (cs[i].resid) {
             cp.e.has_act = true;
             cp.e.act = TSR_UNARY_SILU;

@@ -1,0 +1,148 @@
+/*
+ * service/api/comfy/comfy.h - ComfyUI's API on Tessera (issue 59,
+ * docs/compat-comfyui.md): the node table, the workflow compiler, the
+ * routes.
+ *
+ * Why a compiler and not an executor: ComfyUI runs a graph node by node;
+ * Tessera runs images, step-batched with every other request.  A workflow
+ * ("API format": {"<id>": {"class_type", "inputs": {name: value |
+ * ["<id>", output_index]}}}) is therefore validated as a whole and
+ * compiled into ONE native job object (the body POST /v1/jobs takes),
+ * which then goes through the same submit gate, journal, queue and
+ * store as every other dialect's work.  Nothing runs half a graph: a
+ * workflow is refused before anything is queued, with ComfyUI's error
+ * shape naming the node id and class.
+ *
+ * The node classes are data (comfy_nodes.c): one table of classes with
+ * their inputs, types, defaults and ranges, which the validator checks
+ * against and GET /object_info renders.
+ */
+#ifndef SVC_COMFY_H
+#define SVC_COMFY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+/* Bounds on a workflow (a body is refused past them; docs/compat-comfyui.md). */
+#define COMFY_MAX_NODES 256      /* nodes in one prompt */
+#define COMFY_MAX_ID 64          /* bytes of a node id */
+#define COMFY_MAX_TEXT 65536     /* bytes of a string input (= a native prompt's bound) */
+#define COMFY_MAX_DEPTH 64       /* links on the longest path from an output */
+
+/* The kinds of value an input or output carries (ComfyUI's type names). */
+typedef enum comfy_type {
+    CT_INT, CT_FLOAT, CT_STRING, CT_BOOLEAN, CT_COMBO, /* widgets: literal values */
+    CT_MODEL, CT_CLIP, CT_VAE, CT_CONDITIONING, CT_LATENT, CT_IMAGE, CT_MASK, /* links */
+    CT_COUNT
+} comfy_type;
+
+/* Where a COMBO's choices come from. */
+typedef enum comfy_choices {
+    CC_NONE, CC_CHECKPOINTS, CC_SAMPLERS, CC_SCHEDULERS, CC_UPSCALE, CC_CROP, CC_ENABLE,
+    CC_IMAGES, CC_LORAS,
+} comfy_choices;
+
+typedef struct comfy_input {
+    const char *name;
+    comfy_type type;
+    double def, min, max, step; /* INT / FLOAT */
+    const char *sdef;           /* STRING default; NULL none */
+    bool multiline;             /* STRING */
+    comfy_choices choices;      /* COMBO */
+    bool optional;
+} comfy_input;
+
+#define COMFY_MAX_INPUTS 14
+#define COMFY_MAX_OUTPUTS 3
+
+typedef struct comfy_class {
+    const char *name;           /* "KSampler" */
+    const char *display;        /* "KSampler" */
+    const char *category;       /* "sampling" */
+    const char *description;
+    comfy_input inputs[COMFY_MAX_INPUTS];
+    comfy_type outputs[COMFY_MAX_OUTPUTS];
+    const char *output_names[COMFY_MAX_OUTPUTS];
+    int n_outputs;
+    bool output_node;           /* SaveImage, PreviewImage */
+} comfy_class;
+
+/* What the compiler and /object_info need from the server: the names a
+ * COMBO accepts (NULL-terminated lists, borrowed), and LoadImage's files. */
+typedef struct comfy_context {
+    const char *const *checkpoints; /* the loaded model's name(s) */
+    const char *const *loras;       /* LoRA names (NULL: LoraLoader refuses every name) */
+    const char *const *images;      /* input images /upload/image stored (may be NULL) */
+    /* LoadImage: the file's bytes as a base64 string (malloc'd) or NULL
+     * with err filled; NULL callback: LoadImage refuses every name */
+    char *(*load_image)(void *user, const char *name, char *err, size_t err_size);
+    void *user;
+} comfy_context;
+
+/* The class named `name`, or NULL. */
+const comfy_class *comfy_class_find(const char *name);
+/* The table (returns the count). */
+int comfy_classes(const comfy_class **out);
+const char *comfy_type_name(comfy_type t);
+/* ComfyUI's sampler / scheduler / upscale names: the list (NULL-terminated)
+ * and Tessera's name for one (NULL when not mapped). */
+const char *const *comfy_choice_list(comfy_choices c, const comfy_context *ctx);
+const char *comfy_sampler_to_tessera(const char *comfy);
+const char *comfy_scheduler_to_tessera(const char *comfy);
+const char *comfy_upscale_to_tessera(const char *comfy);
+/* GET /object_info[/{class}]: every class (name NULL) or one (NULL if unknown). */
+cJSON *comfy_object_info(const comfy_context *ctx, const char *name);
+
+/* A compiled workflow. */
+typedef struct comfy_plan {
+    cJSON *job;                 /* the native job object (owned) */
+    char outputs[8][COMFY_MAX_ID + 1]; /* the output nodes (SaveImage/PreviewImage), in id order */
+    bool temp[8];               /* PreviewImage: type "temp" */
+    int n_outputs;
+    char sampler_node[COMFY_MAX_ID + 1]; /* the (last) KSampler: `progress` names it */
+    char *order[COMFY_MAX_NODES];        /* the executed nodes, dependencies first (owned) */
+    const char *order_class[COMFY_MAX_NODES]; /* their class names (static) */
+    int n_order;
+    /* which node set each native field, so an engine refusal names it */
+    struct {
+        const char *field;
+        char node[COMFY_MAX_ID + 1];
+        const char *class_type;
+        const char *input;
+    } fields[24];
+    int n_fields;
+} comfy_plan;
+
+void comfy_plan_free(comfy_plan *p);
+
+/* Validate `prompt` (the workflow object) and compile it.  0 with *plan
+ * filled, or -1 with *error the body of ComfyUI's 400 ({"error": {...},
+ * "node_errors": {...}}, owned).  Never modifies prompt. */
+int comfy_compile(const cJSON *prompt, const comfy_context *ctx, comfy_plan *plan,
+                  cJSON **error);
+
+/* The 400 body for a native field the engine refused (svc_gate_parse's
+ * field and message), naming the node that set it (owned). */
+cJSON *comfy_field_error(const comfy_plan *p, const char *field, const char *message);
+/* A ComfyUI error body with no node errors: {"error": {type, message,
+ * details, extra_info: {}}, "node_errors": {}} (owned). */
+cJSON *comfy_error_body(const char *type, const char *message, const char *details);
+
+/* ---- routes (comfy_routes.c, in http/router.c's table) ---- */
+struct svc_req;
+/* A path under one of ComfyUI's roots (/prompt, /history, ...): keys apply. */
+bool svc_comfy_is_path(const char *path);
+void svc_comfy_prompt(struct svc_req *r, const char *rest);
+void svc_comfy_history(struct svc_req *r, const char *rest);
+void svc_comfy_view(struct svc_req *r, const char *rest);
+void svc_comfy_queue(struct svc_req *r, const char *rest);
+void svc_comfy_interrupt(struct svc_req *r, const char *rest);
+void svc_comfy_object_info(struct svc_req *r, const char *rest);
+void svc_comfy_system_stats(struct svc_req *r, const char *rest);
+void svc_comfy_list(struct svc_req *r, const char *rest);
+void svc_comfy_models(struct svc_req *r, const char *rest);
+void svc_comfy_upload_image(struct svc_req *r, const char *rest);
+
+#endif
