@@ -375,6 +375,9 @@ int tsr_cmd_generate(int argc, char **argv)
         {"lora", TSR_ARG_STRING, &o.lora, "NAME[:W[:W_UNET]][,...]",
          "LoRAs from --lora-dir at multiplier W (text encoders; the UNet's W_UNET, default W), "
          "as the prompt's <lora:NAME:W> tags, which also work", 0, 0, 0, 0},
+        {"embeddings-dir", TSR_ARG_STRING, &o.embeddings_dir, "DIR",
+         "textual-inversion embeddings (NAME.safetensors: A1111 emb_params, SDXL clip_l/clip_g); "
+         "used where NAME is a word of the prompt", 0, 0, 0, 0},
         {"output", TSR_ARG_STRING, &o.output, "OUT.png",
          "where to write: .png, or .jpg/.jpeg (quality 80); batches write OUT-0.png, OUT-1.png, "
          "... (default tessera.png)", 0, 0, 0, 0},
@@ -456,6 +459,7 @@ int tsr_cmd_generate(int argc, char **argv)
     eo.tokenizer = o.tokenizer;
     eo.precision = o.precision;
     eo.lora_dir = o.lora_dir;
+    eo.embeddings_dir = o.embeddings_dir;
     const double t_open = tsr_cli_now();
     rc = tsr_engine_open(&eo, &engine);
     const double load_s = tsr_cli_now() - t_open;

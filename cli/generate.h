@@ -37,6 +37,7 @@ typedef struct gen_opts {
     double cfg, strength, rescale, eta;
     double mask_blur; /* A1111's mask blur: Pillow GaussianBlur radius of the overlay mask */
     const char *lora_dir, *lora; /* --lora-dir, --lora NAME[:W[:W_UNET]][,...] */
+    const char *embeddings_dir;  /* --embeddings-dir: textual inversion */
     /* A1111's "inpaint only masked": crop the mask's region (grown by the
      * padding and to the target aspect), inpaint it at --width x --height,
      * paste it back into the full-size init image */

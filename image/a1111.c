@@ -256,11 +256,12 @@ int tsr_a1111_parameters(const tsr_a1111_info *info, char **out)
     const char *strs[] = {info->prompt,     info->negative_prompt, info->sampler,
                           info->schedule_type, info->model_hash,   info->model,
                           info->vae_hash,   info->vae,             info->rng,
-                          info->version,    info->hires_upscaler, info->lora_hashes};
+                          info->version,    info->hires_upscaler, info->lora_hashes,
+                          info->ti_hashes};
     static const char *names[] = {"prompt",     "negative prompt", "sampler", "schedule type",
                                   "model hash", "model",           "VAE hash", "VAE",
                                   "RNG",        "version",         "hires upscaler",
-                                  "Lora hashes"};
+                                  "Lora hashes",    "TI hashes"};
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
         TSR_TRY(check_utf8(names[i], strs[i]));
 
@@ -306,6 +307,7 @@ int tsr_a1111_parameters(const tsr_a1111_info *info, char **out)
     }
     field_str(&f, "Hires upscaler", info->hires_upscaler);
     field_str(&f, "Lora hashes", info->lora_hashes && info->lora_hashes[0] ? info->lora_hashes : NULL);
+    field_str(&f, "TI hashes", info->ti_hashes && info->ti_hashes[0] ? info->ti_hashes : NULL);
     field_str(&f, "Version", info->version);
 
     if (b.oom) {

@@ -273,6 +273,9 @@ typedef struct tsr_a1111_info {
     /* "Lora hashes: \"name: 0123456789ab, ...\"" (A1111's, after the hires
      * fields: an extra_generation_params entry); NULL or "" omits */
     const char *lora_hashes;
+    /* "TI hashes: \"name: 0123456789ab, ...\"" (A1111's, textual-inversion
+     * embeddings the prompts used, after Lora hashes); NULL or "" omits */
+    const char *ti_hashes;
 } tsr_a1111_info;
 
 /* Fill `info` with "omitted" values (negative denoising, clip_skip 0, NULLs). */

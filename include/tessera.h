@@ -111,6 +111,9 @@ typedef struct tsr_engine_options {
                              * device auto or cpu; docs/perf.md gives its error) */
     const char *lora_dir;   /* NULL = no LoRAs; the folder LoRA names resolve in */
     int lora_cache_mb;      /* loaded LoRAs kept up to this many MiB (LRU); 0 = 1024 */
+    const char *embeddings_dir; /* NULL = none; textual-inversion *.safetensors, used when
+                                 * their name is in a prompt (docs/lora.md "Embeddings");
+                                 * read at open and again when the folder changes */
 } tsr_engine_options;
 
 void tsr_engine_options_init(tsr_engine_options *o);
@@ -166,6 +169,21 @@ typedef struct tsr_lora_spec {
  * tsr_lora_list_free.  A1111's /sdapi/v1/loras lists these. */
 int tsr_lora_list(const char *dir, char ***names, int *n);
 void tsr_lora_list_free(char **names, int n);
+
+/* The textual-inversion embeddings of the engine's embeddings_dir, read
+ * from the folder now (callable from any thread: it touches nothing the
+ * engine's own thread uses), sorted by name; A1111's /sdapi/v1/embeddings
+ * lists these.  Owned: tsr_embedding_info_free. */
+typedef struct tsr_embedding_info {
+    char *name;    /* file stem: the word a prompt uses */
+    int loaded;    /* 1 = fits this model; 0 = skipped, `error` says why */
+    int vectors;   /* tokens it stands for; 0 when unknown */
+    int shape;     /* vector width, summed over the text encoders (768, 2048); 0 unknown */
+    char hash[13]; /* A1111's TI hash (SHA-256 of the file, 12 hex digits); "" skipped */
+    char *error;   /* NULL when loaded */
+} tsr_embedding_info;
+int tsr_engine_embeddings(const tsr_engine *e, tsr_embedding_info **out, int *n);
+void tsr_embedding_info_free(tsr_embedding_info *a, int n);
 
 typedef struct tsr_image_params {
     const char *prompt;          /* UTF-8, A1111 syntax (copied at submit) */

@@ -16,12 +16,14 @@
  * was submitted (between other images' steps) changes none of its numbers.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "pipeline/embeddings.h"
 #include "pipeline/hires.h"
 #include "pipeline/lora.h"
 #include "pipeline/pipeline_internal.h"
@@ -362,10 +364,13 @@ int tsr_batch_image_prepare(tsr_engine *e, tsr_batch_image *j)
     tsr_rng_init(&j->rng, j->rng_kind, j->seed);
     TSR_TRY(make_sampler(e, j, p));
     TSR_TRY(tsr_image_lora_acquire(e, j->lora));
+    TSR_TRY(tsr_engine_emb_refresh(e));
+    tsr_engine_emb_begin(e);
     tsr_text_cond_set_lora(e->cond, tsr_image_lora_set(j->lora));
     const int erc = encode_prompts(e, j, p);
     tsr_text_cond_set_lora(e->cond, NULL);
     TSR_TRY(erc);
+    snprintf(j->ti_hashes, sizeof j->ti_hashes, "%s", tsr_engine_emb_hashes(e));
     TSR_TRY(prepare_latents(e, j, p));
     /* the init image and mask are in the latents now */
     free((void *)j->params.init_image);

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "image/image.h"
+#include "pipeline/embeddings.h"
 #include "pipeline/lora.h"
 #include "pipeline/pipeline_internal.h"
 
@@ -32,6 +33,7 @@ void tsr_engine_close(tsr_engine *e)
     tsr_taesd_free(e->taesd);
     tsr_vae_free(e->vae);
     tsr_engine_lora_close(e);
+    tsr_engine_emb_close(e);
     tsr_unet_free(e->unet);
     tsr_weights_free(e->vae_w);
     tsr_weights_free(e->unet_w);
@@ -155,6 +157,7 @@ int tsr_engine_open(const tsr_engine_options *o, tsr_engine **out)
     TSR_CHECK_GOTO(rc, open_scheduler(e, o->prediction), fail);
     TSR_CHECK_GOTO(rc, tsr_text_cond_open(e->model, e->backend, &e->cond), fail);
     tsr_text_cond_set_tokenizer(e->cond, tok_mode);
+    TSR_CHECK_GOTO(rc, tsr_engine_emb_open(e, o), fail);
 
     const tsr_unet_desc *ud = tsr_model_unet_desc(e->model);
     const tsr_vae_desc *vd = tsr_model_vae_desc(e->model);
@@ -357,6 +360,7 @@ int tsr_batch_image_infotext(const tsr_engine *e, tsr_batch_image *j)
     snprintf(version, sizeof version, "tessera %s", tsr_version());
     info.version = version;
     info.lora_hashes = tsr_image_lora_hashes(j->lora);
+    info.ti_hashes = j->ti_hashes;
     if (j->step_offset > 0) { /* a hires image, its second pass done */
         const tsr_image_params *p = &j->params;
         info.denoising_strength = p->hires_strength;

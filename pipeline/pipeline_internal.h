@@ -41,6 +41,7 @@ struct tsr_engine {
     char model_name[256];   /* file or folder stem, for the infotext */
     char model_hash[11];    /* A1111 AutoV2 hash of a single file, computed at open; "" unknown */
     struct tsr_engine_lora *lora; /* owned: LoRA tables and cache (pipeline/lora.c) */
+    struct tsr_engine_emb *emb;   /* owned: textual inversion (pipeline/embeddings.c) */
 };
 
 /* Parameters after checking: the defaults applied and names resolved. */
@@ -98,6 +99,7 @@ typedef struct tsr_batch_image {
     int step_offset;    /* user-visible steps of the passes before the running one */
     int steps_later;    /* ... and of the pass still to come */
     struct tsr_image_lora *lora; /* owned: its LoRAs (pipeline/lora.c); NULL = none */
+    char ti_hashes[512];         /* A1111's "TI hashes" of the embeddings its prompts used */
     /* result */
     uint8_t *rgb;
     char *parameters;

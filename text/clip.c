@@ -41,7 +41,52 @@ struct tsr_clip {
     const tsr_lora_set *lora;      /* borrowed: tsr_clip_set_lora; NULL = none */
     tsr_component lora_comp;       /* which encoder the LoRA keys name */
     tsr_lora_scratch lora_scratch; /* owned */
+    const tsr_clip_fix *fix;       /* borrowed: tsr_clip_set_fixes */
+    int n_fix;
+    float *fix_host;               /* owned: the vectors packed for one upload */
 };
+
+void tsr_clip_set_fixes(tsr_clip *c, const tsr_clip_fix *fix, int n)
+{
+    c->fix = n > 0 ? fix : NULL;
+    c->n_fix = n > 0 ? n : 0;
+}
+
+/* x's rows named by the fixes become their vectors: packed on the host,
+ * uploaded once in the activation dtype, then copied row by row on the
+ * device (any backend). */
+static int apply_fixes(tsr_clip *c, tsr_arena *ws, tsr_tensor *x, int B, int L)
+{
+    const int64_t D = c->cfg.hidden_size;
+    const int64_t rows = ws->measuring ? (int64_t)B * L : c->n_fix;
+    if (rows == 0)
+        return TSR_OK;
+    tsr_tensor stage;
+    const int64_t ne[2] = {rows, D};
+    TSR_TRY(tsr_arena_act(ws, &stage, 2, ne));
+    if (ws->measuring)
+        return TSR_OK;
+    free(c->fix_host);
+    c->fix_host = malloc((size_t)rows * D * sizeof(float));
+    if (!c->fix_host)
+        return tsr_errorf(TSR_ERR_NOMEM, "text encoder: out of memory");
+    for (int i = 0; i < c->n_fix; i++) {
+        if (c->fix[i].row < 0 || c->fix[i].row >= (int64_t)B * L)
+            return tsr_errorf(TSR_ERR_RANGE, "text encoder: embedding row %lld outside %d x %d",
+                              (long long)c->fix[i].row, B, L);
+        memcpy(c->fix_host + (size_t)i * D, c->fix[i].vec, (size_t)D * sizeof(float));
+    }
+    TSR_TRY(tsr_arena_upload_f32(ws, &stage, c->fix_host, rows));
+    const size_t es = tsr_dtype_size(x->dtype);
+    const int64_t ne1[1] = {D};
+    for (int i = 0; i < c->n_fix; i++) {
+        tsr_tensor src = tsr_tensor_like(&stage, 1, ne1, (char *)stage.data + (size_t)(i * D) * es);
+        tsr_tensor dst =
+            tsr_tensor_like(x, 1, ne1, (char *)x->data + (size_t)(c->fix[i].row * D) * es);
+        TSR_TRY(tsr_convert(c->backend, &src, &dst));
+    }
+    return TSR_OK;
+}
 
 void tsr_clip_set_lora(tsr_clip *c, const tsr_lora_set *set, tsr_component comp)
 {
@@ -149,6 +194,7 @@ void tsr_clip_free(tsr_clip *c)
         return;
     tsr_arena_free(&c->ws);
     tsr_lora_scratch_free(&c->lora_scratch);
+    free(c->fix_host);
     free(c);
 }
 
@@ -201,6 +247,7 @@ static int clip_forward(tsr_clip *c, tsr_arena *ws, const int32_t *ids, int B, i
 
     OP(tsr_backend_upload(be, ids_t.data, ids, (size_t)B * L * sizeof(int32_t)));
     OP(tsr_embedding(be, &ids_t, c->tok_emb, &x));
+    TSR_TRY(apply_fixes(c, ws, &x, B, L));
     tsr_tensor pos = tsr_tensor_view2(c->pos_emb, L, D);
     OP(tsr_binary(be, TSR_BINARY_ADD, &x, &pos, &x));
 

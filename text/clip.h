@@ -57,6 +57,17 @@ const tsr_textenc_desc *tsr_clip_get_config(const tsr_clip *c);
 int tsr_clip_encode(tsr_clip *c, const int32_t *ids, int batch, int len, const tsr_clip_output *o,
                     float *hidden, float *pooled, float *projected);
 
+/* Textual-inversion vectors for the following encode calls (borrowed
+ * until replaced; n = 0: none).  Row `row` (b * len + t) of the token
+ * embedding output is `vec` [hidden_size] instead of the table's row for its
+ * id; the position embedding is added as usual (A1111's EmbeddingsWithFixes,
+ * and diffusers' added tokens give the same input). */
+typedef struct tsr_clip_fix {
+    int64_t row;
+    const float *vec;
+} tsr_clip_fix;
+void tsr_clip_set_fixes(tsr_clip *c, const tsr_clip_fix *fix, int n);
+
 /* LoRAs for the following encode calls (borrowed until replaced; NULL =
  * none); comp says which encoder's keys apply (TSR_COMP_TEXT_ENCODER or
  * TSR_COMP_TEXT_ENCODER_2) and te_scale is the weight (model/lora.h). */

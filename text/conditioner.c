@@ -4,10 +4,12 @@
  */
 #include "text/conditioner.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "model/embeddings.h"
 #include "model/lora.h"
 #include "text/clip.h"
 #include "text/prompt.h"
@@ -39,7 +41,113 @@ struct tsr_text_cond {
     cond_cache cache[COND_CACHE];
     const tsr_lora_set *lora; /* borrowed: tsr_text_cond_set_lora */
     cond_cache lora_empty;    /* the empty prompt under `lora` (not shared) */
+    /* textual inversion (tsr_text_cond_set_embeddings) */
+    const tsr_embedding_db *emb;          /* borrowed */
+    tsr_prompt_embedding *pe[COND_MAX_ENCODERS]; /* longest name first */
+    int *pe_db[COND_MAX_ENCODERS];        /* pe[e][i] is emb->emb[pe_db[e][i]] */
+    tsr_ids pe_ids[COND_MAX_ENCODERS];    /* the names' tokens, back to back */
+    bool *used;                           /* [emb->n]: seen since the last reset */
 };
+
+static void drop_embeddings(tsr_text_cond *c)
+{
+    for (int e = 0; e < COND_MAX_ENCODERS; e++) {
+        free(c->pe[e]);
+        free(c->pe_db[e]);
+        tsr_ids_free(&c->pe_ids[e]);
+        c->pe[e] = NULL;
+        c->pe_db[e] = NULL;
+    }
+    free(c->used);
+    c->used = NULL;
+    c->emb = NULL;
+}
+
+int tsr_text_cond_set_embeddings(tsr_text_cond *c, const tsr_embedding_db *db)
+{
+    drop_embeddings(c);
+    if (!db || db->n == 0)
+        return TSR_OK;
+    for (int i = 0; i < db->n; i++)
+        if (db->emb[i].n_parts != c->n_enc)
+            return tsr_errorf(TSR_ERR_INVALID, "embedding '%s' has %d parts for %d encoders",
+                              db->emb[i].name, db->emb[i].n_parts, c->n_enc);
+    int rc = TSR_OK;
+    c->used = calloc((size_t)db->n, sizeof *c->used);
+    if (!c->used)
+        rc = tsr_errorf(TSR_ERR_NOMEM, "text conditioner: out of memory");
+    for (int e = 0; rc >= 0 && e < c->n_enc; e++) {
+        size_t *start = calloc((size_t)db->n + 1, sizeof *start);
+        c->pe[e] = calloc((size_t)db->n, sizeof *c->pe[e]);
+        c->pe_db[e] = calloc((size_t)db->n, sizeof *c->pe_db[e]);
+        if (!start || !c->pe[e] || !c->pe_db[e]) {
+            free(start);
+            rc = tsr_errorf(TSR_ERR_NOMEM, "text conditioner: out of memory");
+            break;
+        }
+        /* the names as this encoder's tokenizer reads them (A1111 tokenizes
+         * each name with the model's tokenizer) */
+        for (int i = 0; rc >= 0 && i < db->n; i++) {
+            start[i] = c->pe_ids[e].n;
+            const char *nm = db->emb[i].name;
+            rc = tsr_tokenizer_encode(c->enc[e].tok, nm, strlen(nm), &c->pe_ids[e]);
+        }
+        start[db->n] = c->pe_ids[e].n;
+        /* longest first; equal lengths keep the table's (name) order */
+        int k = 0;
+        for (size_t len = c->pe_ids[e].n; rc >= 0 && len > 0; len--)
+            for (int i = 0; i < db->n; i++)
+                if (start[i + 1] - start[i] == len) {
+                    c->pe[e][k].ids = c->pe_ids[e].v + start[i];
+                    c->pe[e][k].n_ids = (int)len;
+                    c->pe[e][k].n_vectors = db->emb[i].n_vectors;
+                    c->pe_db[e][k++] = i;
+                }
+        free(start);
+    }
+    if (rc < 0) {
+        drop_embeddings(c);
+        return rc;
+    }
+    c->emb = db;
+    return TSR_OK;
+}
+
+int tsr_text_cond_encoder_dims(const tsr_text_cond *c, int dims[2])
+{
+    for (int e = 0; e < c->n_enc; e++)
+        dims[e] = c->enc[e].dim;
+    return c->n_enc;
+}
+
+void tsr_text_cond_reset_used(tsr_text_cond *c)
+{
+    if (c->used)
+        memset(c->used, 0, (size_t)c->emb->n * sizeof *c->used);
+}
+
+int tsr_text_cond_used_hashes(const tsr_text_cond *c, char *buf, size_t size)
+{
+    size_t len = 0;
+    if (size)
+        buf[0] = '\0';
+    for (int i = 0; c->used && i < c->emb->n; i++) {
+        if (!c->used[i])
+            continue;
+        char name[160];
+        size_t k = 0;
+        for (const char *s = c->emb->emb[i].name; *s && k + 1 < sizeof name; s++)
+            if (*s != ':' && *s != ',')
+                name[k++] = *s;
+        name[k] = '\0';
+        int w = snprintf(buf + len, size > len ? size - len : 0, "%s%s: %s", len ? ", " : "",
+                         name, c->emb->emb[i].hash);
+        if (w < 0 || (size_t)w >= (size > len ? size - len : 0))
+            return tsr_errorf(TSR_ERR_RANGE, "TI hashes longer than %zu bytes", size);
+        len += (size_t)w;
+    }
+    return TSR_OK;
+}
 
 /* Whether the set changes what the encoders compute. */
 static bool lora_on_te(const tsr_lora_set *s)
@@ -107,6 +215,7 @@ void tsr_text_cond_free(tsr_text_cond *c)
     for (int i = 0; i < COND_CACHE; i++)
         tsr_text_embedding_free(&c->cache[i].emb);
     tsr_text_embedding_free(&c->lora_empty.emb);
+    drop_embeddings(c);
     free(c);
 }
 
@@ -242,6 +351,7 @@ static void apply_emphasis(float *z, const float *weights, int dim)
 typedef struct cond_batch {
     tsr_prompt_tokens *tok; /* [n_enc * n] */
     int32_t *ids;           /* [windows, 77] for one encoder at a time */
+    tsr_clip_fix *fix;      /* [windows * 77]: embedding vectors, one encoder at a time */
     float *hidden[COND_MAX_ENCODERS];
     float *projected;
     int windows;
@@ -253,6 +363,7 @@ static void batch_free(cond_batch *b, int n_tok)
         tsr_prompt_tokens_free(&b->tok[i]);
     free(b->tok);
     free(b->ids);
+    free(b->fix);
     for (int e = 0; e < COND_MAX_ENCODERS; e++)
         free(b->hidden[e]);
     free(b->projected);
@@ -274,6 +385,8 @@ static int encode_batch(tsr_text_cond *c, const char *const *prompts, int n, int
         int chunks = 0;
         for (int e = 0; e < E; e++) {
             tsr_prompt_tokens *t = &b->tok[e * n + i];
+            opt.embeddings = c->pe[e];
+            opt.n_embeddings = c->emb ? c->emb->n : 0;
             int rc = tsr_prompt_tokenize(c->enc[e].tok, prompts[i], strlen(prompts[i]), &opt, t);
             if (rc < 0)
                 return tsr_error_prefix(rc, "prompt %d", i);
@@ -287,24 +400,39 @@ static int encode_batch(tsr_text_cond *c, const char *const *prompts, int n, int
 
     const size_t W = (size_t)b->windows;
     b->ids = malloc(W * WINDOW * sizeof *b->ids);
-    if (!b->ids)
+    b->fix = c->emb ? malloc(W * WINDOW * sizeof *b->fix) : NULL;
+    if (!b->ids || (c->emb && !b->fix))
         return tsr_errorf(TSR_ERR_NOMEM, "text conditioner: out of memory");
     const tsr_clip_output o = cond_output(c, clip_skip);
     for (int e = 0; e < E; e++) {
         size_t w = 0;
+        int n_fix = 0;
         for (int i = 0; i < n; i++) {
             const tsr_prompt_tokens *t = &b->tok[e * n + i];
             memcpy(b->ids + w * WINDOW, t->ids, (size_t)t->n_chunks * WINDOW * sizeof *b->ids);
+            for (size_t r = 0; c->emb && r < (size_t)t->n_chunks * WINDOW; r++) {
+                const int32_t f = t->fix[r];
+                if (f < 0)
+                    continue;
+                const int di = c->pe_db[e][TSR_PROMPT_FIX_EMB(f)];
+                const tsr_ti_embedding *em = &c->emb->emb[di];
+                c->used[di] = true;
+                b->fix[n_fix].row = (int64_t)(w * WINDOW + r);
+                b->fix[n_fix++].vec = em->vec[e] + (size_t)TSR_PROMPT_FIX_VEC(f) * em->dim[e];
+            }
             w += (size_t)t->n_chunks;
         }
+        tsr_clip_set_fixes(c->enc[e].clip, b->fix, n_fix);
         b->hidden[e] = malloc(W * WINDOW * c->enc[e].dim * sizeof(float));
         const bool want_pool = c->pooled_dim > 0 && e == E - 1;
         if (want_pool)
             b->projected = malloc(W * c->pooled_dim * sizeof(float));
         if (!b->hidden[e] || (want_pool && !b->projected))
             return tsr_errorf(TSR_ERR_NOMEM, "text conditioner: out of memory");
-        TSR_TRY(tsr_clip_encode(c->enc[e].clip, b->ids, (int)W, WINDOW, &o, b->hidden[e], NULL,
-                                want_pool ? b->projected : NULL));
+        const int erc = tsr_clip_encode(c->enc[e].clip, b->ids, (int)W, WINDOW, &o, b->hidden[e],
+                                        NULL, want_pool ? b->projected : NULL);
+        tsr_clip_set_fixes(c->enc[e].clip, NULL, 0);
+        TSR_TRY(erc);
     }
 
     /* assemble: concatenate encoders along channels, emphasis per window */

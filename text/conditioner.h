@@ -74,6 +74,20 @@ void tsr_text_cond_set_lora(tsr_text_cond *c, const struct tsr_lora_set *set);
 /* Encoder `which`'s weights (borrowed; NULL when absent), for binding LoRAs. */
 const tsr_weights *tsr_text_cond_weights(const tsr_text_cond *c, int which);
 
+/* Textual-inversion embeddings (model/embeddings.h; borrowed until replaced,
+ * NULL = none): a name found in a prompt's tokens, longest first, becomes
+ * its vectors in each encoder's token-embedding output (A1111's rule,
+ * docs/lora.md "Embeddings").  Each embedding must have one part per
+ * encoder. */
+/* Each encoder's width (dims[0..n), n = 1 or 2); returns n. */
+int tsr_text_cond_encoder_dims(const tsr_text_cond *c, int dims[2]);
+struct tsr_embedding_db;
+int tsr_text_cond_set_embeddings(tsr_text_cond *c, const struct tsr_embedding_db *db);
+/* Which embeddings the encode calls since the last reset used, as A1111's
+ * "TI hashes" value ("name: hash, ..."; "" when none). */
+void tsr_text_cond_reset_used(tsr_text_cond *c);
+int tsr_text_cond_used_hashes(const tsr_text_cond *c, char *buf, size_t size);
+
 /* Extend e with empty-prompt windows to n_tokens (a multiple of 77), so a
  * prompt and its negative share one sequence length (as A1111 pads). */
 int tsr_text_cond_pad(tsr_text_cond *c, int clip_skip, tsr_text_embedding *e, int n_tokens);

@@ -324,12 +324,15 @@ void tsr_prompt_options_init(tsr_prompt_options *o)
     o->emphasis = true;
     o->comma_backtrack = 20;
     o->max_chunks = 0;
+    o->embeddings = NULL;
+    o->n_embeddings = 0;
 }
 
 void tsr_prompt_tokens_free(tsr_prompt_tokens *t)
 {
     free(t->ids);
     free(t->weights);
+    free(t->fix);
     *t = (tsr_prompt_tokens){0};
 }
 
@@ -340,12 +343,13 @@ typedef struct chunker {
     tsr_prompt_tokens *out;
     int32_t cur[TSR_CLIP_CHUNK];
     float curw[TSR_CLIP_CHUNK];
+    int32_t curf[TSR_CLIP_CHUNK];
     int n;
     int last_comma;
 } chunker;
 
 static int emit_window(tsr_prompt_tokens *out, const tsr_tokenizer *tok, const int32_t *ids,
-                       const float *w, int n, int max_chunks)
+                       const float *w, const int32_t *f, int n, int max_chunks)
 {
     if (max_chunks > 0 && out->n_chunks >= max_chunks)
         return tsr_errorf(TSR_ERR_RANGE, "prompt: more than %d chunks of 75 tokens", max_chunks);
@@ -358,6 +362,15 @@ static int emit_window(tsr_prompt_tokens *out, const tsr_tokenizer *tok, const i
     if (!w2)
         return tsr_errorf(TSR_ERR_NOMEM, "prompt: out of memory");
     out->weights = w2;
+    int32_t *f2 = realloc(out->fix, k * TSR_CLIP_MAX_LENGTH * sizeof(int32_t));
+    if (!f2)
+        return tsr_errorf(TSR_ERR_NOMEM, "prompt: out of memory");
+    out->fix = f2;
+    int32_t *df = out->fix + (k - 1) * TSR_CLIP_MAX_LENGTH;
+    for (int i = 0; i < TSR_CLIP_MAX_LENGTH; i++)
+        df[i] = -1;
+    for (int i = 0; i < n; i++)
+        df[1 + i] = f[i];
     int32_t *di = out->ids + (k - 1) * TSR_CLIP_MAX_LENGTH;
     float *dw = out->weights + (k - 1) * TSR_CLIP_MAX_LENGTH;
     int32_t pad = tsr_tokenizer_pad(tok);
@@ -375,17 +388,34 @@ static int emit_window(tsr_prompt_tokens *out, const tsr_tokenizer *tok, const i
 
 static int next_chunk(chunker *c)
 {
-    TSR_TRY(emit_window(c->out, c->tok, c->cur, c->curw, c->n, c->opt->max_chunks));
+    TSR_TRY(emit_window(c->out, c->tok, c->cur, c->curw, c->curf, c->n, c->opt->max_chunks));
     c->n = 0;
     c->last_comma = -1;
     return 0;
+}
+
+/* A1111's find_embedding_at_position: the first embedding, longest name
+ * first, whose tokens start at ids[p]; returns it or NULL. */
+static const tsr_prompt_embedding *find_embedding(const tsr_prompt_options *o, const tsr_ids *ids,
+                                                  size_t p, int *index)
+{
+    for (int i = 0; i < o->n_embeddings; i++) {
+        const tsr_prompt_embedding *e = &o->embeddings[i];
+        if (e->n_ids < 1 || (size_t)e->n_ids > ids->n - p)
+            continue;
+        if (memcmp(ids->v + p, e->ids, (size_t)e->n_ids * sizeof(int32_t)) == 0) {
+            *index = i;
+            return e;
+        }
+    }
+    return NULL;
 }
 
 static int chunk_tokens(chunker *c, const tsr_ids *ids, float weight)
 {
     int32_t comma = tsr_tokenizer_comma(c->tok);
     int bt = c->opt->comma_backtrack;
-    for (size_t p = 0; p < ids->n; p++) {
+    for (size_t p = 0; p < ids->n;) {
         int32_t token = ids->v[p];
         if (token == comma) {
             c->last_comma = c->n;
@@ -394,20 +424,40 @@ static int chunk_tokens(chunker *c, const tsr_ids *ids, float weight)
             int brk = c->last_comma + 1;
             int32_t rt[TSR_CLIP_CHUNK];
             float rw[TSR_CLIP_CHUNK];
+            int32_t rf[TSR_CLIP_CHUNK];
             int rn = c->n - brk;
             memcpy(rt, c->cur + brk, (size_t)rn * sizeof(int32_t));
             memcpy(rw, c->curw + brk, (size_t)rn * sizeof(float));
+            memcpy(rf, c->curf + brk, (size_t)rn * sizeof(int32_t));
             c->n = brk;
             TSR_TRY(next_chunk(c));
             memcpy(c->cur, rt, (size_t)rn * sizeof(int32_t));
             memcpy(c->curw, rw, (size_t)rn * sizeof(float));
+            memcpy(c->curf, rf, (size_t)rn * sizeof(int32_t));
             c->n = rn;
         }
         if (c->n == TSR_CLIP_CHUNK)
             TSR_TRY(next_chunk(c));
-        c->cur[c->n] = token;
-        c->curw[c->n] = weight;
-        c->n++;
+        int ei = -1;
+        const tsr_prompt_embedding *e = find_embedding(c->opt, ids, p, &ei);
+        if (!e) {
+            c->cur[c->n] = token;
+            c->curw[c->n] = weight;
+            c->curf[c->n] = -1;
+            c->n++;
+            p++;
+            continue;
+        }
+        /* n vectors count as n tokens; a chunk they do not fit is closed */
+        if (c->n + e->n_vectors > TSR_CLIP_CHUNK)
+            TSR_TRY(next_chunk(c));
+        for (int k = 0; k < e->n_vectors; k++) {
+            c->cur[c->n] = 0;
+            c->curw[c->n] = weight;
+            c->curf[c->n] = TSR_PROMPT_FIX(ei, k);
+            c->n++;
+        }
+        p += (size_t)e->n_ids;
     }
     return 0;
 }
@@ -468,6 +518,6 @@ int tsr_prompt_tokens_pad_chunks(tsr_prompt_tokens *t, const tsr_tokenizer *tok,
     if (n_chunks < 0 || n_chunks > (1 << 20))
         return tsr_errorf(TSR_ERR_RANGE, "prompt: %d chunks is out of range", n_chunks);
     while (t->n_chunks < n_chunks)
-        TSR_TRY(emit_window(t, tok, NULL, NULL, 0, 0));
+        TSR_TRY(emit_window(t, tok, NULL, NULL, NULL, 0, 0));
     return 0;
 }

@@ -42,10 +42,23 @@ typedef struct tsr_prompt_parsed {
 int tsr_prompt_parse(const char *prompt, size_t len, tsr_prompt_parsed *out);
 void tsr_prompt_parsed_free(tsr_prompt_parsed *p);
 
+/* A textual-inversion embedding as the chunker sees it (A1111's
+ * EmbeddingDatabase.ids_lookup): the name's tokens under this tokenizer and
+ * how many vectors replace them. */
+typedef struct tsr_prompt_embedding {
+    const int32_t *ids; /* the name tokenized, no BOS/EOS (borrowed) */
+    int n_ids;
+    int n_vectors;      /* 1..75 */
+} tsr_prompt_embedding;
+
 typedef struct tsr_prompt_options {
     bool emphasis;       /* parse the syntax (true); false = the text as is */
     int comma_backtrack; /* A1111 comma_padding_backtrack (20; 0 = off) */
     int max_chunks;      /* 0 = no limit; more is TSR_ERR_RANGE */
+    /* Embeddings matched in the text (NULL = none), longest name first
+     * (A1111's order; ties in the array's order).  Borrowed. */
+    const tsr_prompt_embedding *embeddings;
+    int n_embeddings;
 } tsr_prompt_options;
 
 void tsr_prompt_options_init(tsr_prompt_options *o);
@@ -54,7 +67,14 @@ typedef struct tsr_prompt_tokens {
     int n_chunks;
     int32_t *ids;   /* n_chunks * 77, owned */
     float *weights; /* n_chunks * 77, owned */
+    /* n_chunks * 77, owned: -1, or embedding e's vector k at this position
+     * as TSR_PROMPT_FIX(e, k) (its id is then 0, as A1111 writes) */
+    int32_t *fix;
 } tsr_prompt_tokens;
+
+#define TSR_PROMPT_FIX(e, k) ((int32_t)((e) * 128 + (k)))
+#define TSR_PROMPT_FIX_EMB(f) ((f) / 128)
+#define TSR_PROMPT_FIX_VEC(f) ((f) % 128)
 
 /* Parse + tokenize + chunk one prompt.  opt may be NULL (defaults). */
 int tsr_prompt_tokenize(tsr_tokenizer *tok, const char *prompt, size_t len,
