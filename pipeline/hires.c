@@ -112,13 +112,22 @@ int tsr_hires_check(const tsr_engine *e, const tsr_image_params *p, int w, int h
         plan->trunc_x = (plan->to_w - rx) / e->vae_factor;
         plan->trunc_y = (plan->to_h - ry) / e->vae_factor;
     }
-    const int m = e->size_multiple > 8 ? e->size_multiple : 8;
-    if (plan->to_w % m || plan->to_h % m)
+    const int m = e->size_multiple > 8 ? e->size_multiple : 8, f = e->vae_factor;
+    /* latent upscalers interpolate to (to_h // f, to_w // f), so a target
+     * off the VAE's grid is floored, as in A1111; image-space ones resize
+     * the picture to the target itself, which must then be on it */
+    if (kind != TSR_UPSCALER_LATENT && (plan->to_w % m || plan->to_h % m))
         FIELD_ERR(size_field, TSR_ERR_INVALID,
-                  "the hires fix upscales %dx%d to %dx%d, which is not in multiples of %d",
+                  "the hires fix upscales %dx%d to %dx%d, which is not in multiples of %d (the "
+                  "latent upscalers take it, floored)",
                   w, h, plan->to_w, plan->to_h, m);
-    plan->final_w = plan->to_w - e->vae_factor * plan->trunc_x;
-    plan->final_h = plan->to_h - e->vae_factor * plan->trunc_y;
+    plan->final_w = (plan->to_w / f - plan->trunc_x) * f;
+    plan->final_h = (plan->to_h / f - plan->trunc_y) * f;
+    if (plan->final_w % m || plan->final_h % m)
+        FIELD_ERR(size_field, TSR_ERR_INVALID,
+                  "the hires fix would make %dx%d (upscaled to %dx%d), which is not in multiples "
+                  "of %d",
+                  plan->final_w, plan->final_h, plan->to_w, plan->to_h, m);
     if (plan->to_w < TSR_MIN_SIZE || plan->to_h < TSR_MIN_SIZE || plan->to_w > TSR_MAX_SIZE ||
         plan->to_h > TSR_MAX_SIZE || plan->final_w < TSR_MIN_SIZE ||
         plan->final_h < TSR_MIN_SIZE)
@@ -141,7 +150,7 @@ int tsr_hires_check(const tsr_engine *e, const tsr_image_params *p, int w, int h
 }
 
 /* The first pass's latents, upscaled (or decoded, resized and encoded), at
- * to_h/8 x to_w/8; j's size fields are updated to it. */
+ * to_h/f x to_w/f (floored); j's size fields are updated to it. */
 static int upscale_latents(tsr_engine *e, tsr_batch_image *j, long long max_decode_pixels,
                            float **out)
 {
@@ -158,8 +167,8 @@ static int upscale_latents(tsr_engine *e, tsr_batch_image *j, long long max_deco
         tsr_latent_upscale(j->latent, j->lh, j->lw, C, lat, olh, olw, mode, aa);
         j->lh = olh;
         j->lw = olw;
-        j->width = j->hires_to_w;
-        j->height = j->hires_to_h;
+        j->width = olw * f;
+        j->height = olh * f;
         *out = lat;
         return TSR_OK;
     }

@@ -293,7 +293,8 @@ static int test_flag_errors(void)
     EXPECT(&r, 2, "--inpainting-fill needs --mask");
     ASSERT_NOT_LOADED(&r);
     run_free(&r);
-    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--hires-scale", "1.3");
+    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--hires-scale", "1.3",
+        "--hires-upscaler", "Lanczos");
     EXPECT(&r, 2, "--hires-scale: the hires fix upscales 128x128 to 166x166");
     run_free(&r);
     RUN(&r, "generate", "--model", demo, "--prompt", "x", "--hires-scale", "2",

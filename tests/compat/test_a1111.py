@@ -238,6 +238,10 @@ def test_webuiapi_hires(c):
                                    steps=3, seed=31, cfg_scale=7.0, sampler="euler_a",
                                    hires_scale=2, hires_steps=2, hires_strength=0.6,
                                    hires_upscaler=name), "hires %s" % name)
+    # a scale off the 8-pixel grid: the latent upscaler floors it, as A1111 does
+    r = c.api.txt2img(prompt=PROMPT, width=64, height=64, seed=33, steps=2, enable_hr=True,
+                      hr_scale=1.3, denoising_strength=0.5)
+    assert r.images[0].size == (80, 80), r.images[0].size
     # hr_resize_x/y: the size asked for, "Hires resize" in the infotext
     r = c.api.txt2img(prompt=PROMPT, width=64, height=64, seed=32, steps=2, enable_hr=True,
                       hr_resize_x=128, hr_resize_y=96, denoising_strength=0.5)
@@ -466,7 +470,7 @@ def test_bad_input(c):
         (dict(sampler_name=7), "sampler_name"), (dict(sampler_index="Nope"), "sampler_index"),
         (dict(scheduler="Polyexponential"), "scheduler"),
         (dict(enable_hr="maybe"), "enable_hr"), (dict(enable_hr=True, hr_scale=0), "hr_scale"),
-        (dict(enable_hr=True, hr_scale=1.3), "hr_scale"),
+        (dict(enable_hr=True, hr_scale=1.3, hr_upscaler="Lanczos"), "hr_scale"),
         (dict(enable_hr=True, hr_upscaler="ESRGAN_4x"), "hr_upscaler"),
         (dict(enable_hr=True, hr_sampler_name="DDIM"), "hr_sampler_name"),
         (dict(enable_hr=True, hr_prompt="another"), "hr_prompt"),
@@ -476,7 +480,7 @@ def test_bad_input(c):
         (dict(sampler_name="DDIM", scheduler="karras"), "scheduler"),
         (dict(override_settings={"CLIP_stop_at_last_layers": 12}),
          "override_settings.CLIP_stop_at_last_layers"),
-        (dict(restore_faces=True), "restore_faces"), (dict(tiling=True), "tiling"),
+        (dict(restore_faces=True), "restore_faces"),
         (dict(tiling="no"), "tiling"), (dict(styles="a"), "styles"), (dict(styles=[1]), "styles"),
         (dict(subseed_strength=0.5), "subseed_strength"),
         (dict(seed_resize_from_h=512), "seed_resize_from_h"),

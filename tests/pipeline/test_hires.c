@@ -538,6 +538,17 @@ static int test_checks(void)
     ASSERT_EQ(plan.final_h, 128);
     ASSERT_EQ(plan.steps, 4);
     ASSERT_EQ(plan.sched_steps, 5); /* int(4 / 0.7) */
+    /* a target off the VAE's grid: the latent upscalers floor it (A1111's
+     * size=(to_h // f, to_w // f)), the image-space ones refuse it */
+    tsr_image_params q = base("euler");
+    q.hires_scale = 1.52; /* 64 -> 97 */
+    ASSERT_OK(tsr_hires_check(e, &q, 64, 64, &plan, NULL));
+    ASSERT_EQ(plan.to_w, 97);
+    ASSERT_EQ(plan.final_w, 96);
+    q.hires_upscaler = "Lanczos";
+    const char *field = NULL;
+    ASSERT_TRUE(tsr_hires_check(e, &q, 64, 64, &plan, &field) == TSR_ERR_INVALID);
+    ASSERT_STR_EQ(field, "hires_scale");
     tsr_result r;
     p.steps = 2;
     if (run(e, &p, NULL, &r, NULL))

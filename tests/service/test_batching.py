@@ -178,7 +178,8 @@ def test_hires_shares_calls(c):
     err = r.json["error"]
     assert r.status == 400 and err["field"] == "hires_upscaler", r
     assert "ESRGAN_4x" in err["message"] and "Lanczos" in err["message"], err
-    r = s.post("/v1/jobs", dict(prompt=PROMPT, width=64, height=64, hires_scale=1.3))
+    r = s.post("/v1/jobs", dict(prompt=PROMPT, width=64, height=64, hires_scale=1.3,
+                                hires_upscaler="Lanczos"))
     assert r.status == 400 and r.json["error"]["field"] == "hires_scale", r
 
 
