@@ -1,0 +1,339 @@
+"""tests/compat/test_comfy_api.py - ComfyUI's API on `tessera serve` (issue 59,
+docs/compat-comfyui.md), driven over HTTP the way ComfyUI clients drive it.
+
+Standard library only (the harness is tests/service/svc.py): each case starts
+its own server on 127.0.0.1, port 0, with a temporary --data-dir.
+
+- txt2img: ComfyUI's default workflow in API format (the checkpoint name from
+  /models/checkpoints) runs; its /history entry names the SaveImage output, and
+  /view's PNG is `tessera generate`'s with the mapped settings (euler + normal
+  = euler + the model's default schedule), pixel for pixel and infotext.
+- hostile: bad workflows get 400 with node_errors naming the node id and class
+  (the full table of 47 is tests/service/test_comfy.c; here the HTTP shape).
+- queue: with --max-batch 1, a long prompt runs and a second waits; /queue
+  lists them, POST /queue delete cancels the waiting one, POST /interrupt the
+  running one; both show in /history as execution_interrupted.
+- restart: /history and /view answer the same after a restart on the data dir.
+- upload_img2img: POST /upload/image, LoadImage -> VAEEncode -> KSampler with
+  denoise 0.6 equals `tessera generate --init-image --strength 0.6`.
+- view_escape: /view and LoadImage names never leave their folders.
+- keys: with --token-file the ComfyUI paths take the key like /v1/.
+
+Run one case: python3 tests/compat/test_comfy_api.py test_txt2img
+"""
+import copy
+import json
+import os
+import sys
+import time
+import urllib.parse
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "service"))
+import svc  # noqa: E402
+
+SIZE = 64
+STEPS = 4
+
+
+def default_workflow(ckpt, seed=42, steps=STEPS, text="a red apple on a table", negative="blurry"):
+    """ComfyUI's default graph (its "Load Default"), exported in API format."""
+    return {
+        "3": {"class_type": "KSampler", "inputs": {
+            "seed": seed, "steps": steps, "cfg": 7.5, "sampler_name": "euler",
+            "scheduler": "normal", "denoise": 1.0, "model": ["4", 0], "positive": ["6", 0],
+            "negative": ["7", 0], "latent_image": ["5", 0]}},
+        "4": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": ckpt}},
+        "5": {"class_type": "EmptyLatentImage",
+              "inputs": {"width": SIZE, "height": SIZE, "batch_size": 1}},
+        "6": {"class_type": "CLIPTextEncode", "inputs": {"text": text, "clip": ["4", 1]}},
+        "7": {"class_type": "CLIPTextEncode", "inputs": {"text": negative, "clip": ["4", 1]}},
+        "8": {"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["4", 2]}},
+        "9": {"class_type": "SaveImage",
+              "inputs": {"filename_prefix": "ComfyUI", "images": ["8", 0]}},
+    }
+
+
+def get(s, path, **kw):
+    return s.get(path, validate_spec=False, **kw)
+
+
+def post(s, path, body, **kw):
+    return s.post(path, body, validate_spec=False, **kw)
+
+
+def checkpoint(s):
+    r = get(s, "/models/checkpoints")
+    assert r.status == 200 and isinstance(r.json, list) and len(r.json) == 1, r
+    return r.json[0]
+
+
+def queue_prompt(s, workflow, client_id=None):
+    r = post(s, "/prompt", {"prompt": workflow, "client_id": client_id or uuid.uuid4().hex})
+    assert r.status == 200, r
+    assert set(r.json) == {"prompt_id", "number", "node_errors"}, r.json
+    assert r.json["node_errors"] == {}, r.json
+    return r.json["prompt_id"]
+
+
+def wait_history(s, pid, timeout=180):
+    def done():
+        r = get(s, "/history/" + pid)
+        assert r.status == 200, r
+        return r.json.get(pid)
+    return svc.wait_until(done, timeout, "prompt %s in /history" % pid, interval=0.1)
+
+
+def view(s, image):
+    q = urllib.parse.urlencode({"filename": image["filename"], "subfolder": image["subfolder"],
+                                "type": image["type"]})
+    r = get(s, "/view?" + q)
+    assert r.status == 200 and r.headers["content-type"] == "image/png", r
+    return r.body
+
+
+def test_txt2img():
+    s = svc.Server().start()
+    ckpt = checkpoint(s)
+    info = get(s, "/object_info/KSampler")
+    assert "euler" in info.json["KSampler"]["input"]["required"]["sampler_name"][0], info.json
+    wf = default_workflow(ckpt)
+    pid = queue_prompt(s, wf)
+    h = wait_history(s, pid)
+    assert h["status"]["status_str"] == "success" and h["status"]["completed"], h["status"]
+    assert [m[0] for m in h["status"]["messages"]] == ["execution_start", "execution_success"]
+    assert h["prompt"][1] == pid and h["prompt"][2] == wf and h["prompt"][4] == ["9"], h["prompt"]
+    images = h["outputs"]["9"]["images"]
+    assert len(images) == 1 and images[0]["type"] == "output" and images[0]["subfolder"] == ""
+    png = view(s, images[0])
+    svc.assert_same_image(png, dict(prompt="a red apple on a table", negative_prompt="blurry",
+                                    width=SIZE, height=SIZE, steps=STEPS, seed=42, cfg_scale=7.5,
+                                    sampler="euler", scheduler="default"), "comfy txt2img")
+    # the prompt is an ordinary native job
+    r = s.get("/v1/jobs/" + pid)
+    assert r.status == 200 and r.json["state"] == "done", r
+    # the whole history lists it; the queue is empty
+    assert pid in get(s, "/history").json
+    q = get(s, "/queue").json
+    assert q == {"queue_running": [], "queue_pending": []}, q
+    s.stop()
+
+
+def node_error(s, wf, node, err_type, class_type):
+    r = post(s, "/prompt", {"prompt": wf})
+    assert r.status == 400, r
+    assert r.json["error"]["type"] == "prompt_outputs_failed_validation", r.json
+    ne = r.json["node_errors"]
+    assert node in ne, (node, r.json)
+    assert ne[node]["class_type"] == class_type, ne
+    assert err_type in [e["type"] for e in ne[node]["errors"]], ne
+    return r.json
+
+
+def test_hostile():
+    s = svc.Server().start()
+    ckpt = checkpoint(s)
+    base = default_workflow(ckpt)
+    before = len(get(s, "/history").json)
+
+    wf = copy.deepcopy(base)
+    wf["3"]["inputs"]["latent_image"] = ["3", 0]
+    node_error(s, wf, "3", "dependency_cycle", "KSampler")
+    wf = copy.deepcopy(base)
+    wf["3"]["inputs"]["model"] = ["99", 0]
+    node_error(s, wf, "3", "bad_linked_input", "KSampler")
+    wf = copy.deepcopy(base)
+    wf["3"]["inputs"]["positive"] = ["4", 0]
+    node_error(s, wf, "3", "return_type_mismatch", "KSampler")
+    wf = copy.deepcopy(base)
+    wf["4"]["inputs"]["ckpt_name"] = "sd_xl_base_1.0.safetensors"
+    node_error(s, wf, "4", "value_not_in_list", "CheckpointLoaderSimple")
+    wf = copy.deepcopy(base)
+    del wf["3"]["inputs"]["steps"]
+    node_error(s, wf, "3", "required_input_missing", "KSampler")
+    wf = copy.deepcopy(base)
+    wf["5"]["inputs"]["width"] = 100  # not a multiple of 8: the engine refuses, named on node 5
+    node_error(s, wf, "5", "value_not_accepted", "EmptyLatentImage")
+    # a sampler without that schedule (ddim has no karras in Tessera): named on the KSampler
+    wf = copy.deepcopy(base)
+    wf["3"]["inputs"]["sampler_name"] = "lcm"
+    wf["3"]["inputs"]["scheduler"] = "exponential"
+    r = post(s, "/prompt", {"prompt": wf})
+    if r.status == 400:
+        assert "3" in r.json["node_errors"], r.json
+    else:
+        assert r.status == 200, r
+    # unknown node class, no outputs, no prompt, bad JSON
+    wf = copy.deepcopy(base)
+    wf["10"] = {"class_type": "UpscaleModelLoader", "inputs": {"model_name": "x"}}
+    r = post(s, "/prompt", {"prompt": wf})
+    assert r.status == 400 and r.json["error"]["type"] == "invalid_prompt", r
+    assert "UpscaleModelLoader" in r.json["error"]["message"], r.json
+    r = post(s, "/prompt", {"prompt": {"1": base["4"]}})
+    assert r.status == 400 and r.json["error"]["type"] == "prompt_no_outputs", r
+    r = post(s, "/prompt", {"client_id": "x"})
+    assert r.status == 400 and r.json["error"]["type"] == "no_prompt", r
+    r = post(s, "/prompt", "{not json")
+    assert r.status == 400 and "node_errors" in r.json and r.json["error"]["type"], r
+    # 300 nodes
+    wf = copy.deepcopy(base)
+    for i in range(300):
+        wf["n%d" % i] = {"class_type": "EmptyLatentImage", "inputs": {}}
+    r = post(s, "/prompt", {"prompt": wf})
+    assert r.status == 400 and r.json["error"]["type"] == "invalid_prompt", r
+    # nothing was queued by any of them
+    assert len(get(s, "/history").json) == before
+    assert get(s, "/queue").json == {"queue_running": [], "queue_pending": []}
+    # a wrong method: 405 in ComfyUI's shape
+    r = s.request("DELETE", "/prompt", validate_spec=False)
+    assert r.status == 405 and "node_errors" in r.json, r
+    s.stop()
+
+
+def test_queue():
+    s = svc.Server(["--max-batch", "1", "--threads", "1"]).start()
+    ckpt = checkpoint(s)
+    long_a = queue_prompt(s, default_workflow(ckpt, seed=1, steps=svc.LONG))
+    svc.wait_until(lambda: s.get("/v1/jobs/" + long_a).json["state"] == "running", 60,
+                   "the first prompt running")
+    long_b = queue_prompt(s, default_workflow(ckpt, seed=2, steps=svc.LONG))
+    q = get(s, "/queue").json
+    assert [i[1] for i in q["queue_running"]] == [long_a], q
+    assert [i[1] for i in q["queue_pending"]] == [long_b], q
+    assert q["queue_pending"][0][4] == ["9"], q
+    r = post(s, "/queue", {"delete": [long_b]})
+    assert r.status == 200, r
+    hb = wait_history(s, long_b, 30)
+    assert hb["status"]["status_str"] == "error" and not hb["status"]["completed"], hb
+    assert hb["status"]["messages"][-1][0] == "execution_interrupted", hb
+    assert hb["outputs"]["9"]["images"] == [], hb
+    r = post(s, "/interrupt", {})
+    assert r.status == 200, r
+    ha = wait_history(s, long_a, 60)
+    assert ha["status"]["messages"][-1][0] == "execution_interrupted", ha
+    assert get(s, "/queue").json == {"queue_running": [], "queue_pending": []}
+    # clear: a waiting prompt goes, the running one stays
+    c1 = queue_prompt(s, default_workflow(ckpt, seed=3, steps=svc.LONG))
+    svc.wait_until(lambda: s.get("/v1/jobs/" + c1).json["state"] == "running", 60, "c1 running")
+    c2 = queue_prompt(s, default_workflow(ckpt, seed=4, steps=svc.LONG))
+    assert post(s, "/queue", {"clear": True}).status == 200
+    wait_history(s, c2, 30)
+    assert s.get("/v1/jobs/" + c1).json["state"] == "running"
+    post(s, "/interrupt", {"prompt_id": c1})
+    wait_history(s, c1, 60)
+    s.stop()
+
+
+def test_restart():
+    s = svc.Server().start()
+    ckpt = checkpoint(s)
+    pid = queue_prompt(s, default_workflow(ckpt, seed=7))
+    h1 = wait_history(s, pid)
+    png1 = view(s, h1["outputs"]["9"]["images"][0])
+    s.stop()
+    s2 = svc.Server(data_dir=s.data_dir).start()
+    h2 = get(s2, "/history/" + pid).json[pid]
+    assert h2["outputs"] == h1["outputs"] and h2["prompt"] == h1["prompt"], (h1, h2)
+    assert h2["status"]["status_str"] == "success"
+    assert view(s2, h2["outputs"]["9"]["images"][0]) == png1
+    s2.stop()
+
+
+def multipart(fields, files):
+    boundary = "tsr" + uuid.uuid4().hex
+    out = b""
+    for k, v in fields.items():
+        out += ("--%s\r\nContent-Disposition: form-data; name=\"%s\"\r\n\r\n%s\r\n"
+                % (boundary, k, v)).encode()
+    for k, (name, data, ctype) in files.items():
+        out += ("--%s\r\nContent-Disposition: form-data; name=\"%s\"; filename=\"%s\"\r\n"
+                "Content-Type: %s\r\n\r\n" % (boundary, k, name, ctype)).encode() + data + b"\r\n"
+    out += ("--%s--\r\n" % boundary).encode()
+    return out, "multipart/form-data; boundary=" + boundary
+
+
+def test_upload_img2img():
+    s = svc.Server().start()
+    ckpt = checkpoint(s)
+    rgb = bytes((x * 4 + y) % 256 for y in range(SIZE) for x in range(SIZE) for _ in range(3))
+    png = svc.png_encode(SIZE, SIZE, rgb)
+    body, ctype = multipart({"overwrite": "true"}, {"image": ("../my photo.png", png, "image/png")})
+    r = s.request("POST", "/upload/image", body, headers={"Content-Type": ctype},
+                  validate_spec=False)
+    assert r.status == 200, r
+    assert r.json == {"name": "my_photo.png", "subfolder": "", "type": "input"}, r.json
+    # the same name again without overwrite gets a new name
+    body, ctype = multipart({}, {"image": ("my photo.png", png, "image/png")})
+    r2 = s.request("POST", "/upload/image", body, headers={"Content-Type": ctype},
+                   validate_spec=False)
+    assert r2.status == 200 and r2.json["name"] == "my_photo_1.png", r2
+    # not an image
+    body, ctype = multipart({}, {"image": ("x.png", b"hello", "image/png")})
+    r3 = s.request("POST", "/upload/image", body, headers={"Content-Type": ctype},
+                   validate_spec=False)
+    assert r3.status == 400 and "node_errors" in r3.json, r3
+    choices = get(s, "/object_info/LoadImage").json["LoadImage"]["input"]["required"]["image"][0]
+    assert choices == ["my_photo.png", "my_photo_1.png"], choices
+    assert get(s, "/view?filename=my_photo.png&type=input").body == png
+    wf = default_workflow(ckpt, seed=5)
+    wf["20"] = {"class_type": "LoadImage", "inputs": {"image": "my_photo.png"}}
+    wf["21"] = {"class_type": "VAEEncode", "inputs": {"pixels": ["20", 0], "vae": ["4", 2]}}
+    wf["3"]["inputs"]["latent_image"] = ["21", 0]
+    wf["3"]["inputs"]["denoise"] = 0.6
+    pid = queue_prompt(s, wf)
+    h = wait_history(s, pid)
+    assert h["status"]["status_str"] == "success", h
+    init = os.path.join(svc.tmpdir("tsr-comfy-"), "init.png")
+    with open(init, "wb") as f:
+        f.write(png)
+    svc.assert_same_image(view(s, h["outputs"]["9"]["images"][0]),
+                          dict(prompt="a red apple on a table", negative_prompt="blurry",
+                               width=SIZE, height=SIZE, steps=STEPS, seed=5, cfg_scale=7.5,
+                               sampler="euler",
+                               scheduler="default", init_image=init, strength=0.6),
+                          "comfy img2img")
+    s.stop()
+
+
+def test_view_escape():
+    s = svc.Server().start()
+    ckpt = checkpoint(s)
+    pid = queue_prompt(s, default_workflow(ckpt))
+    h = wait_history(s, pid)
+    good = h["outputs"]["9"]["images"][0]["filename"]
+    for q in ["filename=../../etc/passwd&type=output", "filename=%2e%2e%2fjournal&type=output",
+              "filename=" + good + "&subfolder=..&type=output",
+              "filename=" + good.replace("_00000_", "_00001_") + "&type=output",
+              "filename=" + good + "x&type=output", "filename=../url-secret&type=input",
+              "filename=.hidden&type=input", "filename=" + good + "&type=weird"]:
+        r = get(s, "/view?" + q)
+        assert r.status in (400, 404), (q, r)
+    assert get(s, "/view?filename=" + good + "&type=output").status == 200
+    # LoadImage with a path: not in the list
+    wf = default_workflow(ckpt)
+    wf["20"] = {"class_type": "LoadImage", "inputs": {"image": "../journal"}}
+    wf["21"] = {"class_type": "VAEEncode", "inputs": {"pixels": ["20", 0], "vae": ["4", 2]}}
+    wf["3"]["inputs"]["latent_image"] = ["21", 0]
+    node_error(s, wf, "20", "value_not_in_list", "LoadImage")
+    s.stop()
+
+
+def test_keys():
+    s = svc.Server(token="comfy-secret-token-0123456789").start()
+    for path in ["/object_info", "/history", "/queue", "/models/checkpoints", "/system_stats"]:
+        r = s.request("GET", path, headers={"Authorization": "Bearer wrong"},
+                      validate_spec=False)
+        assert r.status == 401, (path, r)
+    r = s.request("POST", "/prompt", {"prompt": {}}, headers={"Authorization": "Bearer wrong"},
+                  validate_spec=False)
+    assert r.status == 401, r
+    ckpt = checkpoint(s)
+    pid = queue_prompt(s, default_workflow(ckpt))
+    wait_history(s, pid)
+    s.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(svc.run_tests([test_txt2img, test_hostile, test_queue, test_restart,
+                            test_upload_img2img, test_view_escape, test_keys]))
