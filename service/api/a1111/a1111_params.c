@@ -196,6 +196,7 @@ typedef struct a1111_vals {
         *refiner, *mask;
     /* the hires fix (txt2img) */
     bool enable_hr;
+    bool tiling; /* seamless tiling: native "tiling" */
     double hr_scale;
     long long hr_steps, hr_rx, hr_ry, fp_w, fp_h;
     const char *hr_upscaler, *hr_checkpoint, *hr_sampler, *hr_scheduler, *hr_prompt,
@@ -269,7 +270,7 @@ static const a1111_field k_fields[] = {
     {"override_settings", 'o', 0, 0, 0, NONE, NULL},
     {"styles", 'a', 0, 0, 0, NONE, NULL},
     {"restore_faces", 't', 0, 0, 0, NONE, "Tessera has no face restoration model"},
-    {"tiling", 't', 0, 0, 0, NONE, "Tessera does not make tileable images"},
+    {"tiling", 'b', 0, 0, 0, AT(tiling), NULL},
     {"enable_hr", 'b', 0, 0, 0, AT(enable_hr), NULL},
     {"firstphase_width", 'i', 0, 1 << 30, 0, AT(fp_w), NULL},
     {"firstphase_height", 'i', 0, 1 << 30, 0, AT(fp_h), NULL},
@@ -575,7 +576,8 @@ static cJSON *native_json(rd *x, const a1111_vals *v)
         add_or_fail(x, n, "cfg_scale", cJSON_CreateNumber(v->cfg)) < 0 ||
         add_or_fail(x, n, "sampler", cJSON_CreateString(v->tsampler)) < 0 ||
         (v->sched && add_or_fail(x, n, "scheduler", cJSON_CreateString(v->sched)) < 0) ||
-        add_or_fail(x, n, "clip_skip", cJSON_CreateNumber((double)v->clip_skip)) < 0) {
+        add_or_fail(x, n, "clip_skip", cJSON_CreateNumber((double)v->clip_skip)) < 0 ||
+        (v->tiling && add_or_fail(x, n, "tiling", cJSON_CreateTrue()) < 0)) {
         cJSON_Delete(n);
         return NULL;
     }

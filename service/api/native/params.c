@@ -268,7 +268,8 @@ int svc_params_parse(const cJSON *job, const cJSON *defaults, const svc_params_c
         svc_fields_number(&ps.f, "hires_strength", 0, 1, true, 0.7, &p->hires_strength, NULL) <
             0 ||
         get_string(&ps, "hires_upscaler", 64, false, &p->hires_upscaler) < 0 ||
-        svc_fields_int(&ps.f, "mask_fill", 0, 3, 1, &fill) < 0 || get_loras(&ps, p) < 0)
+        svc_fields_int(&ps.f, "mask_fill", 0, 3, 1, &fill) < 0 || get_loras(&ps, p) < 0 ||
+        svc_fields_bool(&ps.f, "tiling", false, false, &p->tiling) < 0)
         goto bad;
     p->hires_width = (int)hw;
     p->hires_height = (int)hh;
@@ -379,6 +380,7 @@ void svc_params_to_engine(const svc_params *p, int index, tsr_image_params *o)
     o->hires_strength = p->hires_strength;
     o->hires_upscaler = p->hires_upscaler;
     o->mask_fill = p->mask_fill;
+    o->tiling = p->tiling ? 1 : 0;
     o->loras = p->n_loras ? p->loras : NULL;
     o->n_loras = p->n_loras;
 }
@@ -420,6 +422,8 @@ static void add_hires(cJSON *o, const svc_params *p)
     }
     if (p->mask_gray)
         cJSON_AddNumberToObject(o, "mask_fill", p->mask_fill);
+    if (p->tiling) /* only when on, like the fields above (so the journal replays it) */
+        cJSON_AddBoolToObject(o, "tiling", true);
 }
 
 static cJSON *common(const svc_params *p)

@@ -58,6 +58,7 @@ typedef struct svc_params {
     int hires_width, hires_height, hires_steps;
     char *hires_upscaler; /* NULL: "Latent" */
     int mask_fill;
+    bool tiling; /* seamless tiling (tsr_image_params.tiling; A1111's `tiling`) */
     /* LoRAs ("loras": [{name, weight, te_weight?, unet_weight?}]); names owned */
     tsr_lora_spec loras[SVC_MAX_LORAS];
     int n_loras;
