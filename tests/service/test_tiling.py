@@ -9,7 +9,8 @@ within the pipeline goldens' 2/255, and must be far from the plain image
 submitted together each still match their own golden (the engine keeps
 them out of each other's UNet calls).  The job's params and the PNG's
 infotext say "tiling"; a value that is not a boolean is refused naming the
-field (native 400 invalid_parameter, A1111 422)."""
+field (native 400 invalid_parameter, A1111 422).  A tiled job still queued
+at a kill -9 reruns from the journal, still tiled."""
 import base64
 import json
 import os
@@ -103,7 +104,31 @@ def test_refusals(s):
     assert r.status == 422 and r.json["error"]["field"] == "tiling", r
 
 
-TESTS = [test_native, test_together, test_a1111, test_refusals]
+def test_journal_replay(s):
+    """kill -9 with a tiled job still queued: after the restart it reruns
+    from the journal, still tiled (its golden, its params)."""
+    data = svc.tmpdir("tsr-tiling-data-")
+    args = ["--max-batch", "1", "--threads", "1"]
+    s1 = svc.Server(args, data_dir=data, model=MODEL, name="before-kill").start()
+    try:
+        running = s1.submit(**native_body(False, steps=400))
+        queued = s1.submit(**native_body(True))
+        svc.wait_until(lambda: s1.job(running["id"])["step"] >= 1, 60, "long job stepping")
+        assert s1.job(queued["id"])["state"] == "queued"
+    finally:
+        s1.kill9()
+    s2 = svc.Server(args, data_dir=data, model=MODEL, name="after-kill").start()
+    try:
+        s2.delete("/v1/jobs/" + running["id"])
+        done = s2.wait_job(queued["id"], timeout=180)
+        assert done["state"] == "done", done
+        assert done["params"]["tiling"] is True, done["params"]
+        check(s2.image(queued["id"]), CASE["name"], "tiled job rerun after kill -9")
+    finally:
+        s2.stop()
+
+
+TESTS = [test_native, test_together, test_a1111, test_refusals, test_journal_replay]
 
 if __name__ == "__main__":
     raise SystemExit(svc.run_tests(TESTS, setup=setup, teardown=teardown))
