@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tessera.h"
 #include "test.h"
@@ -281,7 +282,53 @@ static int test_batched(void)
     return 0;
 }
 
+/* `tessera generate --tiling` gives diffusers' tiled image (the first
+ * manifest case) and says so in the PNG's infotext. */
+static int test_cli(void)
+{
+    const char *bin = getenv("TSR_BIN");
+    if (!bin || access(bin, X_OK) != 0) {
+        printf("no TSR_BIN: skipped\n");
+        return TSR_TEST_SKIP;
+    }
+    char model[512], dir[] = "/tmp/tsr_tiling_cli_XXXXXX";
+    ASSERT_TRUE(mkdtemp(dir) != NULL);
+    char png[600], log[600];
+    snprintf(png, sizeof png, "%s/out.png", dir);
+    snprintf(log, sizeof log, "%s/log.txt", dir);
+    tsr_test_path("models/sd1_sharp", model, sizeof model);
+    /* t2i_64x64 of tests/data/pipeline/tiling/manifest.json */
+    char *argv[] = {(char *)bin, "--log-level", "warn", "generate", "--model", model, "--prompt",
+                    "a photo of a red cat on a green sofa", "--seed", "6301", "--steps", "6",
+                    "--cfg-scale", "7.5", "--width", "64", "--height", "64", "--sampler", "euler",
+                    "--quiet", "--output", png, "--tiling", NULL};
+    tsr_test_child r;
+    ASSERT_TRUE(tsr_test_spawn(argv, log, NULL, 300, &r) == 0);
+    ASSERT_TRUE(r.exited && r.status == 0);
+    size_t size = 0;
+    void *file = tsr_test_read_file(png, &size);
+    ASSERT_TRUE(file);
+    ASSERT_TRUE(memmem(file, size, "Tiling: True", 12) != NULL);
+    uint8_t *got, *want;
+    int w, h, w2, h2;
+    ASSERT_OK(tsr_image_decode(file, size, 3, 0, &got, &w, &h));
+    free(file);
+    if (read_png("pipeline/tiling/t2i_64x64.png", &want, &w2, &h2))
+        return 1;
+    ASSERT_TRUE(w == w2 && h == h2);
+    const int d = max_diff(got, want, (size_t)w * h * 3);
+    printf("generate --tiling: %d/255 from diffusers' tiled image\n", d);
+    ASSERT_TRUE(d <= 2);
+    free(got);
+    free(want);
+    unlink(png);
+    unlink(log);
+    rmdir(dir);
+    return 0;
+}
+
 static const tsr_test_entry k_tests[] = {
+    {"cli", test_cli},
     {"diffusers", test_diffusers},
     {"seamless", test_seamless},
     {"batched", test_batched},
