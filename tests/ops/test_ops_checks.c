@@ -227,6 +227,13 @@ int test_reject_shapes(void)
     EXPECT_REJECT(tsr_conv2d(be, &x, &w, &bias, &p, &y_bad), "conv2d");
     EXPECT_REJECT(tsr_conv2d(be, &x, &w, &bias, &p_bad, &y), "conv2d");
     EXPECT_REJECT(tsr_conv2d(be, &x, &w, &bias, &p_neg, &y), "conv2d");
+    /* circular padding wraps once at most: a pad of 9 around 8 rows is refused */
+    tsr_tensor y_big = tsr_tensor_4d(TSR_F32, 1, 24, 8, 6, buf[3]);
+    tsr_conv2d_params p_wrap = {1, 1, 9, 1, 9, 1, true};
+    EXPECT_REJECT(tsr_conv2d(be, &x, &w, &bias, &p_wrap, &y_big), "conv2d");
+    p_wrap.pad_t = p_wrap.pad_b = 8; /* exactly the size: allowed (torch too) */
+    tsr_tensor y_ok = tsr_tensor_4d(TSR_F32, 1, 22, 8, 6, buf[3]);
+    ASSERT_OK(tsr_conv2d(be, &x, &w, &bias, &p_wrap, &y_ok));
     tsr_tensor x3 = tsr_tensor_3d(TSR_F32, 1, 64, 4, buf[0]);
     EXPECT_REJECT(tsr_conv2d(be, &x3, &w, &bias, &p, &y), "conv2d");
     tsr_tensor big_k = tsr_tensor_4d(TSR_F32, 6, 11, 11, 4, buf[1]);
