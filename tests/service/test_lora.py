@@ -103,7 +103,7 @@ def test_listing(s):
 
 
 def test_refusals(s):
-    for name in ("../k_sd1", "/etc/passwd", "a/b", ".k_sd1", "nope"):
+    for name in ("../k_sd1", "/etc/passwd", "a/b", ".k_sd1", "nope", "k_sd1\x00../../x"):
         r = s.post("/v1/jobs", dict(prompt="x", steps=1, width=64, height=64,
                                     loras=[{"name": name}]))
         assert r.status in (400, 422), (name, r.status, r.body[:200])

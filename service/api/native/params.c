@@ -125,6 +125,8 @@ static int get_loras(parser *ps, svc_params *p)
         if (!cJSON_IsObject(it) || !cJSON_IsString(name) || !name->valuestring[0] ||
             strlen(name->valuestring) > 128)
             return fail(ps, "loras", "loras[%d] needs a \"name\" of 1..128 bytes", p->n_loras);
+        if (name->type & SVC_JSON_HAS_NUL) /* "k\u0000../x" must not become "k" */
+            return fail(ps, "loras", "loras[%d].name holds a NUL byte", p->n_loras);
         double w[3] = {1.0, 0, 0};
         static const char *keys[3] = {"weight", "te_weight", "unet_weight"};
         for (int k = 0; k < 3; k++) {
