@@ -466,11 +466,16 @@ static int apply_rows(tsr_lora_scratch *s, const tsr_lora_set *const *sets, int 
 {
     if (!sets)
         return TSR_OK;
-    const int64_t B = y->ne[0];
-    for (int64_t i = 0; i < B && i < n_sets; i++) {
+    const int64_t B = y->ne[0] < n_sets ? y->ne[0] : n_sets;
+    /* consecutive rows with the same set (an image's uncond and cond rows)
+     * go together: the same rows form the same run whether the image is
+     * alone or batched, so its arithmetic does not change */
+    for (int64_t i = 0, j; i < B; i = j) {
+        for (j = i + 1; j < B && sets[j] == sets[i];)
+            j++;
         if (!tsr_lora_set_touches(sets[i], c, w))
             continue;
-        tsr_tensor xi = tsr_tensor_rows(x, i, 1), yi = tsr_tensor_rows(y, i, 1);
+        tsr_tensor xi = tsr_tensor_rows(x, i, j - i), yi = tsr_tensor_rows(y, i, j - i);
         TSR_TRY(apply(s, sets[i], c, w, &xi, p, &yi));
     }
     return TSR_OK;
