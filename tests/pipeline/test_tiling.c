@@ -5,9 +5,9 @@
  * Why these cases: the reference is diffusers' own pipeline with every
  * Conv2d of its UNet and VAE switched to padding_mode 'circular', exactly
  * A1111's patch (goldens by tools/reference/make_tiling_goldens.py, on the
- * tiny sd1_sharp model whose pixels move with the padding: the goldens
- * assert tiled and plain differ by far more than the tolerance), txt2img
- * square and not, and img2img (the VAE encoder too).  What a user sees -
+ * tiny sd1_sharp and sdxl_sharp models whose pixels move with the padding:
+ * the goldens assert tiled and plain differ by far more than the
+ * tolerance), txt2img square and not, img2img (the VAE encoder too), SDXL.  What a user sees -
  * the left and right, top and bottom edges continuing each other - is
  * measured on the trained demo model, whose images are smooth enough for a
  * seam to show.  Tiled and plain images must never share a UNet call, and
@@ -92,9 +92,8 @@ static int test_diffusers(void)
     cJSON *j = cJSON_ParseWithLength(text, size);
     free(text);
     ASSERT_TRUE(j);
-    tsr_engine *e;
-    if (open_model("models/sd1_sharp", &e))
-        return 1;
+    tsr_engine *e = NULL;
+    char open_name[256] = "";
     const int tol = cJSON_GetObjectItem(j, "tolerance")->valueint;
     uint8_t *init = NULL;
     int iw = 0, ih = 0;
@@ -105,6 +104,16 @@ static int test_diffusers(void)
     cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "cases"))
     {
         const char *name = cJSON_GetObjectItem(c, "name")->valuestring;
+        /* "tests/data/models/X" -> "models/X" (tsr_test_path is under tests/data) */
+        const char *model = strstr(cJSON_GetObjectItem(c, "model")->valuestring, "models/");
+        ASSERT_TRUE(model != NULL);
+        if (strcmp(model, open_name) != 0) {
+            if (e)
+                tsr_engine_close(e);
+            if (open_model(model, &e))
+                return 1;
+            snprintf(open_name, sizeof open_name, "%s", model);
+        }
         for (int tiled = 1; tiled >= 0; tiled--) {
             tsr_image_params p;
             tsr_image_params_init(&p);
@@ -149,7 +158,7 @@ static int test_diffusers(void)
         }
         n++;
     }
-    ASSERT_EQ(n, 3);
+    ASSERT_EQ(n, 4);
     free(init);
     cJSON_Delete(j);
     tsr_engine_close(e);

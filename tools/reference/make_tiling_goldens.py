@@ -16,7 +16,8 @@ downsampler and pads equal to the input size.
 Writes:
   tests/data/ops/conv2d_circular.safetensors   op cases (make_op_goldens.py's format,
                                                param circular=1)
-  tests/data/pipeline/tiling/<case>.png        diffusers' images (tiny sd1_sharp, 6 steps)
+  tests/data/pipeline/tiling/<case>.png        diffusers' images (tiny sd1_sharp and sdxl_sharp,
+                                               tiled and <case>_plain)
   tests/data/pipeline/tiling/manifest.json     per case: the tessera parameters
 
 Pinned as make_pipeline_goldens.py (torch 2.9.1 CPU, diffusers 0.35.2).
@@ -112,8 +113,10 @@ def pipeline_goldens():
     kw = dict(safety_checker=None, requires_safety_checker=False, torch_dtype=torch.float32)
     t2i = diffusers.StableDiffusionPipeline.from_pretrained(path, **kw)
     i2i = diffusers.StableDiffusionImg2ImgPipeline(**t2i.components)
-    for p in (t2i, i2i):
-        p.scheduler = diffusers.EulerDiscreteScheduler.from_config(t2i.scheduler.config)
+    xl = diffusers.StableDiffusionXLPipeline.from_pretrained(
+        os.path.join(ROOT, "tests", "data", "models", "sdxl_sharp"), torch_dtype=torch.float32)
+    for p in (t2i, i2i, xl):
+        p.scheduler = diffusers.EulerDiscreteScheduler.from_config(p.scheduler.config)
         p.set_progress_bar_config(disable=True)
     init = init_image()
     init.save(os.path.join(OUT, "init.png"))
@@ -121,13 +124,15 @@ def pipeline_goldens():
         dict(name="t2i_64x64", kind="txt2img", width=64, height=64, seed=6301),
         dict(name="t2i_96x64", kind="txt2img", width=96, height=64, seed=6302),
         dict(name="i2i_64x64", kind="img2img", width=64, height=64, seed=6303, strength=0.6),
+        dict(name="xl_t2i_64x64", kind="txt2img", width=64, height=64, seed=6310,
+             model="tests/data/models/sdxl_sharp"),
     ]
     manifest = dict(model=f"tests/data/models/{MODEL}", prompt=PROMPT, steps=STEPS, cfg=7.5,
                     sampler="euler", tolerance=TOLERANCE, cases=[])
     for c in cases:
         imgs = {}
         for tiled in (True, False):
-            pipe = t2i if c["kind"] == "txt2img" else i2i
+            pipe = xl if "model" in c else t2i if c["kind"] == "txt2img" else i2i
             n = set_circular(pipe, tiled)
             g = torch.Generator("cpu").manual_seed(c["seed"])
             args = dict(prompt=PROMPT, num_inference_steps=STEPS, guidance_scale=7.5,
@@ -139,6 +144,7 @@ def pipeline_goldens():
             with torch.no_grad():
                 imgs[tiled] = pipe(**args).images[0]
         set_circular(t2i, False)
+        c.setdefault("model", manifest["model"])
         a = np.asarray(imgs[True]).astype(int)
         b = np.asarray(imgs[False]).astype(int)
         diff = int(np.abs(a - b).max())
