@@ -82,6 +82,9 @@ int tsr_cmd_serve(int argc, char **argv)
         {"lora-dir", TSR_ARG_STRING, &c.lora_dir, "DIR",
          "LoRA files (NAME.safetensors) that prompts' <lora:NAME:W> tags and the 'loras' field "
          "name; listed by /sdapi/v1/loras", 0, 0, 0, 0},
+        {"embeddings-dir", TSR_ARG_STRING, &c.embeddings_dir, "DIR",
+         "textual-inversion embeddings (NAME.safetensors), used where NAME is a word of a prompt; "
+         "listed by /sdapi/v1/embeddings", 0, 0, 0, 0},
         {"lora-cache-mb", TSR_ARG_INT, &lora_cache_mb, "MIB",
          "loaded LoRAs kept per worker, least recently used evicted, never one in use "
          "(default 1024)", 0, 1 << 20, 0, 0},

@@ -39,8 +39,10 @@ static int reload(tsr_engine *e, const struct timespec *mt)
     for (int i = 0; i < db->n_skip; i++)
         TSR_WARN("embedding '%s' skipped: %s", db->skip[i].name, db->skip[i].reason);
     const int rc = tsr_text_cond_set_embeddings(e->cond, db);
-    if (rc < 0) {
+    if (rc < 0) { /* back to the table that was in use */
         tsr_embedding_db_free(db);
+        if (m->db && tsr_text_cond_set_embeddings(e->cond, m->db) < 0)
+            TSR_WARN("embeddings dropped: %s", tsr_last_error());
         return rc;
     }
     tsr_embedding_db_free(m->db);
@@ -89,7 +91,13 @@ int tsr_engine_emb_refresh(tsr_engine *e)
         return TSR_OK; /* gone for now: keep what was loaded */
     if (sb.st_mtim.tv_sec == m->mtime.tv_sec && sb.st_mtim.tv_nsec == m->mtime.tv_nsec)
         return TSR_OK;
-    return reload(e, &sb.st_mtim);
+    /* an unreadable folder keeps what was loaded: the image goes on, the
+     * operator reads why in the log (never the client: it names a path) */
+    if (reload(e, &sb.st_mtim) < 0) {
+        TSR_WARN("embeddings folder not reloaded: %s", tsr_last_error());
+        tsr_error_clear();
+    }
+    return TSR_OK;
 }
 
 void tsr_engine_emb_begin(tsr_engine *e)

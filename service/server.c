@@ -222,6 +222,7 @@ static int start_workers(svc_server *s)
         wc.threads = threads;
         wc.precision = s->cfg.precision;
         wc.lora_dir = s->cfg.lora_dir;
+        wc.embeddings_dir = s->cfg.embeddings_dir;
         wc.lora_cache_mb = s->cfg.lora_cache_mb;
         wc.max_batch = s->cfg.max_batch;
         wc.max_wait_ms = s->cfg.max_wait_ms;

@@ -64,6 +64,7 @@ typedef struct tsr_service_config {
     int claim_idle_ms;       /* an image pending this long is taken over (default 30000) */
     int max_attempts;        /* takes before the dead-letter stream (default 3) */
     const char *lora_dir;    /* --lora-dir: LoRA files (docs/lora.md); NULL = none */
+    const char *embeddings_dir; /* --embeddings-dir: textual inversion (docs/lora.md); NULL = none */
     int lora_cache_mb;       /* --lora-cache-mb: loaded LoRAs per worker (0 = 1024) */
 } tsr_service_config;
 

@@ -256,6 +256,7 @@ static void *worker_main(void *arg)
     eo.threads = w->cfg.threads;
     eo.precision = w->cfg.precision;
     eo.lora_dir = w->cfg.lora_dir;
+    eo.embeddings_dir = w->cfg.embeddings_dir;
     eo.lora_cache_mb = w->cfg.lora_cache_mb;
     tsr_engine *engine = NULL;
     int rc = tsr_engine_open(&eo, &engine);

@@ -32,6 +32,7 @@ typedef struct svc_worker_config {
     int threads;         /* CPU threads (0 = all) */
     const char *precision; /* borrowed: NULL/"f32" or "bf16" */
     const char *lora_dir;  /* borrowed: NULL = no LoRAs */
+    const char *embeddings_dir; /* borrowed: NULL = no embeddings */
     int lora_cache_mb;
     int max_batch;       /* images per UNet call (rows = 2x with guidance) */
     int max_wait_ms;     /* wait this long to fill a new group */

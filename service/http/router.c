@@ -117,6 +117,7 @@ static const svc_route k_routes[] = {
     {"/sdapi/v1", "/schedulers", M_READ, svc_a1111_schedulers, A1111, NULL, 0},
     {"/sdapi/v1", "/sd-models", M_READ, svc_a1111_sd_models, A1111, NULL, 0},
     {"/sdapi/v1", "/loras", M_READ, svc_a1111_loras, A1111, NULL, 0},
+    {"/sdapi/v1", "/embeddings", M_READ, svc_a1111_embeddings, A1111, NULL, 0},
     {"/sdapi/v1", "/cmd-flags", M_READ, svc_a1111_cmd_flags, A1111, NULL, 0},
     {"/sdapi/v1", "/memory", M_READ, svc_a1111_memory, A1111, NULL, 0},
     /* the lists clients probe at start, answered "nothing installed" */

@@ -375,7 +375,7 @@ def test_spec_routes(c):
         assert r.status == 200, r
         r = s.request("HEAD", "/sdapi/v1" + path)
         assert r.status == 200 and r.body == b"", r
-    for path in ("/refresh-checkpoints", "/refresh-vae", "/refresh-loras"):
+    for path in ("/refresh-checkpoints", "/refresh-vae", "/refresh-loras", "/refresh-embeddings"):
         r = post(s, path, None)
         assert r.status == 200 and r.json is None, r
     # idle: nothing to stop, {} all the same

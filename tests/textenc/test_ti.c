@@ -11,7 +11,8 @@
  * tokens of a 75-token chunk, and a name matches whole tokens only (a longer
  * word that starts with the name is not the name).  Then the refusals: files
  * that do not fit the model, are not safetensors, hold too many vectors, or
- * whose name or link would leave the folder.
+ * whose name or link would leave the folder.  And the CLI's
+ * --embeddings-dir against the same golden.
  */
 #include <limits.h>
 #include <math.h>
@@ -483,6 +484,54 @@ static int test_skipped_listing(void)
     return 0;
 }
 
+/* `tessera generate --embeddings-dir DIR` gives the golden; a folder that
+ * does not exist fails the run before any work. */
+static int test_cli(void)
+{
+    const char *bin = getenv("TSR_BIN");
+    if (!bin || access(bin, X_OK) != 0) {
+        printf("no TSR_BIN: skipped\n");
+        return TSR_TEST_SKIP;
+    }
+    char model[512], dir[512], out[] = "/tmp/tsr_ti_cli_XXXXXX";
+    ASSERT_TRUE(mkdtemp(out) != NULL);
+    char png[600], log[600];
+    snprintf(png, sizeof png, "%s/out.png", out);
+    snprintf(log, sizeof log, "%s/log.txt", out);
+    tsr_test_path("models/sd1_sharp", model, sizeof model);
+    tsr_test_path("ti/sd1", dir, sizeof dir);
+    char *argv[] = {(char *)bin, "--log-level", "warn", "generate", "--model", model,
+                    "--embeddings-dir", dir, "--prompt", "a photo of tiemb on a green sofa",
+                    "--negative-prompt", "tione, blurry", "--seed", "11", "--steps", "4",
+                    "--width", "64", "--height", "64", "--sampler", "euler", "--quiet",
+                    "--output", png, NULL};
+    tsr_test_child r;
+    ASSERT_TRUE(tsr_test_spawn(argv, log, NULL, 300, &r) == 0);
+    ASSERT_TRUE(r.exited && r.status == 0);
+    tsr_image img, gold;
+    char gpath[512];
+    ASSERT_OK(tsr_image_read(png, 3, &img));
+    ASSERT_OK(tsr_image_read(tsr_test_path("ti/sd1_ti.png", gpath, sizeof gpath), 3, &gold));
+    ASSERT_EQ(img.width, gold.width);
+    int m = 0;
+    for (size_t i = 0; i < (size_t)img.width * img.height * 3; i++) {
+        const int d = abs((int)img.data[i] - (int)gold.data[i]);
+        m = d > m ? d : m;
+    }
+    printf("generate --embeddings-dir: max diff vs diffusers %d/255\n", m);
+    ASSERT_TRUE(m <= 1);
+    tsr_image_free(&img);
+    tsr_image_free(&gold);
+    unlink(png);
+    argv[7] = "/nonexistent/tessera-ti";
+    ASSERT_TRUE(tsr_test_spawn(argv, log, NULL, 300, &r) == 0);
+    ASSERT_TRUE(r.exited && r.status != 0);
+    ASSERT_TRUE(access(png, F_OK) != 0);
+    unlink(log);
+    rmdir(out);
+    return 0;
+}
+
 static const tsr_test_entry tests[] = {
     {"sd1_cond", test_sd1_cond},
     {"sdxl_cond", test_sdxl_cond},
@@ -493,6 +542,7 @@ static const tsr_test_entry tests[] = {
     {"sd1_image", test_sd1_image},
     {"sdxl_image", test_sdxl_image},
     {"skipped_listing", test_skipped_listing},
+    {"cli", test_cli},
 };
 
 TSR_TEST_TABLE_MAIN(tests)

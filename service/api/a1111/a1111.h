@@ -117,6 +117,8 @@ void svc_a1111_schedulers(struct svc_req *r, const char *rest);
 void svc_a1111_sd_models(struct svc_req *r, const char *rest);
 /* GET /sdapi/v1/loras: the LoRAs of --lora-dir (docs/lora.md). */
 void svc_a1111_loras(struct svc_req *r, const char *rest);
+/* GET /sdapi/v1/embeddings: --embeddings-dir's textual inversion (a1111_embeddings.c). */
+void svc_a1111_embeddings(struct svc_req *r, const char *rest);
 void svc_a1111_cmd_flags(struct svc_req *r, const char *rest);
 void svc_a1111_memory(struct svc_req *r, const char *rest);
 /* POST /extra-single-image, /extra-batch-images, /png-info (a1111_extras.c). */

@@ -42,11 +42,11 @@ static const struct {
     {"/face-restorers", "[]", false},
     {"/realesrgan-models", "[]", false},
     {"/prompt-styles", "[]", false},
-    {"/embeddings", "{\"loaded\":{},\"skipped\":{}}", false},
     {"/extensions", "[]", false},
     {"/refresh-checkpoints", "null", true},
     {"/refresh-vae", "null", true},
     {"/refresh-loras", "null", true},
+    {"/refresh-embeddings", "null", true}, /* engines reload a changed folder themselves */
 };
 
 static bool is_fixed(const char *rest, bool post)
