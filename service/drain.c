@@ -15,6 +15,7 @@
 #include <event2/event.h>
 
 #include "a1111.h"
+#include "comfy.h"
 #include "http.h"
 #include "log.h"
 #include "server_int.h"
@@ -101,6 +102,7 @@ void svc_server_stop_loop(svc_server *s)
     s->phase = SVC_PHASE_STOPPING;
     svc_sse_close_all(s);
     svc_openai_close_all(s);
+    svc_comfy_ws_close_all(s);
     event_base_loopexit(s->base, NULL);
 }
 

@@ -85,6 +85,7 @@ typedef enum gstate {
     G_CHUNK_END,  /* chunked: the CRLF after the data */
     G_TRAILER,    /* chunked: trailer lines until an empty one */
     G_REJECTED,   /* answered or dropped: ignore everything */
+    G_RAW,        /* upgraded to a websocket (svc_guard_upgrade): bytes pass as they are */
 } gstate;
 
 typedef struct guard {
@@ -116,7 +117,10 @@ typedef struct guard {
      * held = reserved for the body being gathered here; passed = bodies
      * handed to evhttp, which keeps each until its request is answered */
     unsigned long long held, passed;
+    struct guard *prev, *next; /* every guard, for svc_guard_upgrade */
 } guard;
+
+static guard *all_guards; /* the loop's */
 
 static void reset_head(guard *g)
 {
@@ -475,6 +479,11 @@ static enum bufferevent_filter_result filter_in(struct evbuffer *src, struct evb
         case G_REJECTED:
             evbuffer_drain(src, avail);
             return moved ? BEV_OK : BEV_NEED_MORE;
+        case G_RAW:
+            if (!avail)
+                return moved ? BEV_OK : BEV_NEED_MORE;
+            evbuffer_remove_buffer(src, dst, avail);
+            return BEV_OK;
         case G_HEAD: {
             struct evbuffer_ptr p;
             evbuffer_ptr_set(src, &p, g->line_start, EVBUFFER_PTR_SET);
@@ -618,6 +627,12 @@ static enum bufferevent_filter_result filter_in(struct evbuffer *src, struct evb
 static void guard_free(void *ctx)
 {
     guard *g = ctx;
+    if (g->prev)
+        g->prev->next = g->next;
+    else if (all_guards == g)
+        all_guards = g->next;
+    if (g->next)
+        g->next->prev = g->prev;
     release_held(g);
     release_passed(g);
     svc_writer_free(&g->out);
@@ -660,11 +675,28 @@ struct bufferevent *svc_guard_bev(struct event_base *base, void *server)
     }
     bufferevent_setwatermark(f, EV_READ, 0, GUARD_IN_HIGH);
     g->bev = f;
+    g->next = all_guards;
+    if (all_guards)
+        all_guards->prev = g;
+    all_guards = g;
     if (svc_writer_init(&g->out, f, on_written, g) < 0) {
         bufferevent_free(f); /* frees g through guard_free */
         return NULL;
     }
     return f;
+}
+
+bool svc_guard_upgrade(struct bufferevent *bev)
+{
+    for (guard *g = all_guards; g; g = g->next) {
+        if (g->bev != bev)
+            continue;
+        if (g->state != G_HEAD || g->head || g->body)
+            return false; /* mid-request (a pipelined one): not a clean switch */
+        g->state = G_RAW;
+        return true;
+    }
+    return false;
 }
 
 bool svc_guard_answer(svc_req *r)

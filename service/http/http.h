@@ -140,6 +140,10 @@ void svc_openai_close_all(struct svc_server *s);
 struct bufferevent *svc_guard_bev(struct event_base *base, void *server);
 /* A request the guard replaced: answer it (true) or not ours (false). */
 bool svc_guard_answer(svc_req *r);
+/* A connection switched protocols (ComfyUI's websocket, api/comfy/comfy_ws.c):
+ * its later bytes pass the guard as they are.  bev: the connection's
+ * bufferevent; false when it is not a guard's or is mid-request. */
+bool svc_guard_upgrade(struct bufferevent *bev);
 
 
 #endif

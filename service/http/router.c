@@ -139,6 +139,7 @@ static const svc_route k_routes[] = {
     {"/models", "", M_READ, svc_comfy_models, COMFY, NULL, 0},
     {"/models", "/*", M_READ, svc_comfy_models, COMFY, NULL, 0},
     {"/upload", "/image", M_POST, svc_comfy_upload_image, COMFY, NULL, MULTIPART},
+    {"/ws", "", M_GET, svc_comfy_ws, COMFY, NULL, 0},
 };
 
 /* ---------------------------------------------------------------- matching */

@@ -18,12 +18,22 @@ its own server on 127.0.0.1, port 0, with a temporary --data-dir.
   denoise 0.6 equals `tessera generate --init-image --strength 0.6`.
 - view_escape: /view and LoadImage names never leave their folders.
 - keys: with --token-file the ComfyUI paths take the key like /v1/.
+- websocket: /ws?clientId= (a stdlib RFC 6455 client here): the handshake's
+  accept key, ComfyUI's message order for a prompt (status, execution_start,
+  execution_cached, executing per node, progress per step, executed with the
+  SaveImage images, execution_success, executing null), only for that client
+  id; execution_interrupted on /interrupt; ping -> pong, close -> close;
+  an unmasked frame is refused (1002).
 
 Run one case: python3 tests/compat/test_comfy_api.py test_txt2img
 """
+import base64
 import copy
+import hashlib
 import json
 import os
+import socket
+import struct
 import sys
 import time
 import urllib.parse
@@ -334,6 +344,165 @@ def test_keys():
     s.stop()
 
 
+class WS:
+    """A minimal RFC 6455 client (masked frames, no fragmentation)."""
+
+    def __init__(self, port, client_id, headers=None):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        key = base64.b64encode(os.urandom(16)).decode()
+        extra = "".join("%s: %s\r\n" % kv for kv in (headers or {}).items())
+        self.sock.sendall(("GET /ws?clientId=%s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                           "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                           "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n%s\r\n"
+                           % (client_id, port, key, extra)).encode())
+        self.buf = b""
+        while b"\r\n\r\n" not in self.buf:
+            chunk = self.sock.recv(4096)
+            assert chunk, "closed during the handshake: %r" % self.buf
+            self.buf += chunk
+        head, _, self.buf = self.buf.partition(b"\r\n\r\n")
+        lines = head.decode().split("\r\n")
+        self.status = int(lines[0].split()[1])
+        self.headers = {l.split(":", 1)[0].lower(): l.split(":", 1)[1].strip() for l in lines[1:]}
+        want = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC65B11")
+                                             .encode()).digest()).decode()
+        assert self.status == 101, head
+        assert self.headers.get("sec-websocket-accept") == want, (self.headers, want)
+
+    def _read(self, n):
+        while len(self.buf) < n:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise EOFError("closed")
+            self.buf += chunk
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def frame(self):
+        b0, b1 = self._read(2)
+        assert not b1 & 0x80, "a server frame must not be masked"
+        n = b1 & 0x7f
+        if n == 126:
+            n = struct.unpack(">H", self._read(2))[0]
+        elif n == 127:
+            n = struct.unpack(">Q", self._read(8))[0]
+        return b0 & 0x0f, self._read(n)
+
+    def send(self, opcode, payload=b"", masked=True):
+        head = bytes([0x80 | opcode])
+        n = len(payload)
+        head += bytes([(0x80 if masked else 0) | n]) if n < 126 else \
+            bytes([(0x80 if masked else 0) | 126]) + struct.pack(">H", n)
+        if masked:
+            mask = os.urandom(4)
+            payload = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+            head += mask
+        self.sock.sendall(head + payload)
+
+    def message(self):
+        """The next JSON message (pings answered, other frames skipped)."""
+        while True:
+            op, data = self.frame()
+            if op == 1:
+                return json.loads(data)
+            if op == 9:
+                self.send(10, data)
+            if op == 8:
+                raise EOFError("close %r" % data)
+
+    def close(self):
+        self.sock.close()
+
+
+def messages_until(ws, done):
+    got = []
+    while True:
+        m = ws.message()
+        got.append(m)
+        if done(m):
+            return got
+
+
+def test_websocket():
+    s = svc.Server().start()
+    ckpt = checkpoint(s)
+    ws = WS(s.port, "client-a")
+    other = WS(s.port, "client-b")
+    first = ws.message()
+    assert first["type"] == "status" and first["data"]["sid"] == "client-a", first
+    assert first["data"]["status"]["exec_info"]["queue_remaining"] == 0, first
+    assert other.message()["type"] == "status"
+    pid = queue_prompt(s, default_workflow(ckpt), client_id="client-a")
+    got = messages_until(ws, lambda m: m["type"] == "executing" and m["data"]["node"] is None)
+    kinds = [m["type"] for m in got]
+    # the queue's news, then the run in ComfyUI's order
+    assert kinds[0] == "status" and got[0]["data"]["status"]["exec_info"]["queue_remaining"] == 1
+    i = kinds.index("execution_start")
+    assert kinds[i + 1] == "execution_cached", kinds
+    nodes = [m["data"]["node"] for m in got if m["type"] == "executing"]
+    # dependencies first (the checkpoint before the encoders), then the sampler's chain
+    assert sorted(nodes[:4]) == ["4", "5", "6", "7"] and nodes[0] == "4", nodes
+    assert nodes[4:] == ["3", "8", "9", None], nodes
+    steps = [m["data"]["value"] for m in got if m["type"] == "progress"]
+    assert steps == list(range(1, STEPS + 1)), steps
+    assert all(m["data"]["max"] == STEPS and m["data"]["node"] == "3"
+               for m in got if m["type"] == "progress"), got
+    assert kinds.index("progress") > kinds.index("executing")
+    ex = [m for m in got if m["type"] == "executed"]
+    assert len(ex) == 1 and ex[0]["data"]["node"] == "9", ex
+    h = wait_history(s, pid)
+    assert ex[0]["data"]["output"] == h["outputs"]["9"], (ex, h)
+    assert kinds[-2:] == ["execution_success", "executing"], kinds
+    assert all(m["data"].get("prompt_id", pid) == pid for m in got)
+    after = ws.message()
+    assert after["type"] == "status" and \
+        after["data"]["status"]["exec_info"]["queue_remaining"] == 0, after
+    # client-b heard the queue's status news only, never client-a's run
+    seen_b = messages_until(other, lambda m: m["data"]["status"]["exec_info"]["queue_remaining"]
+                            == 0 if m["type"] == "status" else False)
+    assert {m["type"] for m in seen_b} == {"status"}, seen_b
+    # interrupt: execution_interrupted then executing null
+    long_pid = queue_prompt(s, default_workflow(ckpt, steps=svc.LONG), client_id="client-a")
+    messages_until(ws, lambda m: m["type"] == "progress")
+    assert post(s, "/interrupt", {}).status == 200
+    got = messages_until(ws, lambda m: m["type"] == "executing" and m["data"]["node"] is None)
+    assert "execution_interrupted" in [m["type"] for m in got], got
+    assert [m for m in got if m["type"] == "execution_interrupted"][0]["data"]["prompt_id"] \
+        == long_pid
+    # ping -> pong; close -> close
+    ws.send(9, b"hello")
+    while True:
+        op, data = ws.frame()
+        if op == 10:
+            assert data == b"hello"
+            break
+    ws.send(8, struct.pack(">H", 1000))
+    while True:
+        op, data = ws.frame()
+        if op == 8:
+            break
+    ws.close()
+    # an unmasked client frame: close 1002
+    bad = WS(s.port, "client-c")
+    bad.message()
+    bad.send(1, b"{}", masked=False)
+    while True:
+        op, data = bad.frame()
+        if op == 8:
+            assert struct.unpack(">H", data[:2])[0] == 1002, data
+            break
+    bad.close()
+    other.close()
+    # not an upgrade: 400
+    r = get(s, "/ws?clientId=x")
+    assert r.status == 400, r
+    # the server still answers, and stops cleanly with sockets open
+    WS(s.port, "client-d").message()
+    assert get(s, "/queue").status == 200
+    assert s.stop() == 0
+
+
 if __name__ == "__main__":
     sys.exit(svc.run_tests([test_txt2img, test_hostile, test_queue, test_restart,
-                            test_upload_img2img, test_view_escape, test_keys]))
+                            test_upload_img2img, test_view_escape, test_keys,
+                            test_websocket]))

@@ -144,5 +144,33 @@ void svc_comfy_system_stats(struct svc_req *r, const char *rest);
 void svc_comfy_list(struct svc_req *r, const char *rest);
 void svc_comfy_models(struct svc_req *r, const char *rest);
 void svc_comfy_upload_image(struct svc_req *r, const char *rest);
+void svc_comfy_ws(struct svc_req *r, const char *rest);
+
+/* ---- the websocket (comfy_ws.c) and the runs it reports (comfy_run.c) ---- */
+struct svc_server;
+struct svc_job;
+/* A ComfyUI message {"type", "data"} (data taken) to the sockets of client
+ * id sid (NULL: every socket) whose key sees prompts of owner (NULL: any). */
+void comfy_ws_send(const char *sid, const char *owner, const char *type, cJSON *data);
+/* A binary frame, only to sockets with nothing waiting (previews). */
+void comfy_ws_send_binary(const char *sid, const char *owner, const void *data, size_t len);
+/* Open sockets of sid (NULL: all). */
+int comfy_ws_clients(const char *sid);
+/* "status"'s data: {"status": {"exec_info": {"queue_remaining"}}, "sid"?}. */
+cJSON *comfy_status_data(const char *sid);
+/* Shutdown: close every socket. */
+void svc_comfy_ws_close_all(struct svc_server *s);
+/* A prompt's run: what its messages need from the plan (owned; built
+ * before the accept, so the plan can go).  sid "" or NULL: every socket. */
+typedef struct comfy_run comfy_run;
+comfy_run *comfy_run_new(const comfy_plan *plan, const char *sid);
+/* Accepted: follow the job and tell its client id's sockets
+ * (execution_start ... execution_success); the run frees itself when the
+ * job ends. */
+void comfy_run_attach(struct svc_server *s, comfy_run *run, struct svc_job *j);
+/* Not accepted. */
+void comfy_run_free(comfy_run *run);
+/* Prompts accepted here and not final yet (queue_remaining). */
+int comfy_runs_pending(void);
 
 #endif

@@ -229,6 +229,7 @@ typedef struct submit_ctx {
     svc_req *r;
     svc_job *job;
     double number;
+    comfy_run *run; /* the websocket's report of it (comfy_run.c) */
 } submit_ctx;
 
 /* ComfyUI's "number": the queue's order.  Milliseconds since the epoch,
@@ -247,12 +248,15 @@ static void on_accepted(void *user, int status)
     svc_req *r = c->r;
     svc_job *j = c->job;
     double number = c->number;
+    comfy_run *run = c->run;
     free(c);
     svc_gate g;
     if (!svc_gate_accepted(status, "the prompt", &g)) {
+        comfy_run_free(run);
         svc_gate_reply(r, &g, NULL);
         return;
     }
+    comfy_run_attach(r->srv, run, j);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "prompt_id", j->ids);
     cJSON_AddNumberToObject(o, "number", number);
@@ -362,6 +366,7 @@ void svc_comfy_prompt(svc_req *r, const char *rest)
                                : "out of memory", "");
         return;
     }
+    c->run = comfy_run_new(&plan, cJSON_IsString(cid) ? cid->valuestring : NULL);
     cJSON_Delete(body);
     comfy_plan_free(&plan);
     c->r = r;

@@ -1,0 +1,515 @@
+/*
+ * service/api/comfy/comfy_ws.c - ComfyUI's websocket, GET /ws?clientId=:
+ * a small RFC 6455 layer on an evhttp connection, and the fan-out of
+ * ComfyUI's messages to the sockets of one client id.
+ *
+ * Why a layer of our own: libevent 2.1 (Debian bookworm) has no websocket
+ * support, and only a little of RFC 6455 is needed: the handshake
+ * (Sec-WebSocket-Accept = base64(SHA-1(key + the RFC's GUID)), SHA-1 from
+ * OpenSSL's libcrypto, which the server links already), unfragmented
+ * server frames (text for JSON, binary for previews), and reading client
+ * frames only to answer ping and close (ComfyUI clients send nothing
+ * else; data frames are read and dropped).
+ *
+ * How it rides on evhttp: the 101 reply is started with
+ * evhttp_send_reply_start, which writes the head; evhttp drops body bytes
+ * of a 1xx reply, so from then on the frames go to the connection's
+ * bufferevent directly, with our read and write callbacks in place of
+ * evhttp's (its error callback stays, so a close reaches svc_peer,
+ * stream.h).  Client frames are read from the bufferevent's input,
+ * bounded by a read watermark.  At the end the request is marked
+ * "Connection: close" and ended, so evhttp frees the connection once the
+ * last bytes have left instead of reading a next request from it.
+ *
+ * Flow control, as the SSE streams: at most WS_OUT_HIGH bytes are handed
+ * to the socket at a time; what comes meanwhile waits in `pending`, and a
+ * preview is sent only to a socket with nothing waiting.  A socket whose pending bytes pass
+ * WS_PENDING_MAX (a client that stopped reading) is closed; a ping goes
+ * out every 15 s, so a live client's pong keeps evhttp's 50 s timeout away.
+ */
+#include "comfy.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <openssl/evp.h>
+
+#include "auth.h"
+#include "clock.h"
+#include "codec.h"
+#include "http.h"
+#include "log.h"
+#include "server.h"
+#include "stream.h"
+
+#define WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC65B11"
+#define WS_FRAME_MAX (64u << 10)     /* a client frame's payload */
+#define WS_READ_MAX (256u << 10)     /* the input read before we parse */
+#define WS_PENDING_MAX (8u << 20)    /* waiting bytes before a slow socket is closed */
+#define WS_OUT_HIGH (64u << 10)      /* bytes handed to the socket at a time */
+#define WS_PING_S 15
+#define WS_MAX_CONNS 1024
+
+typedef struct ws_conn {
+    svc_server *srv;
+    svc_req *r;
+    svc_peer peer;
+    struct bufferevent *bev;
+    struct evbuffer *pending;
+    struct event *ping;
+    char sid[129];
+    const svc_key *key;         /* whose socket (keys on); it hears only what this key sees */
+    bool closing, done;
+    struct ws_conn *prev, *next;
+} ws_conn;
+
+static ws_conn *live; /* the loop's; one server per process */
+static int n_live;
+
+/* ------------------------------------------------------------- framing */
+
+/* One unfragmented server frame (unmasked, RFC 6455 5.1). */
+static void put_frame(struct evbuffer *out, int opcode, const void *data, size_t len)
+{
+    uint8_t h[10];
+    size_t n = 0;
+    h[n++] = (uint8_t)(0x80 | opcode);
+    if (len < 126) {
+        h[n++] = (uint8_t)len;
+    } else if (len < 65536) {
+        h[n++] = 126;
+        h[n++] = (uint8_t)(len >> 8);
+        h[n++] = (uint8_t)len;
+    } else {
+        h[n++] = 127;
+        for (int i = 7; i >= 0; i--)
+            h[n++] = (uint8_t)((uint64_t)len >> (8 * i));
+    }
+    evbuffer_add(out, h, n);
+    if (len)
+        evbuffer_add(out, data, len);
+}
+
+/* ---------------------------------------------------------- the socket */
+
+static void free_later(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    ws_conn *c = arg;
+    svc_peer_release(&c->peer, c->r, true, 101);
+    if (c->pending)
+        evbuffer_free(c->pending);
+    free(c);
+}
+
+/* Done with c: unlink, stop, free at a safe point. */
+static void conn_finish(ws_conn *c)
+{
+    if (c->done)
+        return;
+    c->done = true;
+    if (c->ping) {
+        event_free(c->ping);
+        c->ping = NULL;
+    }
+    if (c->prev)
+        c->prev->next = c->next;
+    else if (live == c)
+        live = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    n_live--;
+    struct timeval zero = {0, 0};
+    if (event_base_once(c->srv->base, -1, EV_TIMEOUT, free_later, c, &zero) < 0)
+        free_later(-1, 0, c);
+}
+
+static bool usable(const ws_conn *c)
+{
+    return !c->done && !c->peer.closed && svc_peer_answerable(&c->peer);
+}
+
+/* End the reply: evhttp then closes the connection (not a next request). */
+static void conn_end(ws_conn *c)
+{
+    if (usable(c)) {
+        struct evkeyvalq *in = evhttp_request_get_input_headers(c->r->req);
+        evhttp_remove_header(in, "Connection");
+        evhttp_add_header(in, "Connection", "close");
+        svc_peer_stop(&c->peer);
+        svc_req *r = c->r;
+        c->r = NULL;
+        evhttp_send_reply_end(r->req);
+        r->req = NULL;
+        svc_req_finish(r, 101);
+    }
+    conn_finish(c);
+}
+
+static void on_read(struct bufferevent *bev, void *arg);
+static void on_write(struct bufferevent *bev, void *arg);
+
+/* After the 101's head, the connection's reads and writes are ours (evhttp
+ * drops body bytes of a 1xx reply, so frames go to the bufferevent
+ * directly); evhttp keeps its error callback, which notices the close. */
+static void take_over(ws_conn *c)
+{
+    bufferevent_data_cb rcb, wcb;
+    bufferevent_event_cb ecb;
+    void *arg;
+    bufferevent_getcb(c->bev, &rcb, &wcb, &ecb, &arg);
+    bufferevent_setcb(c->bev, on_read, on_write, ecb, arg);
+    bufferevent_setwatermark(c->bev, EV_READ, 0, WS_READ_MAX);
+    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+}
+
+static ws_conn *find_conn(struct bufferevent *bev)
+{
+    ws_conn *c = live;
+    while (c && c->bev != bev)
+        c = c->next;
+    return c;
+}
+
+/* Move pending frames to the socket when what is there has left (one
+ * WS_OUT_HIGH at a time), or all of it (force: the close). */
+static void flush(ws_conn *c, bool force)
+{
+    if (!usable(c) || !evbuffer_get_length(c->pending))
+        return;
+    if (!force && evbuffer_get_length(bufferevent_get_output(c->bev)) > WS_OUT_HIGH)
+        return;
+    c->r->bytes_out += evbuffer_get_length(c->pending);
+    bufferevent_write_buffer(c->bev, c->pending);
+}
+
+static void on_write(struct bufferevent *bev, void *arg)
+{
+    (void)arg;
+    ws_conn *c = find_conn(bev);
+    if (c)
+        flush(c, false);
+}
+
+static size_t waiting(const ws_conn *c)
+{
+    return evbuffer_get_length(c->pending) + evbuffer_get_length(bufferevent_get_output(c->bev));
+}
+
+static void send_frame(ws_conn *c, int opcode, const void *data, size_t len)
+{
+    if (c->done || c->closing)
+        return;
+    if (waiting(c) + len > WS_PENDING_MAX) {
+        SVC_INFO("comfy ws %s: the client stopped reading; closed", c->sid);
+        conn_end(c);
+        return;
+    }
+    put_frame(c->pending, opcode, data, len);
+    flush(c, false);
+}
+
+/* The close frame, then the end (evhttp closes once it has left). */
+static void send_close(ws_conn *c, uint16_t code)
+{
+    if (c->done || c->closing)
+        return;
+    uint8_t b[2] = {(uint8_t)(code >> 8), (uint8_t)code};
+    put_frame(c->pending, 0x8, b, 2);
+    c->closing = true;
+    flush(c, true);
+    conn_end(c);
+}
+
+/* Client frames: masked (else 1002), at most WS_FRAME_MAX (else 1009);
+ * ping -> pong, close -> close, the rest read and dropped. */
+static void on_read(struct bufferevent *bev, void *arg)
+{
+    (void)arg;
+    ws_conn *c = find_conn(bev);
+    struct evbuffer *in = bufferevent_get_input(bev);
+    if (!c) {
+        evbuffer_drain(in, evbuffer_get_length(in));
+        return;
+    }
+    for (;;) {
+        size_t avail = evbuffer_get_length(in);
+        if (avail < 2 || c->done || c->closing)
+            break;
+        uint8_t h[14];
+        evbuffer_copyout(in, h, avail < 14 ? avail : 14);
+        const int opcode = h[0] & 0x0f;
+        const bool masked = (h[1] & 0x80) != 0;
+        uint64_t len = h[1] & 0x7f;
+        size_t hl = 2;
+        if (len == 126) {
+            if (avail < 4)
+                break;
+            len = ((uint64_t)h[2] << 8) | h[3];
+            hl = 4;
+        } else if (len == 127) {
+            if (avail < 10)
+                break;
+            len = 0;
+            for (int i = 0; i < 8; i++)
+                len = (len << 8) | h[2 + i];
+            hl = 10;
+        }
+        if ((h[0] & 0x70) || !masked) {
+            send_close(c, 1002);
+            break;
+        }
+        if (len > WS_FRAME_MAX) {
+            send_close(c, 1009);
+            break;
+        }
+        if (avail < hl + 4 + len)
+            break;
+        uint8_t mask[4];
+        memcpy(mask, h + hl, 4);
+        evbuffer_drain(in, hl + 4);
+        uint8_t *payload = malloc(len ? len : 1);
+        if (!payload) {
+            conn_end(c);
+            return;
+        }
+        evbuffer_remove(in, payload, len);
+        for (uint64_t i = 0; i < len; i++)
+            payload[i] ^= mask[i & 3];
+        if (opcode == 0x9) {
+            if (len <= 125)
+                send_frame(c, 0xA, payload, len);
+        } else if (opcode == 0x8) {
+            free(payload);
+            send_close(c, 1000);
+            break;
+        } else if (opcode != 0x0 && opcode != 0x1 && opcode != 0x2 && opcode != 0xA) {
+            free(payload);
+            send_close(c, 1002);
+            break;
+        }
+        free(payload);
+    }
+    if (c->closing || c->done)
+        evbuffer_drain(in, evbuffer_get_length(in));
+}
+
+static void on_gone(void *arg)
+{
+    ws_conn *c = arg;
+    conn_finish(c);
+}
+
+static void on_ping(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    ws_conn *c = arg;
+    send_frame(c, 0x9, "tessera", 7);
+}
+
+/* ----------------------------------------------------------- messages */
+
+int comfy_ws_clients(const char *sid)
+{
+    int n = 0;
+    for (ws_conn *c = live; c; c = c->next)
+        n += !c->done && (!sid || strcmp(c->sid, sid) == 0);
+    return n;
+}
+
+/* Whether c is one of sid's sockets that may hear about a prompt of owner. */
+static bool hears(const ws_conn *c, const char *sid, const char *owner)
+{
+    return (!sid || strcmp(c->sid, sid) == 0) && (!owner || svc_key_sees(c->key, owner));
+}
+
+void comfy_ws_send(const char *sid, const char *owner, const char *type, cJSON *data)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", type);
+    cJSON_AddItemToObject(o, "data", data);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!text)
+        return;
+    size_t len = strlen(text);
+    for (ws_conn *c = live, *next; c; c = next) {
+        next = c->next;
+        if (hears(c, sid, owner))
+            send_frame(c, 0x1, text, len);
+    }
+    free(text);
+}
+
+void comfy_ws_send_binary(const char *sid, const char *owner, const void *data, size_t len)
+{
+    for (ws_conn *c = live, *next; c; c = next) {
+        next = c->next;
+        /* a preview is worth sending only to a socket that keeps up */
+        if (hears(c, sid, owner) && !c->done && !c->closing && waiting(c) == 0)
+            send_frame(c, 0x2, data, len);
+    }
+}
+
+cJSON *comfy_status_data(const char *sid)
+{
+    cJSON *d = cJSON_CreateObject();
+    cJSON *st = cJSON_AddObjectToObject(d, "status");
+    cJSON *ei = cJSON_AddObjectToObject(st, "exec_info");
+    cJSON_AddNumberToObject(ei, "queue_remaining", comfy_runs_pending());
+    if (sid)
+        cJSON_AddStringToObject(d, "sid", sid);
+    return d;
+}
+
+void svc_comfy_ws_close_all(svc_server *s)
+{
+    (void)s;
+    while (live)
+        conn_end(live);
+}
+
+/* ---------------------------------------------------------- handshake */
+
+static bool header_has_token(const char *v, const char *token)
+{
+    size_t n = strlen(token);
+    for (const char *p = v; p && *p;) {
+        while (*p == ' ' || *p == ',' || *p == '\t')
+            p++;
+        if (strncasecmp(p, token, n) == 0 && (p[n] == '\0' || p[n] == ',' || p[n] == ' '))
+            return true;
+        p = strchr(p, ',');
+    }
+    return false;
+}
+
+/* clientId from the query: [A-Za-z0-9_-], 1..128; NULL: none. */
+static bool client_id(const char *query, char *out, size_t size)
+{
+    out[0] = '\0';
+    for (const char *p = query; p && *p; p = strchr(p, '&') ? strchr(p, '&') + 1 : NULL) {
+        if (strncmp(p, "clientId=", 9) != 0)
+            continue;
+        const char *v = p + 9;
+        size_t n = strcspn(v, "&");
+        if (n == 0 || n >= size)
+            return false;
+        for (size_t i = 0; i < n; i++)
+            if (!((v[i] >= 'a' && v[i] <= 'z') || (v[i] >= 'A' && v[i] <= 'Z') ||
+                  (v[i] >= '0' && v[i] <= '9') || v[i] == '-' || v[i] == '_'))
+                return false;
+        memcpy(out, v, n);
+        out[n] = '\0';
+        return true;
+    }
+    return true;
+}
+
+/* GET /ws?clientId=ID: 101, then ComfyUI's messages for that id. */
+void svc_comfy_ws(svc_req *r, const char *rest)
+{
+    (void)rest;
+    svc_server *s = r->srv;
+    const char *up = svc_req_header(r, "Upgrade"), *conn = svc_req_header(r, "Connection");
+    const char *key = svc_req_header(r, "Sec-WebSocket-Key");
+    const char *ver = svc_req_header(r, "Sec-WebSocket-Version");
+    if (!up || strcasecmp(up, "websocket") != 0 || !conn || !header_has_token(conn, "upgrade")) {
+        svc_req_add_header(r, "Upgrade", "websocket");
+        svc_reply_errorf(r, r->dialect, 400, "upgrade_required", NULL,
+                         "/ws is a websocket (Upgrade: websocket)");
+        return;
+    }
+    if (!ver || strcmp(ver, "13") != 0) {
+        svc_req_add_header(r, "Sec-WebSocket-Version", "13");
+        svc_reply_errorf(r, r->dialect, 400, "invalid_request", NULL,
+                         "Sec-WebSocket-Version must be 13");
+        return;
+    }
+    uint8_t *raw = NULL;
+    size_t raw_len = 0;
+    char err[64];
+    if (!key || strlen(key) != 24 || !svc_base64_decode(key, 24, &raw, &raw_len, err, sizeof err) ||
+        raw_len != 16) {
+        free(raw);
+        svc_reply_errorf(r, r->dialect, 400, "invalid_request", NULL,
+                         "Sec-WebSocket-Key must be 16 bytes in base64");
+        return;
+    }
+    free(raw);
+    char sid[129];
+    if (!client_id(r->query, sid, sizeof sid)) {
+        svc_reply_errorf(r, r->dialect, 400, "invalid_request", "clientId",
+                         "clientId is 1..128 of [A-Za-z0-9_-]");
+        return;
+    }
+    if (!sid[0]) /* ComfyUI makes one up when the client sends none */
+        snprintf(sid, sizeof sid, "%016llx", (unsigned long long)(svc_now_mono() * 1e9));
+    if (n_live >= WS_MAX_CONNS) {
+        svc_reply_unavailable(r);
+        return;
+    }
+    char cat[64];
+    snprintf(cat, sizeof cat, "%s%s", key, WS_GUID);
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int dlen = 0;
+    struct evhttp_connection *evcon = evhttp_request_get_connection(r->req);
+    struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
+    ws_conn *c = calloc(1, sizeof *c);
+    /* from the 101 on, the head guard lets the frames through (http/guard.c) */
+    if (!c || !bev || !svc_guard_upgrade(bev) || !EVP_Digest(cat, strlen(cat), digest, &dlen, EVP_sha1(), NULL) ||
+        !(c->pending = evbuffer_new())) {
+        free(c);
+        svc_reply_errorf(r, r->dialect, 500, "internal", NULL,
+                         "the connection cannot switch to a websocket (out of memory, or "
+                         "another request is pipelined on it)");
+        return;
+    }
+    char *accept = svc_base64_encode(digest, dlen);
+    c->srv = s;
+    c->r = r;
+    c->bev = bev;
+    c->key = r->key;
+    snprintf(c->sid, sizeof c->sid, "%s", sid);
+    svc_req_add_header(r, "Upgrade", "websocket");
+    svc_req_add_header(r, "Connection", "Upgrade");
+    svc_req_add_header(r, "Sec-WebSocket-Accept", accept ? accept : "");
+    free(accept);
+    evhttp_send_reply_start(r->req, 101, "Switching Protocols");
+    c->next = live;
+    if (live)
+        live->prev = c;
+    live = c;
+    n_live++;
+    svc_peer_watch(&c->peer, r, on_gone, c);
+    /* the peer's EOF watch would stop at our first frame: evhttp's close
+     * callback is the sign we keep (reading stays on, so EOF reaches it) */
+    if (c->peer.watch) {
+        event_free(c->peer.watch);
+        c->peer.watch = NULL;
+    }
+    take_over(c);
+    c->ping = event_new(s->base, -1, EV_PERSIST, on_ping, c);
+    if (c->ping) {
+        struct timeval tv = {WS_PING_S, 0};
+        event_add(c->ping, &tv);
+    }
+    /* ComfyUI's greeting: the queue, and the session id */
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", "status");
+    cJSON_AddItemToObject(o, "data", comfy_status_data(sid));
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (text)
+        send_frame(c, 0x1, text, strlen(text));
+    free(text);
+}
