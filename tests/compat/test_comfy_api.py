@@ -65,12 +65,13 @@ def default_workflow(ckpt, seed=42, steps=STEPS, text="a red apple on a table", 
     }
 
 
+# every answer is checked against docs/openapi.yaml (tag comfy)
 def get(s, path, **kw):
-    return s.get(path, validate_spec=False, **kw)
+    return s.get(path, **kw)
 
 
 def post(s, path, body, **kw):
-    return s.post(path, body, validate_spec=False, **kw)
+    return s.post(path, body, **kw)
 
 
 def checkpoint(s):
@@ -196,7 +197,7 @@ def test_hostile():
     assert len(get(s, "/history").json) == before
     assert get(s, "/queue").json == {"queue_running": [], "queue_pending": []}
     # a wrong method: 405 in ComfyUI's shape
-    r = s.request("DELETE", "/prompt", validate_spec=False)
+    r = s.request("DELETE", "/prompt")
     assert r.status == 405 and "node_errors" in r.json, r
     s.stop()
 
@@ -269,19 +270,16 @@ def test_upload_img2img():
     rgb = bytes((x * 4 + y) % 256 for y in range(SIZE) for x in range(SIZE) for _ in range(3))
     png = svc.png_encode(SIZE, SIZE, rgb)
     body, ctype = multipart({"overwrite": "true"}, {"image": ("../my photo.png", png, "image/png")})
-    r = s.request("POST", "/upload/image", body, headers={"Content-Type": ctype},
-                  validate_spec=False)
+    r = s.request("POST", "/upload/image", body, headers={"Content-Type": ctype})
     assert r.status == 200, r
     assert r.json == {"name": "my_photo.png", "subfolder": "", "type": "input"}, r.json
     # the same name again without overwrite gets a new name
     body, ctype = multipart({}, {"image": ("my photo.png", png, "image/png")})
-    r2 = s.request("POST", "/upload/image", body, headers={"Content-Type": ctype},
-                   validate_spec=False)
+    r2 = s.request("POST", "/upload/image", body, headers={"Content-Type": ctype})
     assert r2.status == 200 and r2.json["name"] == "my_photo_1.png", r2
     # not an image
     body, ctype = multipart({}, {"image": ("x.png", b"hello", "image/png")})
-    r3 = s.request("POST", "/upload/image", body, headers={"Content-Type": ctype},
-                   validate_spec=False)
+    r3 = s.request("POST", "/upload/image", body, headers={"Content-Type": ctype})
     assert r3.status == 400 and "node_errors" in r3.json, r3
     choices = get(s, "/object_info/LoadImage").json["LoadImage"]["input"]["required"]["image"][0]
     assert choices == ["my_photo.png", "my_photo_1.png"], choices
@@ -329,25 +327,56 @@ def test_view_escape():
     s.stop()
 
 
+def keys_new(path, name):
+    import subprocess
+    p = subprocess.run([svc.TSR_BIN, "keys", "new", name, "--keys", path], capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.strip()
+
+
 def test_keys():
-    s = svc.Server(token="comfy-secret-token-0123456789").start()
-    for path in ["/object_info", "/history", "/queue", "/models/checkpoints", "/system_stats"]:
-        r = s.request("GET", path, headers={"Authorization": "Bearer wrong"},
-                      validate_spec=False)
-        assert r.status == 401, (path, r)
-    r = s.request("POST", "/prompt", {"prompt": {}}, headers={"Authorization": "Bearer wrong"},
-                  validate_spec=False)
+    d = svc.tmpdir("tsr-comfy-keys-")
+    path = os.path.join(d, "keys")
+    alice, bob = keys_new(path, "alice"), keys_new(path, "bob")
+    s = svc.Server(["--keys", path]).start()
+    A = {"Authorization": "Bearer " + alice}
+    B = {"Authorization": "Bearer " + bob}
+    for p in ["/object_info", "/history", "/queue", "/models/checkpoints", "/system_stats"]:
+        r = s.request("GET", p, headers={"Authorization": "Bearer wrong"})
+        assert r.status == 401, (p, r)
+    r = s.request("POST", "/prompt", {"prompt": {}}, headers={"Authorization": "Bearer wrong"})
     assert r.status == 401, r
-    ckpt = checkpoint(s)
-    pid = queue_prompt(s, default_workflow(ckpt))
-    wait_history(s, pid)
+    ckpt = s.get("/models/checkpoints", headers=A).json[0]
+    # alice's socket and bob's socket both claim alice's client id
+    ws_a = WS(s.port, "shared-id", A)
+    ws_b = WS(s.port, "shared-id", B)
+    ws_a.message(), ws_b.message()
+    r = s.post("/prompt", {"prompt": default_workflow(ckpt), "client_id": "shared-id"}, headers=A)
+    assert r.status == 200, r
+    pid = r.json["prompt_id"]
+    got = messages_until(ws_a, lambda m: m["type"] == "executing" and m["data"]["node"] is None)
+    assert "executed" in [m["type"] for m in got]
+    h = s.get("/history/" + pid, headers=A).json[pid]
+    image = h["outputs"]["9"]["images"][0]
+    q = urllib.parse.urlencode({"filename": image["filename"], "type": "output"})
+    assert s.get("/view?" + q, headers=A).status == 200
+    # bob: no history, no image, no queue entry, no messages of alice's run
+    assert s.get("/history/" + pid, headers=B).json == {}
+    assert pid not in s.get("/history", headers=B).json
+    assert s.get("/view?" + q, headers=B).status == 404
+    seen_b = messages_until(ws_b, lambda m: m["type"] == "status" and
+                            m["data"]["status"]["exec_info"]["queue_remaining"] == 0)
+    assert {m["type"] for m in seen_b} == {"status"}, seen_b
+    ws_a.close()
+    ws_b.close()
     s.stop()
 
 
 class WS:
     """A minimal RFC 6455 client (masked frames, no fragmentation)."""
 
-    def __init__(self, port, client_id, headers=None):
+    def __init__(self, port, client_id, headers=None, expect=101):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
         key = base64.b64encode(os.urandom(16)).decode()
         extra = "".join("%s: %s\r\n" % kv for kv in (headers or {}).items())
@@ -366,7 +395,9 @@ class WS:
         self.headers = {l.split(":", 1)[0].lower(): l.split(":", 1)[1].strip() for l in lines[1:]}
         want = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC65B11")
                                              .encode()).digest()).decode()
-        assert self.status == 101, head
+        assert self.status == expect, head
+        if expect != 101:
+            return
         assert self.headers.get("sec-websocket-accept") == want, (self.headers, want)
 
     def _read(self, n):
@@ -493,6 +524,8 @@ def test_websocket():
             break
     bad.close()
     other.close()
+    # the browser defence holds for the websocket: another site's page is refused
+    WS(s.port, "client-e", {"Origin": "http://evil.example"}, expect=403).close()
     # not an upgrade: 400
     r = get(s, "/ws?clientId=x")
     assert r.status == 400, r
