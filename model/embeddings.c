@@ -189,6 +189,40 @@ int tsr_embedding_load_file(const char *path, const char *name, const int *dims,
     return rc;
 }
 
+int tsr_embedding_load_memory(const void *data, size_t size, const char *name, const int *dims,
+                              int n_dims, tsr_ti_embedding *out, int *vectors, int *shape)
+{
+    memset(out, 0, sizeof *out);
+    *vectors = *shape = 0;
+    if (n_dims < 1 || n_dims > 2)
+        return tsr_errorf(TSR_ERR_INVALID, "embedding: %d text encoders (1 or 2)", n_dims);
+    if (size > TSR_EMB_MAX_FILE)
+        return tsr_errorf(TSR_ERR_FORMAT, "embedding '%s': %zu bytes (at most %u)", name, size,
+                          TSR_EMB_MAX_FILE);
+    tsr_safetensors *st = NULL;
+    int rc = tsr_st_open_memory(data, size, name, &st);
+    if (rc < 0)
+        return tsr_error_prefix(rc, "embedding '%s'", name);
+    rc = load_parts(st, name, dims, n_dims, out, vectors, shape);
+    tsr_st_close(st);
+    if (rc >= 0) {
+        tsr_sha256_ctx ctx;
+        tsr_sha256_init(&ctx);
+        tsr_sha256_update(&ctx, data, size);
+        uint8_t d[32];
+        tsr_sha256_final(&ctx, d);
+        char hex[65];
+        tsr_sha256_hex(d, hex);
+        memcpy(out->hash, hex, 12);
+        out->hash[12] = '\0';
+        if (!(out->name = strdup(name)))
+            rc = tsr_errorf(TSR_ERR_NOMEM, "embedding: out of memory");
+    }
+    if (rc < 0)
+        tsr_ti_embedding_free(out);
+    return rc;
+}
+
 void tsr_embedding_db_free(tsr_embedding_db *db)
 {
     if (!db)

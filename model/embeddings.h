@@ -18,6 +18,7 @@
 #ifndef TSR_MODEL_EMBEDDINGS_H
 #define TSR_MODEL_EMBEDDINGS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define TSR_EMB_MAX_VECTORS 75
@@ -54,6 +55,10 @@ typedef struct tsr_embedding_db {
  * *vectors / *shape tell what the file held, when that was read. */
 int tsr_embedding_load_file(const char *path, const char *name, const int *dims, int n_dims,
                             tsr_ti_embedding *out, int *vectors, int *shape);
+/* The same from bytes in memory (the fuzzer's entry; the hash is of the
+ * bytes). */
+int tsr_embedding_load_memory(const void *data, size_t size, const char *name, const int *dims,
+                              int n_dims, tsr_ti_embedding *out, int *vectors, int *shape);
 void tsr_ti_embedding_free(tsr_ti_embedding *e);
 
 /* Every *.safetensors in dir (names checked, links kept inside); files that
