@@ -385,6 +385,7 @@ class WS:
                            "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n%s\r\n"
                            % (client_id, port, key, extra)).encode())
         self.buf = b""
+        self.binary = []
         while b"\r\n\r\n" not in self.buf:
             chunk = self.sock.recv(4096)
             assert chunk, "closed during the handshake: %r" % self.buf
@@ -436,6 +437,8 @@ class WS:
             op, data = self.frame()
             if op == 1:
                 return json.loads(data)
+            if op == 2:
+                self.binary.append(data)
             if op == 9:
                 self.send(10, data)
             if op == 8:
@@ -485,6 +488,13 @@ def test_websocket():
     assert ex[0]["data"]["output"] == h["outputs"]["9"], (ex, h)
     assert kinds[-2:] == ["execution_success", "executing"], kinds
     assert all(m["data"].get("prompt_id", pid) == pid for m in got)
+    # previews: ComfyUI's binary frames (PREVIEW_IMAGE, JPEG), decodable, the image's size
+    assert ws.binary, "no preview frame"
+    for b in ws.binary:
+        assert b[:8] == b"\x00\x00\x00\x01\x00\x00\x00\x01" and b[8:10] == b"\xff\xd8", b[:12]
+        sof = b.find(b"\xff\xc0", 8)
+        assert sof > 0 and struct.unpack(">HH", b[sof + 5:sof + 9]) == (SIZE, SIZE), b[:40]
+    assert not other.binary
     after = ws.message()
     assert after["type"] == "status" and \
         after["data"]["status"]["exec_info"]["queue_remaining"] == 0, after

@@ -154,6 +154,9 @@ struct svc_job;
 void comfy_ws_send(const char *sid, const char *owner, const char *type, cJSON *data);
 /* A binary frame, only to sockets with nothing waiting (previews). */
 void comfy_ws_send_binary(const char *sid, const char *owner, const void *data, size_t len);
+/* Whether a socket of sid that hears owner's prompts has nothing waiting
+ * (a preview is worth making). */
+bool comfy_ws_idle(const char *sid, const char *owner);
 /* Open sockets of sid (NULL: all). */
 int comfy_ws_clients(const char *sid);
 /* "status"'s data: {"status": {"exec_info": {"queue_remaining"}}, "sid"?}. */

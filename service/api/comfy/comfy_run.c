@@ -13,6 +13,10 @@
  *   done       executing for the nodes after it (VAEDecode, SaveImage),
  *              executed {node, output: {images}} per output node,
  *              execution_success, executing {node: null}, status
+ *   tiles      a binary preview frame (image 0's current preview tiles as
+ *              one JPEG, after ComfyUI's 8-byte head: event 1 =
+ *              PREVIEW_IMAGE, format 1 = JPEG, both big-endian), only to
+ *              sockets with nothing waiting, and only when one listens
  *   failed     execution_error (on the KSampler), executing null, status
  *   cancelled  execution_interrupted, executing null, status
  *
@@ -28,10 +32,15 @@
 #include <string.h>
 
 #include <event2/event.h>
+#include <turbojpeg.h>
 
 #include "clock.h"
+#include "images.h"
 #include "jobs.h"
 #include "server.h"
+#include "tiles.h"
+
+#define PREVIEW_QUALITY 75
 
 struct comfy_run {
     svc_server *srv;
@@ -176,6 +185,72 @@ static void on_done(comfy_run *run)
     tell(run, "execution_success", stamped(run));
 }
 
+/* Image 0's current preview tiles as one JPEG behind ComfyUI's head
+ * (malloc'd, *len), or NULL while a tile is missing.  The same tiles feed
+ * the SSE tiles, A1111's current_image and OpenAI's partial images. */
+static uint8_t *preview_frame(const svc_tilemap *m, size_t *len)
+{
+    int w = m->width, h = m->height, ts = m->tile_size;
+    if (w < 1 || h < 1 || ts < 1 || w > 4096 || h > 4096)
+        return NULL;
+    uint8_t *rgb = calloc((size_t)w * (size_t)h, 3);
+    if (!rgb)
+        return NULL;
+    char err[128];
+    for (int row = 0; row < m->rows; row++) {
+        for (int col = 0; col < m->cols; col++) {
+            const svc_tile_blob *b = svc_tilemap_current(m, row, col);
+            uint8_t *px = NULL;
+            int tw = 0, th = 0, x0 = col * ts, y0 = row * ts;
+            int ew = w - x0 < ts ? w - x0 : ts, eh = h - y0 < ts ? h - y0 : ts;
+            if (!b || svc_image_decode(b->jpeg, b->len, 3, &px, &tw, &th, err, sizeof err) < 0 ||
+                tw != ew || th != eh) {
+                free(px);
+                free(rgb);
+                return NULL;
+            }
+            for (int y = 0; y < th; y++)
+                memcpy(rgb + ((size_t)(y0 + y) * (size_t)w + (size_t)x0) * 3,
+                       px + (size_t)y * (size_t)tw * 3, (size_t)tw * 3);
+            free(px);
+        }
+    }
+    tjhandle tj = tjInitCompress();
+    unsigned char *jpeg = NULL;
+    unsigned long jlen = 0;
+    int rc = tj ? tjCompress2(tj, rgb, w, w * 3, h, TJPF_RGB, &jpeg, &jlen, TJSAMP_420,
+                              PREVIEW_QUALITY, 0)
+                : -1;
+    free(rgb);
+    uint8_t *out = rc == 0 ? malloc(8 + jlen) : NULL;
+    if (out) {
+        static const uint8_t head[8] = {0, 0, 0, 1, 0, 0, 0, 1};
+        memcpy(out, head, 8);
+        memcpy(out + 8, jpeg, jlen);
+        *len = 8 + jlen;
+    }
+    if (jpeg)
+        tjFree(jpeg);
+    if (tj)
+        tjDestroy(tj);
+    return out;
+}
+
+static void send_preview(comfy_run *run, const svc_event *ev)
+{
+    const char *owner = run->owner[0] ? run->owner : NULL;
+    if (ev->a != 0 || !comfy_ws_idle(sid_of(run), owner))
+        return;
+    const svc_tilemap *m = svc_image_tiles(run->srv, run->job, 0);
+    if (!m || m->final)
+        return;
+    size_t len = 0;
+    uint8_t *frame = preview_frame(m, &len);
+    if (frame)
+        comfy_ws_send_binary(sid_of(run), owner, frame, len);
+    free(frame);
+}
+
 static void on_event(svc_server *s, svc_job *j, const svc_event *ev, void *arg)
 {
     (void)s;
@@ -203,6 +278,7 @@ static void on_event(svc_server *s, svc_job *j, const svc_event *ev, void *arg)
         tell(run, "progress", d);
         return;
     }
+    case SVC_EV_TILES: send_preview(run, ev); return;
     case SVC_EV_DONE: on_done(run); break;
     case SVC_EV_FAILED: {
         cJSON *d = stamped(run);

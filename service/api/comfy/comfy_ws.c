@@ -360,6 +360,14 @@ void comfy_ws_send_binary(const char *sid, const char *owner, const void *data, 
     }
 }
 
+bool comfy_ws_idle(const char *sid, const char *owner)
+{
+    for (ws_conn *c = live; c; c = c->next)
+        if (hears(c, sid, owner) && !c->done && !c->closing && waiting(c) == 0)
+            return true;
+    return false;
+}
+
 cJSON *comfy_status_data(const char *sid)
 {
     cJSON *d = cJSON_CreateObject();
