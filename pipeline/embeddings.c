@@ -28,7 +28,7 @@ struct tsr_engine_emb {
     int dims[2], n_dims;     /* the text encoders' widths */
     tsr_embedding_db *db;    /* the loaded table */
     struct timespec mtime;   /* the folder's when db was read */
-    char hashes[2048];       /* the last image's TI hashes */
+    char hashes[512];        /* the last image's TI hashes (tsr_batch_image.ti_hashes' size) */
 };
 
 static int reload(tsr_engine *e, const struct timespec *mt)

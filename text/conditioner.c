@@ -142,8 +142,11 @@ int tsr_text_cond_used_hashes(const tsr_text_cond *c, char *buf, size_t size)
         name[k] = '\0';
         int w = snprintf(buf + len, size > len ? size - len : 0, "%s%s: %s", len ? ", " : "",
                          name, c->emb->emb[i].hash);
-        if (w < 0 || (size_t)w >= (size > len ? size - len : 0))
-            return tsr_errorf(TSR_ERR_RANGE, "TI hashes longer than %zu bytes", size);
+        if (w < 0 || (size_t)w >= (size > len ? size - len : 0)) {
+            if (size > len)
+                buf[len] = '\0'; /* whole entries only: the ones that fit */
+            return TSR_OK;
+        }
         len += (size_t)w;
     }
     return TSR_OK;

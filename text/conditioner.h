@@ -84,7 +84,8 @@ int tsr_text_cond_encoder_dims(const tsr_text_cond *c, int dims[2]);
 struct tsr_embedding_db;
 int tsr_text_cond_set_embeddings(tsr_text_cond *c, const struct tsr_embedding_db *db);
 /* Which embeddings the encode calls since the last reset used, as A1111's
- * "TI hashes" value ("name: hash, ..."; "" when none). */
+ * "TI hashes" value ("name: hash, ..."; "" when none; as many whole entries
+ * as fit in size). */
 void tsr_text_cond_reset_used(tsr_text_cond *c);
 int tsr_text_cond_used_hashes(const tsr_text_cond *c, char *buf, size_t size);
 
