@@ -50,14 +50,15 @@ static void check_file(const uint8_t *data, size_t size, int sdxl)
 static void check_prompt(const char *text)
 {
     static tsr_tokenizer *tok;
-    static tsr_ids names[3];
-    static tsr_prompt_embedding pe[3];
+    static tsr_ids names[4];
+    static tsr_prompt_embedding pe[4];
     if (!tok) {
-        static const char *const nm[3] = {"tiemb", "ti emb", "x"};
-        static const int nv[3] = {3, 75, 1};
+        /* ", y" starts with the comma token: never a backtrack point */
+        static const char *const nm[4] = {"tiemb", "ti emb", "x", ", y"};
+        static const int nv[4] = {3, 75, 1, 2};
         if (tsr_tokenizer_load_default(&tok) < 0)
             return;
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 4; i++) {
             if (tsr_tokenizer_encode(tok, nm[i], strlen(nm[i]), &names[i]) < 0)
                 return;
             pe[i] = (tsr_prompt_embedding){names[i].v, (int)names[i].n, nv[i]};
@@ -66,7 +67,7 @@ static void check_prompt(const char *text)
     tsr_prompt_options o;
     tsr_prompt_options_init(&o);
     o.embeddings = pe;
-    o.n_embeddings = 3;
+    o.n_embeddings = 4;
     o.max_chunks = 64;
     tsr_prompt_tokens t;
     if (tsr_prompt_tokenize(tok, text, strlen(text), &o, &t) < 0) {
@@ -79,7 +80,7 @@ static void check_prompt(const char *text)
             if (f[p] < 0)
                 continue;
             const int e = TSR_PROMPT_FIX_EMB(f[p]), k = TSR_PROMPT_FIX_VEC(f[p]);
-            if (e < 0 || e >= 3 || k >= pe[e].n_vectors || ids[p] != 0 || p == 0 || p == 76)
+            if (e < 0 || e >= 4 || k >= pe[e].n_vectors || ids[p] != 0 || p == 0 || p == 76)
                 __builtin_trap();
             /* vector k > 0 follows vector k - 1 of the same embedding */
             if (k > 0 && f[p - 1] != TSR_PROMPT_FIX(e, k - 1))

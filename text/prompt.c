@@ -417,7 +417,11 @@ static int chunk_tokens(chunker *c, const tsr_ids *ids, float weight)
     int bt = c->opt->comma_backtrack;
     for (size_t p = 0; p < ids->n;) {
         int32_t token = ids->v[p];
-        if (token == comma) {
+        int ei = -1;
+        const tsr_prompt_embedding *e = find_embedding(c->opt, ids, p, &ei);
+        /* an embedding whose name starts with a comma is not a comma: a
+         * backtrack there would split its vectors (A1111 would) */
+        if (token == comma && !e) {
             c->last_comma = c->n;
         } else if (bt != 0 && c->n == TSR_CLIP_CHUNK && c->last_comma != -1 &&
                    c->n - c->last_comma <= bt) {
@@ -438,8 +442,6 @@ static int chunk_tokens(chunker *c, const tsr_ids *ids, float weight)
         }
         if (c->n == TSR_CLIP_CHUNK)
             TSR_TRY(next_chunk(c));
-        int ei = -1;
-        const tsr_prompt_embedding *e = find_embedding(c->opt, ids, p, &ei);
         if (!e) {
             c->cur[c->n] = token;
             c->curw[c->n] = weight;
