@@ -287,22 +287,31 @@ int tsr_lora_load(const char *path, const tsr_lora_model *mm, tsr_lora **out)
         goto fail;
     }
     l->be = mm->backend;
-    /* map every key; a module's keys meet by weight name */
+    /* map every key; a module's keys meet by weight name.  Keys that fit
+     * nothing are collected, so one message names them (up to a few). */
+    char misfits[600] = "";
+    size_t n_misfit = 0, mlen = 0;
     for (size_t i = 0; i < nk; i++) {
         const tsr_st_entry *e = tsr_st_entry_at(st, i);
         tsr_lora_key k;
-        TSR_CHECK_GOTO(rc, tsr_lora_parse_key(e->name, &k), fail_named);
-        const tsr_weights *w = mm->weights[k.comp];
-        if (!w || !mm->names[k.comp]) {
-            rc = tsr_errorf(TSR_ERR_NOT_FOUND, "lora: '%s' is for %s, which this model does not "
-                            "have", e->name, tsr_component_name(k.comp));
-            goto fail_named;
-        }
-        const char *wn = tsr_lora_names_find(mm->names[k.comp], &k);
-        if (!wn) {
-            rc = tsr_errorf(TSR_ERR_NOT_FOUND, "lora: '%s' names no %s module of this model "
-                            "(unknown key)", e->name, tsr_component_name(k.comp));
-            goto fail_named;
+        const tsr_weights *w = NULL;
+        const char *wn = NULL, *why = NULL;
+        rc = tsr_lora_parse_key(e->name, &k);
+        if (rc == TSR_ERR_NOT_FOUND)
+            why = "unknown key";
+        else if (rc < 0)
+            goto fail_named; /* a known adapter kind this engine does not run */
+        else if (!(w = mm->weights[k.comp]) || !mm->names[k.comp])
+            why = k.comp == TSR_COMP_TEXT_ENCODER_2 ? "for text_encoder_2, which this model lacks"
+                                                    : "for a component this model lacks";
+        else if (!(wn = tsr_lora_names_find(mm->names[k.comp], &k)))
+            why = k.comp == TSR_COMP_UNET ? "no such unet module" : "no such text encoder module";
+        rc = TSR_OK;
+        if (why) {
+            if (n_misfit++ < 4 && mlen + strlen(e->name) + strlen(why) + 8 < sizeof misfits)
+                mlen += (size_t)snprintf(misfits + mlen, sizeof misfits - mlen, "%s'%s' (%s)",
+                                         mlen ? ", " : "", e->name, why);
+            continue;
         }
         lora_module *m = NULL;
         for (size_t j = 0; j < l->n; j++)
@@ -324,6 +333,11 @@ int tsr_lora_load(const char *path, const tsr_lora_model *mm, tsr_lora **out)
             goto fail_named;
         }
         *slot = e;
+    }
+    if (n_misfit) {
+        rc = tsr_errorf(TSR_ERR_NOT_FOUND, "lora: %zu key%s fit nothing in this model: %s%s",
+                        n_misfit, n_misfit == 1 ? "" : "s", misfits, n_misfit > 4 ? ", ..." : "");
+        goto fail_named;
     }
     if (l->n == 0) {
         rc = tsr_errorf(TSR_ERR_FORMAT, "lora: no LoRA modules in the file");

@@ -214,6 +214,20 @@ static int t_misfit(void)
         ASSERT_TRUE(strstr(tsr_last_error(), cases[i].want) != NULL);
         ASSERT_TRUE(strstr(tsr_last_error(), "/tmp/") == NULL); /* no server path */
     }
+    /* keys that fit nothing: all named in one message, not dropped */
+    tsr_st_write_entry odd[4] = {
+        {kd, TSR_ST_F32, 2, {2, C}, buf},
+        {ku, TSR_ST_F32, 2, {C, 2}, buf},
+        {"lora_unet_down_blocks_0_nothing_here.lora_down.weight", TSR_ST_F32, 2, {2, C}, buf},
+        {"some_other_key", TSR_ST_F32, 2, {2, C}, buf},
+    };
+    ASSERT_OK(tsr_st_write(path, odd, 4, NULL));
+    tsr_lora *lx = NULL;
+    ASSERT_TRUE(tsr_lora_load(path, &lm, &lx) < 0);
+    printf("unknown keys: %s\n", tsr_last_error());
+    ASSERT_TRUE(strstr(tsr_last_error(), "2 keys fit nothing") != NULL);
+    ASSERT_TRUE(strstr(tsr_last_error(), "lora_unet_down_blocks_0_nothing_here") != NULL);
+    ASSERT_TRUE(strstr(tsr_last_error(), "some_other_key") != NULL);
     /* and a fitting one loads */
     tsr_st_write_entry ok[2] = {{kd, TSR_ST_F32, 2, {2, C}, buf}, {ku, TSR_ST_F32, 2, {C, 2}, buf}};
     ASSERT_OK(tsr_st_write(path, ok, 2, NULL));
