@@ -144,6 +144,13 @@ static int test_sdxl_cond(void)
                      "a photo of tixl on a green sofa", "blurry tixl", true);
 }
 
+/* SD 2.x's OpenCLIP-H layout (the tiny v model), conditioning only */
+static int test_sd2v_cond(void)
+{
+    return cond_case("sd2v", "sd2", "cond_sd2v.safetensors", "a tisd2 sitting on a chair", "tisd2",
+                     false);
+}
+
 /* Count the fixes of tokens t and where the first one is. */
 static int fixes(const tsr_prompt_tokens *t, int *first_chunk, int *first_pos)
 {
@@ -535,6 +542,7 @@ static int test_cli(void)
 static const tsr_test_entry tests[] = {
     {"sd1_cond", test_sd1_cond},
     {"sdxl_cond", test_sdxl_cond},
+    {"sd2v_cond", test_sd2v_cond},
     {"chunking", test_chunking},
     {"word_rule", test_word_rule},
     {"bad_files", test_bad_files},

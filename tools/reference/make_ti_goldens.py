@@ -20,6 +20,9 @@ Files (tests/data/ti/):
   sdxl/tixl.safetensors    SDXL: {"clip_l": [2, 16], "clip_g": [2, 16]}
   cond_sd1.safetensors     encode_prompt's prompt_embeds / negative_prompt_embeds
   cond_sdxl.safetensors    the same, plus the pooled embeds
+  sd2/tisd2.safetensors    A1111 for the tiny SD 2.x (v) model: {"emb_params": [2, 16]}
+  cond_sd2v.safetensors    its conditioning (written last: the files above keep
+                           their random draws)
   <case>.png               the images, 64x64, 4 Euler steps, CFG 7.5
   manifest.json            the cases
 
@@ -131,6 +134,17 @@ def main():
     with open(os.path.join(OUT, "manifest.json"), "w") as f:
         json.dump({"cases": manifest, "tolerance": 1}, f, indent=1)
         f.write("\n")
+
+    # SD 2.x (the OpenCLIP-H layout, v-prediction): the conditioning only
+    os.makedirs(os.path.join(OUT, "sd2"), exist_ok=True)
+    sd2 = load_pipe("sd2v")
+    ti2 = rand_vectors(sd2.text_encoder.get_input_embeddings(), 2, g)
+    save_file({"emb_params": ti2}, os.path.join(OUT, "sd2", "tisd2.safetensors"))
+    sd2.load_textual_inversion(os.path.join(OUT, "sd2", "tisd2.safetensors"), token="tisd2")
+    with torch.no_grad():
+        pe, ne = sd2.encode_prompt("a tisd2 sitting on a chair", "cpu", 1, True, "tisd2")
+    save_file({"prompt": pe[0].contiguous(), "negative": ne[0].contiguous()},
+              os.path.join(OUT, "cond_sd2v.safetensors"))
 
 
 if __name__ == "__main__":
