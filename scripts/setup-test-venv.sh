@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/setup-test-venv.sh - the Python clients that the compatibility and
 # load tests drive `tessera serve` with, as their users run them: webuiapi
-# (AUTOMATIC1111 API), openai (OpenAI images API), locust (load tests) and
+# (AUTOMATIC1111 API), openai (OpenAI images API), comfy-api-simplified
+# (ComfyUI's API, with its websockets and requests), locust (load tests) and
 # matplotlib (the load-test chart); with them numpy and pillow, which also
 # run the demo model's data tools (tests/demo/test_data_tools.py).  From
 # PyPI, pinned, into .venv-test/ (ignored by git).  Idempotent: a stamp
@@ -23,6 +24,7 @@ fi
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
   webuiapi==0.9.17 \
   openai==3.57.0 \
+  comfy-api-simplified==1.6.0 \
   locust==2.47.0 \
   matplotlib==3.11.2 \
   pyyaml==6.0.3 \

@@ -58,6 +58,9 @@ enum {
     AS_WRITTEN = 1 << 0,
     ADMIN = 1 << 1,     /* settings: an admin key (with keys on) */
     MULTIPART = 1 << 2, /* a POST body is multipart/form-data (else application/json) */
+    UNTYPED = 1 << 3,   /* a POST body may also come without Content-Type (ComfyUI's clients
+                         * send JSON so; any other type still gets 415, and the Origin
+                         * check stands: docs/security.md) */
 };
 
 typedef struct svc_route {
@@ -125,12 +128,12 @@ static const svc_route k_routes[] = {
     {"/sdapi/v1", "/*", M_POST, svc_a1111_fixed, A1111, svc_a1111_is_fixed_post, 0},
     {"/sdapi/v1", "**", M_ANY, not_found, A1111, NULL, 0},
     /* ComfyUI (api/comfy/: comfy_routes.c, comfy_info.c; docs/compat-comfyui.md) */
-    {"/prompt", "", M_POST, svc_comfy_prompt, COMFY, NULL, 0},
+    {"/prompt", "", M_POST, svc_comfy_prompt, COMFY, NULL, UNTYPED},
     {"/history", "", M_READ, svc_comfy_history, COMFY, NULL, 0},
     {"/history", "/*", M_READ, svc_comfy_history, COMFY, NULL, 0},
     {"/view", "", M_READ, svc_comfy_view, COMFY, NULL, 0},
-    {"/queue", "", M_READ | M_POST, svc_comfy_queue, COMFY, NULL, 0},
-    {"/interrupt", "", M_POST, svc_comfy_interrupt, COMFY, NULL, 0},
+    {"/queue", "", M_READ | M_POST, svc_comfy_queue, COMFY, NULL, UNTYPED},
+    {"/interrupt", "", M_POST, svc_comfy_interrupt, COMFY, NULL, UNTYPED},
     {"/object_info", "", M_READ, svc_comfy_object_info, COMFY, NULL, 0},
     {"/object_info", "/*", M_READ, svc_comfy_object_info, COMFY, NULL, 0},
     {"/system_stats", "", M_READ, svc_comfy_system_stats, COMFY, NULL, 0},
@@ -240,7 +243,9 @@ static void dispatch(svc_req *r)
     unsigned allowed = 0;
     for (size_t k = i; k < n && same_path(&k_routes[k], first); k++) {
         if (k_routes[k].methods & bit) {
-            if (bit == M_POST && !svc_browser_body_ok(r, k_routes[k].flags & MULTIPART))
+            const bool untyped =
+                (k_routes[k].flags & UNTYPED) && !svc_req_header(r, "Content-Type");
+            if (bit == M_POST && !untyped && !svc_browser_body_ok(r, k_routes[k].flags & MULTIPART))
                 return;
             if ((k_routes[k].flags & ADMIN) && r->key && r->key->role != SVC_KEY_ADMIN) {
                 svc_problem p = {.status = 403, .code = "forbidden",

@@ -1,7 +1,8 @@
 """tests/compat/test_comfy_api.py - ComfyUI's API on `tessera serve` (issue 59,
 docs/compat-comfyui.md), driven over HTTP the way ComfyUI clients drive it.
 
-Standard library only (the harness is tests/service/svc.py): each case starts
+Standard library (the harness is tests/service/svc.py), and PyPI's
+comfy-api-simplified for one case (scripts/setup-test-venv.sh): each case starts
 its own server on 127.0.0.1, port 0, with a temporary --data-dir.
 
 - txt2img: ComfyUI's default workflow in API format (the checkpoint name from
@@ -18,6 +19,9 @@ its own server on 127.0.0.1, port 0, with a temporary --data-dir.
   denoise 0.6 equals `tessera generate --init-image --strength 0.6`.
 - view_escape: /view and LoadImage names never leave their folders.
 - keys: with --token-file the ComfyUI paths take the key like /v1/.
+- comfy_api_simplified: PyPI's comfy-api-simplified client (.venv-test)
+  runs the exported default template changed only in its checkpoint; its
+  image is `tessera generate`'s; its upload + img2img too.
 - websocket: /ws?clientId= (a stdlib RFC 6455 client here): the handshake's
   accept key, ComfyUI's message order for a prompt (status, execution_start,
   execution_cached, executing per node, progress per step, executed with the
@@ -65,6 +69,21 @@ def default_workflow(ckpt, seed=42, steps=STEPS, text="a red apple on a table", 
     }
 
 
+# the titles ComfyUI's "Save (API Format)" writes for the default graph
+TITLES = {"3": "KSampler", "4": "Load Checkpoint", "5": "Empty Latent Image",
+          "6": "CLIP Text Encode (Prompt)", "7": "CLIP Text Encode (Prompt)",
+          "8": "VAE Decode", "9": "Save Image"}
+
+
+def exported_workflow(ckpt_placeholder="v1-5-pruned-emaonly-fp16.safetensors"):
+    """The default graph as ComfyUI exports it (with _meta titles), before the
+    only edit a user makes for Tessera: the checkpoint's name."""
+    wf = default_workflow(ckpt_placeholder)
+    for k, node in wf.items():
+        node["_meta"] = {"title": TITLES[k]}
+    return wf
+
+
 # every answer is checked against docs/openapi.yaml (tag comfy)
 def get(s, path, **kw):
     return s.get(path, **kw)
@@ -80,8 +99,11 @@ def checkpoint(s):
     return r.json[0]
 
 
-def queue_prompt(s, workflow, client_id=None):
-    r = post(s, "/prompt", {"prompt": workflow, "client_id": client_id or uuid.uuid4().hex})
+def queue_prompt(s, workflow, client_id=None, previews=False):
+    body = {"prompt": workflow, "client_id": client_id or uuid.uuid4().hex}
+    if previews:
+        body["extra_data"] = {"preview_method": "auto"}
+    r = post(s, "/prompt", body)
     assert r.status == 200, r
     assert set(r.json) == {"prompt_id", "number", "node_errors"}, r.json
     assert r.json["node_errors"] == {}, r.json
@@ -394,7 +416,8 @@ class WS:
         lines = head.decode().split("\r\n")
         self.status = int(lines[0].split()[1])
         self.headers = {l.split(":", 1)[0].lower(): l.split(":", 1)[1].strip() for l in lines[1:]}
-        want = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC65B11")
+        # RFC 6455 1.3's GUID (its example: dGhlIHNhbXBsZSBub25jZQ== -> s3pPLMBiTxaQ9kYGzzhZRbK+xOo=)
+        want = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11")
                                              .encode()).digest()).decode()
         assert self.status == expect, head
         if expect != 101:
@@ -466,7 +489,7 @@ def test_websocket():
     assert first["type"] == "status" and first["data"]["sid"] == "client-a", first
     assert first["data"]["status"]["exec_info"]["queue_remaining"] == 0, first
     assert other.message()["type"] == "status"
-    pid = queue_prompt(s, default_workflow(ckpt), client_id="client-a")
+    pid = queue_prompt(s, default_workflow(ckpt), client_id="client-a", previews=True)
     got = messages_until(ws, lambda m: m["type"] == "executing" and m["data"]["node"] is None)
     kinds = [m["type"] for m in got]
     # the queue's news, then the run in ComfyUI's order
@@ -495,6 +518,11 @@ def test_websocket():
         sof = b.find(b"\xff\xc0", 8)
         assert sof > 0 and struct.unpack(">HH", b[sof + 5:sof + 9]) == (SIZE, SIZE), b[:40]
     assert not other.binary
+    # without extra_data.preview_method: no binary frame (a client would take it for a result)
+    ws.binary.clear()
+    queue_prompt(s, default_workflow(ckpt, seed=9), client_id="client-a")
+    messages_until(ws, lambda m: m["type"] == "executing" and m["data"]["node"] is None)
+    assert not ws.binary, len(ws.binary)
     after = ws.message()
     assert after["type"] == "status" and \
         after["data"]["status"]["exec_info"]["queue_remaining"] == 0, after
@@ -522,6 +550,14 @@ def test_websocket():
         op, data = ws.frame()
         if op == 8:
             break
+    # ... and then the server closes the TCP connection (not a keep-alive)
+    t0 = time.time()
+    try:
+        ws.frame()
+        raise AssertionError("a frame after the close")
+    except EOFError:
+        pass
+    assert time.time() - t0 < 5, "the server kept the connection after the close"
     ws.close()
     # an unmasked client frame: close 1002
     bad = WS(s.port, "client-c")
@@ -545,7 +581,55 @@ def test_websocket():
     assert s.stop() == 0
 
 
+def test_comfy_api_simplified():
+    """PyPI's comfy-api-simplified (scripts/setup-test-venv.sh) drives the server
+    as it drives ComfyUI: the exported template changed only in its checkpoint,
+    queue_and_wait_images (POST /prompt without a Content-Type, /ws, /history,
+    /view), upload_image into its default subfolder, get_object_info."""
+    from comfy_api_simplified import ComfyApiWrapper, ComfyWorkflowWrapper
+    s = svc.Server().start()
+    ckpt = checkpoint(s)
+    d = svc.tmpdir("tsr-comfy-client-")
+    path = os.path.join(d, "workflow_api.json")
+    with open(path, "w") as f:
+        json.dump(exported_workflow(), f)
+    wf = ComfyWorkflowWrapper(path)
+    wf.set_node_param("Load Checkpoint", "ckpt_name", ckpt)
+    api = ComfyApiWrapper("http://127.0.0.1:%d" % s.port)
+    assert "KSampler" in api.get_object_info()
+    images = api.queue_and_wait_images(wf, "Save Image")
+    assert len(images) == 1, images.keys()
+    (name, png), = images.items()
+    assert name.endswith("_00000_.png"), name
+    svc.assert_same_image(png, dict(prompt="a red apple on a table", negative_prompt="blurry",
+                                    width=SIZE, height=SIZE, steps=STEPS, seed=42, cfg_scale=7.5,
+                                    sampler="euler", scheduler="default"),
+                          "comfy-api-simplified")
+    # upload into the client's default subfolder, then img2img from it
+    rgb = bytes((x * 3 + y * 5) % 256 for y in range(SIZE) for x in range(SIZE) for _ in range(3))
+    src = os.path.join(d, "input.png")
+    with open(src, "wb") as f:
+        f.write(svc.png_encode(SIZE, SIZE, rgb))
+    up = api.upload_image(src)
+    assert up == {"name": "input.png", "subfolder": "default_upload_folder", "type": "input"}, up
+    i2i = ComfyWorkflowWrapper(exported_workflow(ckpt))
+    i2i["20"] = {"class_type": "LoadImage", "_meta": {"title": "Load Image"},
+                 "inputs": {"image": "default_upload_folder/input.png"}}
+    i2i["21"] = {"class_type": "VAEEncode", "_meta": {"title": "VAE Encode"},
+                 "inputs": {"pixels": ["20", 0], "vae": ["4", 2]}}
+    i2i.set_node_param("KSampler", "latent_image", ["21", 0])
+    i2i.set_node_param("KSampler", "denoise", 0.5)
+    images = api.queue_and_wait_images(i2i, "Save Image")
+    assert len(images) == 1
+    svc.assert_same_image(list(images.values())[0],
+                          dict(prompt="a red apple on a table", negative_prompt="blurry",
+                               width=SIZE, height=SIZE, steps=STEPS, seed=42, cfg_scale=7.5,
+                               sampler="euler", scheduler="default", init_image=src,
+                               strength=0.5), "comfy-api-simplified img2img")
+    s.stop()
+
+
 if __name__ == "__main__":
     sys.exit(svc.run_tests([test_txt2img, test_hostile, test_queue, test_restart,
                             test_upload_img2img, test_view_escape, test_keys,
-                            test_websocket]))
+                            test_websocket, test_comfy_api_simplified]))

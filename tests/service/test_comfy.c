@@ -495,7 +495,18 @@ static int test_object_info(void)
     return 0;
 }
 
+/* The websocket's accept key against RFC 6455's own example (section 1.3). */
+static int test_ws_accept(void)
+{
+    char out[29];
+    ASSERT_TRUE(comfy_ws_accept("dGhlIHNhbXBsZSBub25jZQ==", out));
+    ASSERT_STR_EQ(out, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+    ASSERT_TRUE(!comfy_ws_accept("short", out));
+    return 0;
+}
+
 static const tsr_test_entry k_tests[] = {
+    {"ws_accept", test_ws_accept},
     {"hostile", test_hostile},       {"bounds", test_bounds},
     {"all_errors", test_all_errors}, {"txt2img", test_txt2img},
     {"hires", test_hires},           {"lora_clip_skip", test_lora_clip_skip},

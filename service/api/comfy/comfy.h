@@ -132,6 +132,9 @@ cJSON *comfy_error_body(const char *type, const char *message, const char *detai
 
 /* ---- routes (comfy_routes.c, in http/router.c's table) ---- */
 struct svc_req;
+/* An uploaded image's name or subfolder: [A-Za-z0-9._-], 1..128 bytes, not
+ * starting with '.' (comfy_routes.c). */
+bool comfy_safe_name(const char *n);
 /* A path under one of ComfyUI's roots (/prompt, /history, ...): keys apply. */
 bool svc_comfy_is_path(const char *path);
 void svc_comfy_prompt(struct svc_req *r, const char *rest);
@@ -161,12 +164,16 @@ bool comfy_ws_idle(const char *sid, const char *owner);
 int comfy_ws_clients(const char *sid);
 /* "status"'s data: {"status": {"exec_info": {"queue_remaining"}}, "sid"?}. */
 cJSON *comfy_status_data(const char *sid);
+/* Sec-WebSocket-Accept for a 24-character Sec-WebSocket-Key (RFC 6455 4.2.2):
+ * base64(SHA-1(key + the RFC's GUID)) into out; false for a bad key. */
+bool comfy_ws_accept(const char *key, char out[29]);
 /* Shutdown: close every socket. */
 void svc_comfy_ws_close_all(struct svc_server *s);
 /* A prompt's run: what its messages need from the plan (owned; built
- * before the accept, so the plan can go).  sid "" or NULL: every socket. */
+ * before the accept, so the plan can go).  sid "" or NULL: every socket;
+ * previews: send binary preview frames (extra_data.preview_method). */
 typedef struct comfy_run comfy_run;
-comfy_run *comfy_run_new(const comfy_plan *plan, const char *sid);
+comfy_run *comfy_run_new(const comfy_plan *plan, const char *sid, bool previews);
 /* Accepted: follow the job and tell its client id's sockets
  * (execution_start ... execution_success); the run frees itself when the
  * job ends. */

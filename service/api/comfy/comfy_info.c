@@ -11,9 +11,10 @@
  * is claimed that a prompt would then be refused for.
  *
  * Uploads: multipart "image" (and optional "overwrite", "type",
- * "subfolder"), checked to decode as PNG or JPEG, written to
- * <data-dir>/comfy/input under a name of [A-Za-z0-9._-] (others become
- * '_'); an existing name gets "_1", "_2"... unless overwrite is "true".
+ * "subfolder": one folder name of [A-Za-z0-9._-]), checked to decode as PNG
+ * or JPEG, written to <data-dir>/comfy/input[/<subfolder>] under a name of
+ * [A-Za-z0-9._-] (others become '_'); an existing name gets "_1", "_2"...
+ * unless overwrite is "true".  LoadImage names it "<subfolder>/<name>".
  */
 #include "comfy.h"
 
@@ -172,10 +173,22 @@ void svc_comfy_upload_image(svc_req *r, const char *rest)
         reply_error(r, 400, "invalid_request", "the form needs a file named \"image\"");
         return;
     }
+    char subdir[160] = "";
     if (sub && sub->len) {
-        svc_mp_free(&form);
-        reply_error(r, 400, "invalid_request", "subfolders are not supported (send none)");
-        return;
+        if (sub->len >= sizeof subdir) {
+            svc_mp_free(&form);
+            reply_error(r, 400, "invalid_request", "subfolder is longer than 128 bytes");
+            return;
+        }
+        memcpy(subdir, sub->data, sub->len);
+        subdir[sub->len] = '\0';
+        if (!comfy_safe_name(subdir)) {
+            svc_mp_free(&form);
+            reply_error(r, 400, "invalid_request",
+                        "subfolder must be one folder name of [A-Za-z0-9._-], not starting "
+                        "with '.'");
+            return;
+        }
     }
     if (svc_mp_find(&form, "type", 0) && !part_is(&form, "type", "input")) {
         svc_mp_free(&form);
@@ -191,7 +204,8 @@ void svc_comfy_upload_image(svc_req *r, const char *rest)
     }
     free(pix);
     char dir[1024], name[128], path[1300];
-    snprintf(dir, sizeof dir, "%s/comfy/input", s->cfg.data_dir);
+    snprintf(dir, sizeof dir, "%s/comfy/input%s%s", s->cfg.data_dir, subdir[0] ? "/" : "",
+             subdir);
     clean_name(img->filename, name, sizeof name);
     bool overwrite = part_is(&form, "overwrite", "true") || part_is(&form, "overwrite", "1");
     if (svc_mkdirs(dir) < 0) {
@@ -221,7 +235,7 @@ void svc_comfy_upload_image(svc_req *r, const char *rest)
     }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", name);
-    cJSON_AddStringToObject(o, "subfolder", "");
+    cJSON_AddStringToObject(o, "subfolder", subdir);
     cJSON_AddStringToObject(o, "type", "input");
     svc_reply_json(r, 200, o);
 }

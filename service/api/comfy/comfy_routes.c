@@ -16,7 +16,7 @@
  *
  * Files: /view's filename is "<job-id>_<index:05>_.png" (subfolder "",
  * type output or temp), parsed strictly, so no name reaches the file
- * system; uploads go to <data-dir>/comfy/input under a name of
+ * system; uploads go to <data-dir>/comfy/input[/<subfolder>] under names of
  * [A-Za-z0-9._-] only, checked to be a PNG or JPEG.
  *
  * Keys: every path here takes the key as /v1/ does (router.c), and a key
@@ -79,8 +79,9 @@ static void comfy_dir(svc_server *s, const char *sub, char *buf, size_t size)
     snprintf(buf, size, "%s/comfy/%s", s->cfg.data_dir, sub);
 }
 
-/* An input image's name: [A-Za-z0-9._-], 1..128 bytes, not starting with '.'. */
-static bool safe_name(const char *n)
+/* An input image's name or subfolder: [A-Za-z0-9._-], 1..128 bytes, not
+ * starting with '.'. */
+bool comfy_safe_name(const char *n)
 {
     size_t len = strlen(n);
     if (len == 0 || len > 128 || n[0] == '.')
@@ -111,7 +112,7 @@ static char **list_dir(const char *dir, const char *suffix, int *count)
     struct dirent *e;
     while (d && (e = readdir(d)) != NULL && n < LIST_MAX) {
         size_t len = strlen(e->d_name), sl = suffix ? strlen(suffix) : 0;
-        if (!safe_name(e->d_name) || (suffix && (len <= sl || strcmp(e->d_name + len - sl, suffix))))
+        if (!comfy_safe_name(e->d_name) || (suffix && (len <= sl || strcmp(e->d_name + len - sl, suffix))))
             continue;
         if (n == cap) {
             char **nv = realloc(v, ((size_t)cap * 2 + 1) * sizeof *v);
@@ -139,6 +140,42 @@ static void free_names(char **v)
     free(v);
 }
 
+/* The uploaded images: the folder's files, and "sub/name" for the files of
+ * its subfolders (one level, as /upload/image writes them). */
+static char **list_inputs(const char *dir)
+{
+    int n = 0, total = 0;
+    char **top = list_dir(dir, NULL, &n);
+    char **out = calloc(LIST_MAX + 1, sizeof *out);
+    for (int i = 0; top && out && i < n && total < LIST_MAX; i++) {
+        char path[1200];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, top[i]);
+        if (stat(path, &st) != 0)
+            continue;
+        if (S_ISREG(st.st_mode)) {
+            out[total] = strdup(top[i]);
+            total += out[total] != NULL;
+            continue;
+        }
+        if (!S_ISDIR(st.st_mode))
+            continue;
+        int m = 0;
+        char **sub = list_dir(path, NULL, &m);
+        for (int k = 0; sub && k < m && total < LIST_MAX; k++) {
+            size_t len = strlen(top[i]) + strlen(sub[k]) + 2;
+            out[total] = malloc(len);
+            if (out[total]) {
+                snprintf(out[total], len, "%s/%s", top[i], sub[k]);
+                total++;
+            }
+        }
+        free_names(sub);
+    }
+    free_names(top);
+    return out;
+}
+
 typedef struct route_ctx {
     svc_server *s;
     char **images;
@@ -146,11 +183,26 @@ typedef struct route_ctx {
     const char *checkpoints[2];
 } route_ctx;
 
+/* "name" or "subfolder/name" of an uploaded image, both parts safe. */
+static bool input_name_ok(const char *name)
+{
+    char sub[256];
+    const char *slash = strchr(name, '/');
+    if (!slash)
+        return comfy_safe_name(name);
+    size_t n = (size_t)(slash - name);
+    if (n >= sizeof sub)
+        return false;
+    memcpy(sub, name, n);
+    sub[n] = '\0';
+    return comfy_safe_name(sub) && comfy_safe_name(slash + 1);
+}
+
 static char *load_image(void *user, const char *name, char *err, size_t err_size)
 {
     route_ctx *c = user;
     char dir[1024], path[1200];
-    if (!safe_name(name)) {
+    if (!input_name_ok(name)) {
         snprintf(err, err_size, "'%.100s' is not an uploaded image's name", name);
         return NULL;
     }
@@ -180,7 +232,8 @@ static void ctx_open(svc_server *s, route_ctx *rc, comfy_context *ctx)
     rc->s = s;
     rc->checkpoints[0] = s->model_name[0] ? s->model_name : NULL;
     comfy_dir(s, "input", dir, sizeof dir);
-    rc->images = list_dir(dir, NULL, &n);
+    rc->images = list_inputs(dir);
+    (void)n;
     char **names = NULL;
     int nl = 0;
     if (s->cfg.lora_dir && tsr_lora_list(s->cfg.lora_dir, &names, &nl) == 0) {
@@ -366,7 +419,11 @@ void svc_comfy_prompt(svc_req *r, const char *rest)
                                : "out of memory", "");
         return;
     }
-    c->run = comfy_run_new(&plan, cJSON_IsString(cid) ? cid->valuestring : NULL);
+    /* previews on request, as ComfyUI's --preview-method (default none) */
+    const cJSON *pm = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(body, "extra_data"), "preview_method");
+    const bool previews = cJSON_IsString(pm) && strcmp(pm->valuestring, "none") != 0;
+    c->run = comfy_run_new(&plan, cJSON_IsString(cid) ? cid->valuestring : NULL, previews);
     cJSON_Delete(body);
     comfy_plan_free(&plan);
     c->r = r;
@@ -627,19 +684,15 @@ void svc_comfy_view(svc_req *r, const char *rest)
                          "filename is required (and each value at most 255 bytes)");
         return;
     }
-    if (subfolder[0]) {
-        svc_reply_errorf(r, r->dialect, 404, "not_found", "subfolder",
-                         "no such file (Tessera's files have no subfolder)");
-        return;
-    }
     if (strcmp(type, "input") == 0) {
-        char dir[1024], path[1200];
-        if (!safe_name(filename)) {
+        char dir[1024], path[1600];
+        if (!comfy_safe_name(filename) || (subfolder[0] && !comfy_safe_name(subfolder))) {
             svc_reply_errorf(r, r->dialect, 404, "not_found", "filename", "no such file");
             return;
         }
         comfy_dir(r->srv, "input", dir, sizeof dir);
-        snprintf(path, sizeof path, "%s/%s", dir, filename);
+        snprintf(path, sizeof path, "%s/%s%s%s", dir, subfolder, subfolder[0] ? "/" : "",
+                 filename);
         char *data = NULL;
         size_t len = 0;
         if (svc_read_file(path, &data, &len, INPUT_MAX) < 0) {
@@ -648,6 +701,11 @@ void svc_comfy_view(svc_req *r, const char *rest)
         }
         bool png = len >= 4 && memcmp(data, "\x89PNG", 4) == 0;
         send_file_bytes(r, png ? "image/png" : "image/jpeg", data, len);
+        return;
+    }
+    if (subfolder[0]) {
+        svc_reply_errorf(r, r->dialect, 404, "not_found", "subfolder",
+                         "no such file (Tessera's outputs have no subfolder)");
         return;
     }
     if (type[0] && strcmp(type, "output") != 0 && strcmp(type, "temp") != 0) {

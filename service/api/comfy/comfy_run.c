@@ -13,10 +13,14 @@
  *   done       executing for the nodes after it (VAEDecode, SaveImage),
  *              executed {node, output: {images}} per output node,
  *              execution_success, executing {node: null}, status
- *   tiles      a binary preview frame (image 0's current preview tiles as
- *              one JPEG, after ComfyUI's 8-byte head: event 1 =
- *              PREVIEW_IMAGE, format 1 = JPEG, both big-endian), only to
- *              sockets with nothing waiting, and only when one listens
+ *   tiles      with extra_data.preview_method other than "none" (previews
+ *              are off by default, as ComfyUI's --preview-method is: a
+ *              client such as comfy-api-simplified takes any binary frame
+ *              for a result): a binary preview frame (image 0's current
+ *              preview tiles as one JPEG, after ComfyUI's 8-byte head:
+ *              event 1 = PREVIEW_IMAGE, format 1 = JPEG, both big-endian),
+ *              only to sockets with nothing waiting, and only when one
+ *              listens
  *   failed     execution_error (on the KSampler), executing null, status
  *   cancelled  execution_interrupted, executing null, status
  *
@@ -49,6 +53,7 @@ struct comfy_run {
     bool watching, done;
     char sid[257];
     char owner[64];
+    bool previews;              /* extra_data.preview_method asked for them */
     char *order[COMFY_MAX_NODES];
     const char *classes[COMFY_MAX_NODES];
     int n_order, sampler_at, announced;
@@ -63,11 +68,12 @@ static int n_runs;
 
 int comfy_runs_pending(void) { return n_runs; }
 
-comfy_run *comfy_run_new(const comfy_plan *plan, const char *sid)
+comfy_run *comfy_run_new(const comfy_plan *plan, const char *sid, bool previews)
 {
     comfy_run *run = calloc(1, sizeof *run);
     if (!run)
         return NULL;
+    run->previews = previews;
     snprintf(run->sid, sizeof run->sid, "%s", sid ? sid : "");
     run->sampler_at = -1;
     for (int i = 0; i < plan->n_order; i++) {
@@ -239,7 +245,7 @@ static uint8_t *preview_frame(const svc_tilemap *m, size_t *len)
 static void send_preview(comfy_run *run, const svc_event *ev)
 {
     const char *owner = run->owner[0] ? run->owner : NULL;
-    if (ev->a != 0 || !comfy_ws_idle(sid_of(run), owner))
+    if (!run->previews || ev->a != 0 || !comfy_ws_idle(sid_of(run), owner))
         return;
     const svc_tilemap *m = svc_image_tiles(run->srv, run->job, 0);
     if (!m || m->final)

@@ -49,7 +49,7 @@
 #include "server.h"
 #include "stream.h"
 
-#define WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC65B11"
+#define WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11" /* RFC 6455 1.3 */
 #define WS_FRAME_MAX (64u << 10)     /* a client frame's payload */
 #define WS_READ_MAX (256u << 10)     /* the input read before we parse */
 #define WS_PENDING_MAX (8u << 20)    /* waiting bytes before a slow socket is closed */
@@ -66,6 +66,10 @@ typedef struct ws_conn {
     struct event *ping;
     char sid[129];
     const svc_key *key;         /* whose socket (keys on); it hears only what this key sees */
+    /* evhttp's callbacks, put back for the end (its write callback ends the reply) */
+    bufferevent_data_cb ev_read, ev_write;
+    bufferevent_event_cb ev_event;
+    void *ev_arg;
     bool closing, done;
     struct ws_conn *prev, *next;
 } ws_conn;
@@ -145,6 +149,9 @@ static void conn_end(ws_conn *c)
         evhttp_remove_header(in, "Connection");
         evhttp_add_header(in, "Connection", "close");
         svc_peer_stop(&c->peer);
+        /* evhttp's write callback again: it ends the reply (and closes) once
+         * the last frame has left */
+        bufferevent_setcb(c->bev, c->ev_read, c->ev_write, c->ev_event, c->ev_arg);
         svc_req *r = c->r;
         c->r = NULL;
         evhttp_send_reply_end(r->req);
@@ -162,11 +169,8 @@ static void on_write(struct bufferevent *bev, void *arg);
  * directly); evhttp keeps its error callback, which notices the close. */
 static void take_over(ws_conn *c)
 {
-    bufferevent_data_cb rcb, wcb;
-    bufferevent_event_cb ecb;
-    void *arg;
-    bufferevent_getcb(c->bev, &rcb, &wcb, &ecb, &arg);
-    bufferevent_setcb(c->bev, on_read, on_write, ecb, arg);
+    bufferevent_getcb(c->bev, &c->ev_read, &c->ev_write, &c->ev_event, &c->ev_arg);
+    bufferevent_setcb(c->bev, on_read, on_write, c->ev_event, c->ev_arg);
     bufferevent_setwatermark(c->bev, EV_READ, 0, WS_READ_MAX);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
 }
@@ -388,6 +392,26 @@ void svc_comfy_ws_close_all(svc_server *s)
 
 /* ---------------------------------------------------------- handshake */
 
+bool comfy_ws_accept(const char *key, char out[29])
+{
+    char cat[64];
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int dlen = 0;
+    if (strlen(key) != 24)
+        return false;
+    snprintf(cat, sizeof cat, "%s%s", key, WS_GUID);
+    if (!EVP_Digest(cat, strlen(cat), digest, &dlen, EVP_sha1(), NULL) || dlen != 20)
+        return false;
+    char *b64 = svc_base64_encode(digest, dlen);
+    if (!b64 || strlen(b64) != 28) {
+        free(b64);
+        return false;
+    }
+    memcpy(out, b64, 29);
+    free(b64);
+    return true;
+}
+
 static bool header_has_token(const char *v, const char *token)
 {
     size_t n = strlen(token);
@@ -466,15 +490,12 @@ void svc_comfy_ws(svc_req *r, const char *rest)
         svc_reply_unavailable(r);
         return;
     }
-    char cat[64];
-    snprintf(cat, sizeof cat, "%s%s", key, WS_GUID);
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int dlen = 0;
+    char accept[29];
     struct evhttp_connection *evcon = evhttp_request_get_connection(r->req);
     struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
     ws_conn *c = calloc(1, sizeof *c);
     /* from the 101 on, the head guard lets the frames through (http/guard.c) */
-    if (!c || !bev || !svc_guard_upgrade(bev) || !EVP_Digest(cat, strlen(cat), digest, &dlen, EVP_sha1(), NULL) ||
+    if (!c || !bev || !comfy_ws_accept(key, accept) || !svc_guard_upgrade(bev) ||
         !(c->pending = evbuffer_new())) {
         free(c);
         svc_reply_errorf(r, r->dialect, 500, "internal", NULL,
@@ -482,7 +503,6 @@ void svc_comfy_ws(svc_req *r, const char *rest)
                          "another request is pipelined on it)");
         return;
     }
-    char *accept = svc_base64_encode(digest, dlen);
     c->srv = s;
     c->r = r;
     c->bev = bev;
@@ -490,8 +510,7 @@ void svc_comfy_ws(svc_req *r, const char *rest)
     snprintf(c->sid, sizeof c->sid, "%s", sid);
     svc_req_add_header(r, "Upgrade", "websocket");
     svc_req_add_header(r, "Connection", "Upgrade");
-    svc_req_add_header(r, "Sec-WebSocket-Accept", accept ? accept : "");
-    free(accept);
+    svc_req_add_header(r, "Sec-WebSocket-Accept", accept);
     evhttp_send_reply_start(r->req, 101, "Switching Protocols");
     c->next = live;
     if (live)
