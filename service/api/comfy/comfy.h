@@ -130,11 +130,18 @@ cJSON *comfy_field_error(const comfy_plan *p, const char *field, const char *mes
  * details, extra_info: {}}, "node_errors": {}} (owned). */
 cJSON *comfy_error_body(const char *type, const char *message, const char *details);
 
-/* ---- routes (comfy_routes.c, in http/router.c's table) ---- */
+/* ---- routes (comfy_routes.c, comfy_view.c, comfy_info.c, comfy_ws.c; in
+ * http/router.c's table) ---- */
 struct svc_req;
+struct svc_server;
+struct svc_job;
 /* An uploaded image's name or subfolder: [A-Za-z0-9._-], 1..128 bytes, not
  * starting with '.' (comfy_routes.c). */
 bool comfy_safe_name(const char *n);
+/* <data-dir>/comfy/<sub> into buf (comfy_routes.c). */
+void comfy_dir(struct svc_server *s, const char *sub, char *buf, size_t size);
+/* A prompt's job (prompt_id = "j_...") when r's key sees it, else NULL. */
+struct svc_job *comfy_find_job(struct svc_req *r, const char *ids);
 /* A path under one of ComfyUI's roots (/prompt, /history, ...): keys apply. */
 bool svc_comfy_is_path(const char *path);
 void svc_comfy_prompt(struct svc_req *r, const char *rest);
