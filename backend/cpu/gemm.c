@@ -170,14 +170,49 @@ static const float *row_direct(const tsr_gemm *g, int64_t row, int64_t k0, int64
     return conv_run(g->conv, row, k0, kc, &run);
 }
 
+/* An output pixel's place for the im2col: its image and the input row and
+ * column of its kernel's top-left tap (before padding wraps or cuts). */
+typedef struct conv_pixel {
+    const float *img; /* NULL: a row past A's edge (reads zeros) */
+    int64_t ih0, iw0;
+} conv_pixel;
+
+static conv_pixel conv_pixel_of(const tsr_gemm_im2col *cv, int64_t row)
+{
+    const int64_t per_img = cv->ho * cv->wo;
+    const int64_t n = row / per_img, rem = row % per_img;
+    return (conv_pixel){.img = cv->x + n * cv->h * cv->w * cv->ci,
+                        .ih0 = rem / cv->wo * cv->sh - cv->pt,
+                        .iw0 = rem % cv->wo * cv->sw - cv->pl};
+}
+
+/* The pixel's channels [ch, ...) of tap (ky, kx): conv_run's address, from
+ * coordinates worked out once per row instead of four divisions per tap. */
+static const float *conv_tap(const tsr_gemm_im2col *cv, const conv_pixel *px, int64_t ky,
+                             int64_t kx, int64_t ch)
+{
+    if (!px->img)
+        return zeros;
+    int64_t ih = px->ih0 + ky, iw = px->iw0 + kx;
+    if (cv->circular) {
+        ih = ih < 0 ? ih + cv->h : ih >= cv->h ? ih - cv->h : ih;
+        iw = iw < 0 ? iw + cv->w : iw >= cv->w ? iw - cv->w : iw;
+    }
+    if (ih < 0 || ih >= cv->h || iw < 0 || iw >= cv->w)
+        return zeros;
+    return px->img + (ih * cv->w + iw) * cv->ci + ch;
+}
+
 /* Rows [i0, i0 + mc) of A's k-block into MR-row panels at ap, a run of
- * contiguous columns (a kernel tap of a conv) at a time. */
+ * contiguous columns (a kernel tap of a conv) at a time.  Only addresses
+ * are worked out here; the values are copied as they are. */
 static void pack_a(const gemm_run *r, int64_t k0, int64_t kc, int64_t i0, int64_t mc, float *ap)
 {
     const tsr_gemm *g = r->g;
     const int mr = r->kr->mr;
     _Alignas(64) float gathered[TSR_GEMM_MAX_MR][TSR_GEMM_KC];
     const float *src[TSR_GEMM_MAX_MR];
+    conv_pixel px[TSR_GEMM_MAX_MR];
     for (int64_t ip = 0; ip * mr < mc; ip++) {
         float *dst = ap + ip * mr * kc;
         const int64_t base = i0 + ip * mr;
@@ -195,21 +230,25 @@ static void pack_a(const gemm_run *r, int64_t k0, int64_t kc, int64_t i0, int64_
             interleave(src, mr, kc, dst);
             continue;
         }
-        int64_t p = k0;
-        while (p < k0 + kc) {
-            int64_t run = k0 + kc - p;
-            for (int i = 0; i < mr; i++) {
-                const int64_t row = base + i;
-                if (i >= valid || row >= g->m)
-                    src[i] = zeros;
-                else if (g->conv)
-                    src[i] = conv_run(g->conv, row, p, k0 + kc - p, &run);
-                else
-                    src[i] = g->a + row * g->lda + p;
+        if (g->conv) {
+            const tsr_gemm_im2col *cv = g->conv;
+            for (int i = 0; i < mr; i++)
+                px[i] = i < valid && base + i < g->m ? conv_pixel_of(cv, base + i)
+                                                     : (conv_pixel){.img = NULL};
+            for (int64_t p = k0; p < k0 + kc;) {
+                const int64_t tap = p / cv->ci, ch = p % cv->ci;
+                const int64_t run = min64(cv->ci - ch, k0 + kc - p);
+                const int64_t ky = tap / cv->kw, kx = tap % cv->kw;
+                for (int i = 0; i < mr; i++)
+                    src[i] = conv_tap(cv, &px[i], ky, kx, ch);
+                interleave(src, mr, run, dst + (p - k0) * mr);
+                p += run;
             }
-            interleave(src, mr, run, dst + (p - k0) * mr);
-            p += run;
+            continue;
         }
+        for (int i = 0; i < mr; i++)
+            src[i] = i >= valid || base + i >= g->m ? zeros : g->a + (base + i) * g->lda + k0;
+        interleave(src, mr, kc, dst);
     }
 }
 
