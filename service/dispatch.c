@@ -6,6 +6,7 @@
  * Redis instead (svc_server_on_work_msg).
  */
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -80,6 +81,10 @@ void svc_server_on_msg(void *user, svc_msg *m)
     case SVC_MSG_IMAGE_FAILED: svc_jobs_on_failed(s, m->job, m->index, m->status, m->text); break;
     case SVC_MSG_IMAGE_CANCELLED: svc_jobs_on_cancelled(s, m->job, m->index); break;
     case SVC_MSG_UNET_CALL:
+        if (m->worker >= 0 && m->worker < s->devices.n) {
+            s->devices.v[m->worker].calls++;
+            s->devices.v[m->worker].images += (uint64_t)(m->images > 0 ? m->images : 0);
+        }
         s->metrics.unet_calls++;
         svc_hist_observe(&s->metrics.unet_images, m->images);
         svc_hist_observe(&s->metrics.unet_seconds, m->seconds);
@@ -88,6 +93,23 @@ void svc_server_on_msg(void *user, svc_msg *m)
         s->n_exited++;
         svc_server_maybe_finish_drain(s);
         break;
+    case SVC_MSG_DEVICE_STEP:
+        if (m->worker >= 0 && m->worker < s->devices.n)
+            s->devices.v[m->worker].busy_seconds += m->seconds;
+        break;
+    case SVC_MSG_DEVICE_FAILED:
+        if (m->worker >= 0 && m->worker < s->devices.n) {
+            svc_device *d = &s->devices.v[m->worker];
+            d->up = false;
+            d->failures++;
+            d->requeued += (uint64_t)(m->images > 0 ? m->images : 0);
+            snprintf(d->reason, sizeof d->reason, "%s", m->text ? m->text : "failed");
+            if (svc_devices_up(&s->devices) == 0)
+                SVC_ERROR("every device has failed: /readyz answers 503 and new work is "
+                          "refused; queued jobs stay journaled and rerun at the next start");
+        }
+        break;
+    case SVC_MSG_IMAGE_REQUEUED: svc_jobs_on_requeued(s, m->job, m->index); break;
     case SVC_MSG_TILES:
         svc_jobs_on_tiles(s, m->job, m->index, &m->tiles);
         break;

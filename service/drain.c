@@ -141,6 +141,7 @@ void svc_server_shutdown(svc_server *s)
     for (int i = 0; i < s->n_workers; i++)
         svc_worker_free(s->workers[i]);
     free(s->workers);
+    svc_devices_free(&s->devices);
     if (s->journal)
         s->journal->ops->close(s->journal);
     if (s->queue)

@@ -35,6 +35,9 @@ typedef enum svc_msg_type {
     SVC_MSG_CLUSTER_ACCEPT, /* cluster follower: a job accepted by any api node (text=record,
                                images=its position in the shared queue) */
     SVC_MSG_CLUSTER_CANCEL, /* cluster follower: a job cancelled on any api node (job) */
+    SVC_MSG_DEVICE_STEP,    /* worker: one tsr_batch_step's wall time (seconds) */
+    SVC_MSG_DEVICE_FAILED,  /* worker: its device is taken out (status, text=reason) */
+    SVC_MSG_IMAGE_REQUEUED, /* worker: a failed device's image is back in the queue (job, index) */
 } svc_msg_type;
 
 struct svc_tileset;

@@ -211,8 +211,17 @@ static int start_workers(svc_server *s)
         threads = total / n_cpu > 0 ? total / n_cpu : 1;
     }
     s->workers = calloc((size_t)n, sizeof *s->workers);
-    if (!s->workers)
+    if (!s->workers || svc_devices_init(&s->devices, names, n) != 0)
         return -1;
+    /* the fault switch (docs/multi-gpu.md): the environment only */
+    const char *fault = getenv("TESSERA_FAULT_DEVICE");
+    for (int i = 0; i < n; i++) {
+        char err[256];
+        if (svc_devices_fault_after(fault, s->devices.v[i].name, err, sizeof err) < -1) {
+            SVC_ERROR("%s", err);
+            return -1;
+        }
+    }
     for (int i = 0; i < n; i++) {
         svc_worker_config wc;
         memset(&wc, 0, sizeof wc);
@@ -232,6 +241,12 @@ static int start_workers(svc_server *s)
         wc.store = s->work_store ? s->work_store : s->store;
         wc.tiles = s->tiles;
         wc.preview_every = s->cfg.preview_every;
+        snprintf(wc.name, sizeof wc.name, "%s", s->devices.v[i].name);
+        char err[256];
+        wc.fault_after_calls = svc_devices_fault_after(fault, wc.name, err, sizeof err);
+        if (wc.fault_after_calls >= 0)
+            SVC_WARN("TESSERA_FAULT_DEVICE: device %s will fail after %d UNet calls", wc.name,
+                     wc.fault_after_calls);
         s->workers[i] = svc_worker_start(&wc);
         if (!s->workers[i]) {
             SVC_ERROR("cannot start worker %d", i);

@@ -20,6 +20,7 @@
 
 #include "auth.h"
 #include "cluster.h"
+#include "devices.h"
 #include "jobs.h"
 #include "journal.h"
 #include "mailbox.h"
@@ -58,6 +59,7 @@ typedef struct svc_server {
 
     svc_worker **workers;
     int n_workers, n_ready, n_exited, n_failed;
+    svc_devices devices;       /* one per worker: names, up/failed, counters (devices.h) */
     tsr_engine *engine0;       /* worker 0's, for checks and facts */
     char model_name[256], family[32], device_desc[512];
     int default_size;

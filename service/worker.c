@@ -22,6 +22,10 @@ typedef struct slot {
     int width, height;
     int last_step;
     int evals;         /* UNet evaluations so far: the version of its next preview */
+    int pending;       /* FAILED with a device-level status (TSR_ERR_BACKEND, _NOMEM):
+                          finished or requeued once the step has returned (0: not) */
+    svc_params *params;/* one reference: to requeue it should the device fail */
+    char owner[64];    /* its key (fair turns), for the same */
 } slot;
 
 struct svc_worker {
@@ -33,6 +37,8 @@ struct svc_worker {
     slot slots[MAX_SLOTS];        /* worker thread only, oldest first */
     int n_slots;
     uint64_t calls;               /* UNet calls made (preview cadence) */
+    int oom_in_a_row;             /* failed steps out of memory, in a row */
+    bool failed;                  /* the device is taken out */
     int preview_mode;             /* the mode set on the batch now */
     atomic_bool abort;
     pthread_mutex_t mu;           /* guards the cancel list */
@@ -70,6 +76,7 @@ static int find_slot(svc_worker *w, int batch_image)
 
 static void drop_slot(svc_worker *w, int i)
 {
+    svc_params_unref(w->slots[i].params);
     memmove(&w->slots[i], &w->slots[i + 1], (size_t)(w->n_slots - i - 1) * sizeof w->slots[0]);
     w->n_slots--;
 }
@@ -148,8 +155,15 @@ static void on_step(void *user, const tsr_step_info *info)
             post(w, m);
         }
         break;
-    case TSR_IMAGE_DONE:
     case TSR_IMAGE_FAILED:
+        if (info->status == TSR_ERR_BACKEND || info->status == TSR_ERR_NOMEM) {
+            /* the device's fault, perhaps: decided once the step returns */
+            w->slots[i].pending = info->status;
+            break;
+        }
+        finish(w, i, info->state, info->status);
+        break;
+    case TSR_IMAGE_DONE:
     case TSR_IMAGE_CANCELLED: finish(w, i, info->state, info->status); break;
     default: break;
     }
@@ -186,12 +200,90 @@ static void apply_cancels(svc_worker *w)
     free(list);
 }
 
+/* Take the device out: every image it holds goes back to the front of the
+ * queue in its order (oldest first), to rerun from its start elsewhere.
+ * The REQUEUED messages are posted before the entries are pushed, so the
+ * loop hears of the requeue before any other worker's STARTED. */
+static void fail_device(svc_worker *w, int status, const char *reason)
+{
+    w->failed = true;
+    SVC_ERROR("device %s (worker %d) is taken out: %s; its %d unfinished image%s rerun on the "
+              "other devices",
+              w->cfg.name, w->cfg.index, reason, w->n_slots, w->n_slots == 1 ? "" : "s");
+    svc_msg *m = svc_msg_new(SVC_MSG_DEVICE_FAILED);
+    if (m) {
+        m->status = status;
+        m->images = w->n_slots;
+        m->text = strdup(reason);
+    }
+    post(w, m);
+    svc_queue *q = w->cfg.queue;
+    svc_entry *entries[MAX_SLOTS];
+    int n = 0;
+    for (int i = 0; i < w->n_slots; i++) {
+        slot *s = &w->slots[i];
+        tsr_batch_cancel(w->batch, s->batch_image); /* INVALID when already final */
+        tsr_result res;
+        memset(&res, 0, sizeof res);
+        if (tsr_batch_take(w->batch, s->batch_image, &res) == TSR_OK)
+            tsr_result_free(&res);
+        if (w->cfg.tiles)
+            svc_tiles_forget(w->cfg.tiles, s->job_id, s->index);
+        svc_entry *e = q->ops->requeue ? svc_entry_new(s->job_id, s->index, s->params) : NULL;
+        if (e) {
+            snprintf(e->owner, sizeof e->owner, "%s", s->owner);
+            entries[n++] = e;
+            post(w, image_msg(SVC_MSG_IMAGE_REQUEUED, s));
+        } else {
+            svc_msg *f = image_msg(SVC_MSG_IMAGE_FAILED, s);
+            if (f) {
+                char text[512];
+                snprintf(text, sizeof text, "device %s failed: %s", w->cfg.name, reason);
+                f->status = status;
+                f->text = strdup(text);
+            }
+            post(w, f);
+        }
+        svc_params_unref(s->params);
+        s->params = NULL;
+    }
+    w->n_slots = 0;
+    if (n > 0)
+        q->ops->requeue(q, entries, n);
+}
+
+/* After a step: a call that failed for the device's sake takes it out;
+ * otherwise the images that waited on that verdict fail as usual. */
+static void after_step(svc_worker *w, int rc)
+{
+    const int limit = w->cfg.oom_limit > 0 ? w->cfg.oom_limit : 3;
+    if (rc == TSR_ERR_NOMEM)
+        w->oom_in_a_row++;
+    else if (rc >= 0)
+        w->oom_in_a_row = 0;
+    char reason[512];
+    if (rc == TSR_ERR_BACKEND) {
+        snprintf(reason, sizeof reason, "device error: %s", tsr_last_error());
+        fail_device(w, rc, reason);
+        return;
+    }
+    if (rc == TSR_ERR_NOMEM && w->oom_in_a_row >= limit) {
+        snprintf(reason, sizeof reason, "out of memory in %d UNet calls in a row: %s", limit,
+                 tsr_last_error());
+        fail_device(w, rc, reason);
+        return;
+    }
+    for (int i = w->n_slots - 1; i >= 0; i--)
+        if (w->slots[i].pending)
+            finish(w, i, TSR_IMAGE_FAILED, w->slots[i].pending);
+}
+
 /* Submit a queue entry to the batch. */
 static void admit(svc_worker *w, svc_entry *e)
 {
     tsr_image_params p;
     svc_params_to_engine(e->params, e->index, &p);
-    slot s = {0, e->job, e->index, e->width, e->height, -1, 0};
+    slot s = {0, e->job, e->index, e->width, e->height, -1, 0, 0, NULL, ""};
     svc_msg *m = image_msg(SVC_MSG_IMAGE_STARTED, &s);
     post(w, m);
     int rc = tsr_batch_submit(w->batch, &p, &s.batch_image);
@@ -203,6 +295,8 @@ static void admit(svc_worker *w, svc_entry *e)
         }
         post(w, f);
     } else {
+        s.params = svc_params_ref(e->params);
+        snprintf(s.owner, sizeof s.owner, "%s", e->owner);
         w->slots[w->n_slots++] = s;
     }
     svc_entry_free(e);
@@ -306,11 +400,25 @@ static void *worker_main(void *arg)
             tsr_batch_set_callback(w->batch, on_step, w, mode);
             w->preview_mode = mode;
         }
+        if (w->cfg.fault_after_calls >= 0 && w->calls >= (uint64_t)w->cfg.fault_after_calls) {
+            char reason[160];
+            snprintf(reason, sizeof reason,
+                     "simulated sticky device error (TESSERA_FAULT_DEVICE, after %d UNet calls)",
+                     w->cfg.fault_after_calls);
+            fail_device(w, TSR_ERR_BACKEND, reason);
+            break;
+        }
         w->calls++;
         int finished = 0;
+        const double t0 = svc_now_mono();
         rc = tsr_batch_step(w->batch, &finished);
+        svc_msg *busy = svc_msg_new(SVC_MSG_DEVICE_STEP);
+        if (busy)
+            busy->seconds = svc_now_mono() - t0;
+        post(w, busy);
         if (rc < 0)
-            SVC_ERROR("worker %d: UNet call failed: %s", w->cfg.index, tsr_last_error());
+            SVC_ERROR("worker %d (%s): UNet call failed: %s", w->cfg.index, w->cfg.name,
+                      tsr_last_error());
         tsr_batch_stats now;
         tsr_batch_stats_get(w->batch, &now);
         if (now.unet_calls > last.unet_calls) {
@@ -331,6 +439,9 @@ static void *worker_main(void *arg)
             }
         }
         last = now;
+        after_step(w, rc);
+        if (w->failed)
+            break;
         /* an image the engine let go of without a final callback would pin
          * its slot forever: reconcile when the batch says nothing is left */
         if (tsr_batch_active(w->batch) == 0) {
@@ -400,6 +511,8 @@ void svc_worker_free(svc_worker *w)
 {
     if (!w)
         return;
+    for (int i = 0; i < w->n_slots; i++)
+        svc_params_unref(w->slots[i].params);
     tsr_batch_free(w->batch);
     tsr_engine_close(atomic_load(&w->engine));
     free(w->cancels);

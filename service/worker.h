@@ -9,6 +9,15 @@
  * (PNG + write) and from there to the loop.  The worker never touches the
  * loop's state.
  *
+ * A failed device (docs/multi-gpu.md part 3): a UNet call that fails with
+ * TSR_ERR_BACKEND (the CUDA backend's sticky errors surface so), oom_limit
+ * calls in a row out of memory, or the fault switch take the device out.
+ * The worker posts DEVICE_FAILED, hands its unfinished images back to the
+ * front of the queue in their order (IMAGE_REQUEUED each, then
+ * ops->requeue) so the other devices rerun them from their start with the
+ * same seed, and its thread ends.  The engine stays open until
+ * svc_worker_free (the loop's checks may still read it).
+ *
  * Owner: the worker's thread owns its engine and batch.  The engine is read
  * by the loop too (tsr_image_params_check, model facts: read-only, allowed
  * by tessera.h) once ENGINE_READY has been posted.  The cancel list is
@@ -42,6 +51,10 @@ typedef struct svc_worker_config {
     svc_store *store;
     struct svc_tiles *tiles; /* preview tiles; NULL = none */
     int preview_every;       /* previews every N UNet calls (default 1) */
+    char name[64];           /* the device's name in logs, /readyz, /metrics ("cpu:1") */
+    int fault_after_calls;   /* TESSERA_FAULT_DEVICE: fail instead of step N+1 (-1: never) */
+    int oom_limit;           /* failed UNet calls out of memory in a row that take the
+                                device out (0: 3) */
 } svc_worker_config;
 
 typedef struct svc_worker svc_worker;

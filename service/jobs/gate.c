@@ -245,6 +245,9 @@ bool svc_gate_open(svc_server *s, svc_gate *out)
         return refuse(out, SVC_GATE_LOADING, 503, 5, "the model is still loading");
     if (s->phase != SVC_PHASE_READY)
         return refuse(out, SVC_GATE_DRAINING, 503, 30, "the server is shutting down");
+    if (s->devices.n > 0 && svc_devices_up(&s->devices) == 0)
+        return refuse(out, SVC_GATE_NO_DEVICE, 503, 60,
+                      "every device has failed (GET /readyz names them); nothing was accepted");
     if (s->cluster && s->cfg.role == TSR_ROLE_WORKER)
         return refuse(out, SVC_GATE_WORKER, 503, 30,
                       "this node is a worker (--role worker); submit work to an api node");

@@ -70,6 +70,7 @@ typedef enum svc_gate_why {
     SVC_GATE_KEY_FULL,   /* 429: the key is past --key-max-queue, later may do */
     SVC_GATE_QUEUE_FULL, /* 429: past --max-queue, later may do */
     SVC_GATE_FAILED,     /* 500: the accept itself failed (journal) */
+    SVC_GATE_NO_DEVICE,  /* 503: every device has failed (docs/multi-gpu.md part 3) */
 } svc_gate_why;
 
 typedef struct svc_gate {

@@ -397,6 +397,32 @@ void svc_jobs_on_stored(svc_server *s, uint64_t job, int index, const char *etag
     maybe_finish(s, j);
 }
 
+void svc_jobs_on_requeued(svc_server *s, uint64_t job, int index)
+{
+    svc_job *j;
+    svc_image *img = image_of(s, job, index, &j);
+    s->running_images--;
+    if (!img || img->state != SVC_RUNNING || svc_state_final(j->state))
+        return; /* cancelled meanwhile: a worker that takes it again finds it final */
+    SVC_INFO("job %s image %d: its device failed; back in the queue, it reruns from its start",
+             j->ids, index);
+    img->state = SVC_QUEUED;
+    img->step = 0;
+    if (j->queued_images++ == 0 && !j->in_queue_order) {
+        /* back at the front, where the queue put its image */
+        svc_jobs *t = s->jobs;
+        j->qprev = NULL;
+        j->qnext = t->qhead;
+        if (t->qhead)
+            t->qhead->qprev = j;
+        else
+            t->qtail = j;
+        t->qhead = j;
+        j->in_queue_order = true;
+    }
+    s->positions_dirty = true;
+}
+
 void svc_jobs_on_failed(svc_server *s, uint64_t job, int index, int status, const char *message)
 {
     svc_job *j;

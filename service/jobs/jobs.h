@@ -209,6 +209,9 @@ void svc_jobs_gc(struct svc_server *s);
  * not in RAM (NULL if none).  The map's tile bytes stay valid until the
  * next call or the next svc_jobs_gc (--tile-cache-mb may drop them). */
 struct svc_tilemap *svc_image_tiles(struct svc_server *s, svc_job *j, int index);
+/* A failed device handed a running image back to the queue: it is queued
+ * again (its job stays running) and reruns from its start. */
+void svc_jobs_on_requeued(struct svc_server *s, uint64_t job, int index);
 void svc_jobs_on_failed(struct svc_server *s, uint64_t job, int index, int status,
                         const char *message);
 void svc_jobs_on_cancelled(struct svc_server *s, uint64_t job, int index);

@@ -25,6 +25,11 @@
  * and unlink), so a pop costs a look at the keys plus the walk up to its
  * pick, as before, not a walk of the whole list; should that table fail to
  * grow (out of memory), pops walk the list for the keys until it empties.
+ *
+ * Requeue (a failed device's unfinished images, docs/multi-gpu.md part 3)
+ * links entries in at the head, in their order: within their key they are
+ * then the oldest, so the next worker with a free row takes them first,
+ * and the key's turn is unchanged.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -146,6 +151,28 @@ static void q_push(svc_queue *base, svc_entry **entries, int n)
         else
             q->head = e;
         q->tail = e;
+        q->length++;
+        key_add(q, e->owner);
+    }
+    pthread_cond_broadcast(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+}
+
+static void q_requeue(svc_queue *base, svc_entry **entries, int n)
+{
+    local_queue *q = (local_queue *)base;
+    pthread_mutex_lock(&q->mu);
+    for (int i = n - 1; i >= 0; i--) {
+        svc_entry *e = entries[i];
+        e->seq = 0; /* older than anything waiting */
+        e->passed = 0;
+        e->prev = NULL;
+        e->next = q->head;
+        if (q->head)
+            q->head->prev = e;
+        else
+            q->tail = e;
+        q->head = e;
         q->length++;
         key_add(q, e->owner);
     }
@@ -296,7 +323,8 @@ static void q_destroy(svc_queue *base)
     free(q);
 }
 
-static const svc_queue_ops local_ops = {q_push, q_remove_job, q_pop, q_length, q_close, q_destroy};
+static const svc_queue_ops local_ops = {q_push,  q_remove_job, q_pop,    q_length,
+                                        q_close, q_destroy,    q_requeue};
 
 svc_queue *svc_queue_local_new(int max_batch)
 {

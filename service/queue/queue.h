@@ -54,6 +54,13 @@ typedef struct svc_queue_ops {
     /* Stop handing out entries (drain) and wake every blocked pop. */
     void (*close)(svc_queue *q);
     void (*destroy)(svc_queue *q);
+    /* Put entries back at the front, in the order given, ahead of every
+     * waiting entry (a failed device's unfinished images, which rerun from
+     * their start: docs/multi-gpu.md part 3).  Ownership passes to the
+     * queue.  NULL where the queue cannot (the Redis work queue): the
+     * caller fails those images instead.  Entries are taken even when the
+     * queue is closed (the journal reruns them at the next start). */
+    void (*requeue)(svc_queue *q, svc_entry **entries, int n);
 } svc_queue_ops;
 struct svc_queue {
     const svc_queue_ops *ops;

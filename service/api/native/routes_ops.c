@@ -26,8 +26,26 @@ void svc_ops_readyz(svc_req *r, const char *rest)
 {
     (void)rest;
     svc_server *s = r->srv;
+    const int up = svc_devices_up(&s->devices);
+    if (s->phase == SVC_PHASE_READY && s->devices.n > 0 && up == 0) {
+        /* every device failed (docs/multi-gpu.md part 3): the error object
+         * and the devices, so a probe's log says which and why */
+        cJSON *o = cJSON_CreateObject();
+        cJSON *e = cJSON_AddObjectToObject(o, "error");
+        cJSON_AddStringToObject(e, "code", "unavailable");
+        cJSON_AddStringToObject(e, "message", "every device has failed");
+        cJSON_AddNullToObject(e, "field");
+        cJSON_AddStringToObject(o, "status", "failed");
+        cJSON_AddItemToObject(o, "devices", svc_devices_json(&s->devices));
+        svc_req_add_header(r, "Retry-After", "60");
+        svc_reply_json(r, 503, o);
+        return;
+    }
     if (s->phase == SVC_PHASE_READY) {
-        svc_reply_json(r, 200, status_json("ready"));
+        cJSON *o = status_json(up < s->devices.n ? "degraded" : "ready");
+        if (s->devices.n > 1 || up < s->devices.n)
+            cJSON_AddItemToObject(o, "devices", svc_devices_json(&s->devices));
+        svc_reply_json(r, 200, o);
         return;
     }
     svc_reply_unavailable(r); /* the 503 error object, with Retry-After */
@@ -48,6 +66,7 @@ void svc_ops_metrics(svc_req *r, const char *rest)
     svc_keys_metrics(&s->keys, buf);
     svc_gate_key_metrics(s, buf);
     svc_cluster_metrics(s->cluster, buf);
+    svc_devices_metrics(&s->devices, buf);
     svc_reply_buffer(r, 200, "text/plain; version=0.0.4; charset=utf-8", buf);
     evbuffer_free(buf);
 }

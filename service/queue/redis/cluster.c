@@ -232,7 +232,8 @@ static svc_entry *mirror_pop(svc_queue *q, bool have_shape, int width, int heigh
 }
 
 const svc_queue_ops svc_cl_mirror_ops = {svc_cl_q_push,   svc_cl_q_remove_job, mirror_pop,
-                                     svc_cl_q_length, svc_cl_q_close,      svc_cl_q_destroy};
+                                     svc_cl_q_length, svc_cl_q_close,      svc_cl_q_destroy,
+                                     NULL /* requeue: a failed device's images fail */};
 
 /* Field `name` of a stream entry's field array. */
 const redisReply *svc_cl_field(const redisReply *fields, const char *name)

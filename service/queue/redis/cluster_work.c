@@ -231,7 +231,8 @@ static svc_entry *work_pop(svc_queue *q, bool have_shape, int width, int height,
 }
 
 const svc_queue_ops svc_cl_work_ops = {svc_cl_q_push,   svc_cl_q_remove_job, work_pop,
-                                     svc_cl_q_length, svc_cl_q_close,      svc_cl_q_destroy};
+                                     svc_cl_q_length, svc_cl_q_close,      svc_cl_q_destroy,
+                                     NULL /* requeue: a failed device's images fail */};
 
 /* ------------------------------------------------------------ publisher */
 
