@@ -12,6 +12,7 @@
  * here, in this order:
  *
  *   1. phase      loading or draining           503 unavailable + Retry-After
+ *   1b. devices   every device has failed       503 unavailable + Retry-After
  *   2. role       --queue with --role worker    503 unavailable + Retry-After
  *   3. queue      --queue's Redis away          503 unavailable + Retry-After
  *   4. cost       no device can hold a batch    422 too_costly
