@@ -43,7 +43,8 @@ static char *run(const cJSON *prompt, int *rc)
     static const char *const ckpt[] = {"demo", NULL};
     static const char *const loras[] = {"a.safetensors", NULL};
     static const char *const images[] = {"in.png", NULL};
-    comfy_context ctx = {.checkpoints = ckpt, .loras = loras, .images = images, .load_image = load};
+    comfy_context ctx = {.checkpoints = ckpt, .loras = loras, .images = images, .load_image = load,
+                         .load_mask = load};
     comfy_plan plan;
     cJSON *err = NULL;
     *rc = comfy_compile(prompt, &ctx, &plan, &err);

@@ -326,6 +326,73 @@ def test_upload_img2img():
     s.stop()
 
 
+def generate_png(*flags):
+    """`tessera generate` with these flags (beyond what svc.generate maps), decoded."""
+    import subprocess
+    out = os.path.join(svc.tmpdir("tsr-comfy-gen-"), "out.png")
+    argv = [svc.TSR_BIN, "--log-level", "warn", "generate", "--model", svc.MODEL, "--quiet",
+            "--device", "cpu", "--threads", "1", "--output", out] + [str(f) for f in flags]
+    r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+    assert r.returncode == 0, "%s -> %d\n%s" % (argv, r.returncode, r.stdout.decode())
+    with open(out, "rb") as f:
+        return svc.png_decode(f.read())
+
+
+def test_inpaint():
+    """SetLatentNoiseMask over VAEEncode of an RGBA upload, the mask from its
+    alpha (ComfyUI's MASK = 1 - alpha), equals `tessera generate --mask` with
+    the white-is-repaint mask and --inpainting-fill 1 (--mask-blur 0: the
+    native job's image, as diffusers'); VAEEncodeForInpaint equals it with
+    --inpainting-fill 0."""
+    s = svc.Server().start()
+    ckpt = checkpoint(s)
+    d = svc.tmpdir("tsr-comfy-inpaint-")
+    rgba, rgb, mask = bytearray(), bytearray(), bytearray()
+    for y in range(SIZE):
+        for x in range(SIZE):
+            px = ((x * 4) % 256, (y * 4) % 256, (x + y) % 256)
+            hole = 16 <= x < 48 and 20 <= y < 44
+            a = 0 if hole else 255
+            rgba += bytes(px) + bytes([a])
+            rgb += bytes(px)
+            mask += bytes([255 - a] * 3)
+    body, ctype = multipart({}, {"image": ("hole.png", svc.png_encode(SIZE, SIZE, bytes(rgba), 4),
+                                           "image/png")})
+    assert s.request("POST", "/upload/image", body, headers={"Content-Type": ctype}).status == 200
+    init, mpath = os.path.join(d, "init.png"), os.path.join(d, "mask.png")
+    with open(init, "wb") as f:
+        f.write(svc.png_encode(SIZE, SIZE, bytes(rgb)))
+    with open(mpath, "wb") as f:
+        f.write(svc.png_encode(SIZE, SIZE, bytes(mask)))
+    common = ["--prompt", "a red apple on a table", "--negative-prompt", "blurry", "--seed", 42,
+              "--steps", STEPS, "--cfg-scale", 7.5, "--sampler", "euler", "--scheduler", "default",
+              "--width", SIZE, "--height", SIZE, "--init-image", init, "--mask", mpath,
+              "--mask-blur", 0]  # a native job is the engine's image, no paste-back
+    for kind, denoise, fill in [("SetLatentNoiseMask", 0.7, 1), ("VAEEncodeForInpaint", 1.0, 0)]:
+        wf = default_workflow(ckpt)
+        wf["20"] = {"class_type": "LoadImage", "inputs": {"image": "hole.png"}}
+        if kind == "SetLatentNoiseMask":
+            wf["21"] = {"class_type": "VAEEncode",
+                        "inputs": {"pixels": ["20", 0], "vae": ["4", 2]}}
+            wf["22"] = {"class_type": kind, "inputs": {"samples": ["21", 0], "mask": ["20", 1]}}
+        else:
+            wf["22"] = {"class_type": kind, "inputs": {"pixels": ["20", 0], "vae": ["4", 2],
+                                                       "mask": ["20", 1], "grow_mask_by": 6}}
+        wf["3"]["inputs"]["latent_image"] = ["22", 0]
+        wf["3"]["inputs"]["denoise"] = denoise
+        h = wait_history(s, queue_prompt(s, wf))
+        assert h["status"]["status_str"] == "success", h
+        got = svc.png_decode(view(s, h["outputs"]["9"]["images"][0]))
+        want = generate_png(*(common + ["--strength", denoise, "--inpainting-fill", fill]))
+        a, b = got.rgb(), want.rgb()
+        assert (got.width, got.height) == (want.width, want.height)
+        diff = max(abs(x - y) for x, y in zip(a, b))
+        assert diff == 0, "%s: max |diff| %d against generate --mask" % (kind, diff)
+        # and the mask mattered: outside the hole the init image stays close
+        assert got.rgb() != svc.png_decode(svc.png_encode(SIZE, SIZE, bytes(rgb))).rgb()
+    s.stop()
+
+
 def test_view_escape():
     s = svc.Server().start()
     ckpt = checkpoint(s)
@@ -631,5 +698,5 @@ def test_comfy_api_simplified():
 
 if __name__ == "__main__":
     sys.exit(svc.run_tests([test_txt2img, test_hostile, test_queue, test_restart,
-                            test_upload_img2img, test_view_escape, test_keys,
+                            test_upload_img2img, test_inpaint, test_view_escape, test_keys,
                             test_websocket, test_comfy_api_simplified]))

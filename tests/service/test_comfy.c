@@ -94,7 +94,8 @@ static cJSON *patched(const char *patch)
 static int compile_it(const cJSON *w, comfy_plan *plan, cJSON **err)
 {
     comfy_context ctx = {.checkpoints = k_ckpt, .loras = k_loras, .images = k_images,
-                         .load_image = load};
+                         .load_image = load,
+                         .load_mask = load};
     return comfy_compile(w, &ctx, plan, err);
 }
 
@@ -460,6 +461,48 @@ static int test_img2img(void)
     return 0;
 }
 
+static int test_inpaint(void)
+{
+    comfy_plan plan;
+    const char *load =
+        "\"20\": {\"class_type\": \"LoadImage\", \"inputs\": {\"image\": \"in.png\"}},";
+    char patch[1024];
+    snprintf(patch, sizeof patch,
+             "{%s \"21\": {\"class_type\": \"VAEEncode\", \"inputs\": {\"pixels\": [\"20\", 0],"
+             " \"vae\": [\"4\", 2]}}, \"22\": {\"class_type\": \"SetLatentNoiseMask\", \"inputs\":"
+             " {\"samples\": [\"21\", 0], \"mask\": [\"20\", 1]}}, \"3/inputs/latent_image\":"
+             " [\"22\", 0], \"3/inputs/denoise\": 0.7}", load);
+    char *t = job_text(patch, &plan);
+    ASSERT_TRUE(t != NULL);
+    ASSERT_TRUE(strstr(t, "\"init_image\":\"iVBORw0KGgo=\",\"mask\":\"iVBORw0KGgo=\","
+                          "\"strength\":0.7,\"mask_fill\":1") != NULL);
+    free(t);
+    comfy_plan_free(&plan);
+    snprintf(patch, sizeof patch,
+             "{%s \"22\": {\"class_type\": \"VAEEncodeForInpaint\", \"inputs\": {\"pixels\":"
+             " [\"20\", 0], \"vae\": [\"4\", 2], \"mask\": [\"20\", 1], \"grow_mask_by\": 6}},"
+             " \"3/inputs/latent_image\": [\"22\", 0]}", load);
+    t = job_text(patch, &plan);
+    ASSERT_TRUE(t != NULL);
+    ASSERT_TRUE(strstr(t, "\"strength\":1,\"mask_fill\":0") != NULL);
+    free(t);
+    comfy_plan_free(&plan);
+    /* a noise mask on an empty latent: nothing to inpaint */
+    snprintf(patch, sizeof patch,
+             "{%s \"22\": {\"class_type\": \"SetLatentNoiseMask\", \"inputs\": {\"samples\":"
+             " [\"5\", 0], \"mask\": [\"20\", 1]}}, \"3/inputs/latent_image\": [\"22\", 0]}", load);
+    bad_case c = {"noise_mask_on_empty", patch, NULL, NODE_FAILED, "22", "unsupported_graph"};
+    ASSERT_EQ(check_bad(&c), 0);
+    /* the IMAGE output where the MASK goes */
+    snprintf(patch, sizeof patch,
+             "{%s \"22\": {\"class_type\": \"VAEEncodeForInpaint\", \"inputs\": {\"pixels\":"
+             " [\"20\", 0], \"vae\": [\"4\", 2], \"mask\": [\"20\", 0], \"grow_mask_by\": 6}},"
+             " \"3/inputs/latent_image\": [\"22\", 0]}", load);
+    bad_case d = {"mask_from_image", patch, NULL, NODE_FAILED, "22", "return_type_mismatch"};
+    ASSERT_EQ(check_bad(&d), 0);
+    return 0;
+}
+
 /* Unreachable nodes are not validated (ComfyUI's rule), but must be known classes. */
 static int test_unreachable(void)
 {
@@ -510,7 +553,8 @@ static const tsr_test_entry k_tests[] = {
     {"hostile", test_hostile},       {"bounds", test_bounds},
     {"all_errors", test_all_errors}, {"txt2img", test_txt2img},
     {"hires", test_hires},           {"lora_clip_skip", test_lora_clip_skip},
-    {"img2img", test_img2img},       {"unreachable", test_unreachable},
+    {"img2img", test_img2img},       {"inpaint", test_inpaint},
+    {"unreachable", test_unreachable},
     {"object_info", test_object_info},
 };
 

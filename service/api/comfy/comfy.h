@@ -78,6 +78,9 @@ typedef struct comfy_context {
     /* LoadImage: the file's bytes as a base64 string (malloc'd) or NULL
      * with err filled; NULL callback: LoadImage refuses every name */
     char *(*load_image)(void *user, const char *name, char *err, size_t err_size);
+    /* LoadImage's MASK: 255 - the file's alpha as a gray PNG, base64
+     * (malloc'd), or NULL with err (NULL callback: refused) */
+    char *(*load_mask)(void *user, const char *name, char *err, size_t err_size);
     void *user;
 } comfy_context;
 

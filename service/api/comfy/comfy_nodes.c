@@ -90,6 +90,18 @@ static const comfy_class k_classes[] = {
      .description = "img2img: its pixels are the init image (KSampler's denoise = strength).",
      .inputs = {LINK("pixels", CT_IMAGE), LINK("vae", CT_VAE)},
      .outputs = {CT_LATENT}, .output_names = {"LATENT"}, .n_outputs = 1},
+    {.name = "SetLatentNoiseMask", .display = "Set Latent Noise Mask", .category = "latent/inpaint",
+     .description = "Inpainting: a VAEEncode latent of LoadImage, changed only under the "
+                    "mask (LoadImage's MASK: its alpha); denoise = strength.",
+     .inputs = {LINK("samples", CT_LATENT), LINK("mask", CT_MASK)},
+     .outputs = {CT_LATENT}, .output_names = {"LATENT"}, .n_outputs = 1},
+    {.name = "VAEEncodeForInpaint", .display = "VAE Encode (for Inpainting)",
+     .category = "latent/inpaint",
+     .description = "Inpainting with the masked area filled first (A1111's fill); "
+                    "grow_mask_by is not applied yet (docs/compat-comfyui.md).",
+     .inputs = {LINK("pixels", CT_IMAGE), LINK("vae", CT_VAE), LINK("mask", CT_MASK),
+                INT("grow_mask_by", 6, 0, 64)},
+     .outputs = {CT_LATENT}, .output_names = {"LATENT"}, .n_outputs = 1},
     {.name = "LoadImage", .display = "Load Image", .category = "image",
      .description = "An image sent to POST /upload/image (its sides multiples of 8).",
      .inputs = {COMBO("image", CC_IMAGES)},

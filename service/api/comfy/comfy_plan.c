@@ -252,6 +252,63 @@ static bool compile_sampler(graph *g, const sampling *s, cJSON *job)
     return true;
 }
 
+/* LoadImage's file (image, index 0) or mask (index 1) as base64. */
+static bool load_into(graph *g, gnode *img, bool mask, cJSON *job, const char *field)
+{
+    char err[256] = "no image store";
+    char *(*fn)(void *, const char *, char *, size_t) =
+        mask ? g->ctx->load_mask : g->ctx->load_image;
+    char *b64 = fn ? fn(g->ctx->user, str(img, "image"), err, sizeof err) : NULL;
+    if (!b64) {
+        comfy_node_error(g, img, "invalid_input_type", "The image cannot be loaded", "image",
+                         NULL, "image: %s", err);
+        return false;
+    }
+    cJSON_AddStringToObject(job, field, b64);
+    free(b64);
+    note_field(g, field, img, "image");
+    return true;
+}
+
+/* Inpainting: SetLatentNoiseMask(VAEEncode(LoadImage), LoadImage's MASK), or
+ * VAEEncodeForInpaint(LoadImage, vae, LoadImage's MASK): init_image, mask
+ * (white = repaint), strength = denoise; the masked area starts from the
+ * original (1) or, for VAEEncodeForInpaint, from A1111's fill (0). */
+static bool compile_inpaint(graph *g, const sampling *s, gnode *lat, cJSON *job)
+{
+    const bool for_inpaint = is(lat, "VAEEncodeForInpaint");
+    gnode *img = NULL;
+    if (for_inpaint) {
+        img = src(g, lat, "pixels", NULL);
+    } else {
+        gnode *enc = src(g, lat, "samples", NULL);
+        if (!is(enc, "VAEEncode")) {
+            unsupported(g, lat, "samples", "SetLatentNoiseMask's samples must come from VAEEncode");
+            return false;
+        }
+        img = src(g, enc, "pixels", NULL);
+    }
+    int mix = 0;
+    gnode *mimg = src(g, lat, "mask", &mix);
+    if (!is(img, "LoadImage")) {
+        unsupported(g, lat, for_inpaint ? "pixels" : "samples",
+                    "the image to inpaint must come from LoadImage");
+        return false;
+    }
+    if (!is(mimg, "LoadImage")) {
+        unsupported(g, lat, "mask", "the mask must be LoadImage's MASK output");
+        return false;
+    }
+    if (!load_into(g, img, false, job, "init_image") || !load_into(g, mimg, true, job, "mask"))
+        return false;
+    note_field(g, "mask", lat, "mask");
+    cJSON_AddNumberToObject(job, "strength", s->denoise);
+    note_field(g, "strength", s->node, "denoise");
+    cJSON_AddNumberToObject(job, "mask_fill", for_inpaint ? 0 : 1);
+    note_field(g, "mask_fill", lat, for_inpaint ? "pixels" : "samples");
+    return true;
+}
+
 /* The latent the first (or only) sampler starts from. */
 static bool compile_latent(graph *g, const sampling *s, cJSON *job)
 {
@@ -294,9 +351,12 @@ static bool compile_latent(graph *g, const sampling *s, cJSON *job)
         note_field(g, "strength", s->node, "denoise");
         return true;
     }
+    if (is(lat, "SetLatentNoiseMask") || is(lat, "VAEEncodeForInpaint"))
+        return compile_inpaint(g, s, lat, job);
     unsupported(g, s->node, "latent_image",
-                "latent_image must come from EmptyLatentImage or VAEEncode (or, for the hires "
-                "fix, LatentUpscale / LatentUpscaleBy of a first KSampler)");
+                "latent_image must come from EmptyLatentImage, VAEEncode, SetLatentNoiseMask, "
+                "VAEEncodeForInpaint (or, for the hires fix, LatentUpscale / LatentUpscaleBy of "
+                "a first KSampler)");
     return false;
 }
 

@@ -221,6 +221,55 @@ static char *load_image(void *user, const char *name, char *err, size_t err_size
     return b64;
 }
 
+/* LoadImage's MASK, as ComfyUI makes it: 1 - the alpha channel (an image
+ * without alpha masks nothing), as the white-is-repaint gray PNG the native
+ * `mask` field takes. */
+static char *load_mask(void *user, const char *name, char *err, size_t err_size)
+{
+    route_ctx *c = user;
+    char dir[1024], path[1200];
+    if (!input_name_ok(name)) {
+        snprintf(err, err_size, "'%.100s' is not an uploaded image's name", name);
+        return NULL;
+    }
+    comfy_dir(c->s, "input", dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    char *data = NULL;
+    size_t len = 0;
+    if (svc_read_file(path, &data, &len, INPUT_MAX) < 0) {
+        snprintf(err, err_size, "'%.100s' cannot be read (upload it with POST /upload/image)",
+                 name);
+        return NULL;
+    }
+    uint8_t *px = NULL;
+    int w = 0, h = 0;
+    int rc = svc_image_decode((const uint8_t *)data, len, 4, &px, &w, &h, err, err_size);
+    free(data);
+    if (rc < 0)
+        return NULL;
+    size_t n = (size_t)w * (size_t)h;
+    uint8_t *rgb = malloc(n * 3);
+    if (!rgb) {
+        free(px);
+        snprintf(err, err_size, "out of memory");
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        rgb[3 * i] = rgb[3 * i + 1] = rgb[3 * i + 2] = (uint8_t)(255 - px[4 * i + 3]);
+    free(px);
+    uint8_t *png = NULL;
+    size_t plen = 0;
+    rc = svc_png_encode(rgb, w, h, NULL, &png, &plen, err, err_size);
+    free(rgb);
+    if (rc < 0)
+        return NULL;
+    char *b64 = svc_base64_encode(png, plen);
+    free(png);
+    if (!b64)
+        snprintf(err, err_size, "out of memory");
+    return b64;
+}
+
 /* The context the compiler and /object_info see: the model, the LoRAs of
  * --lora-dir, the uploaded images. */
 static void ctx_open(svc_server *s, route_ctx *rc, comfy_context *ctx)
@@ -250,6 +299,7 @@ static void ctx_open(svc_server *s, route_ctx *rc, comfy_context *ctx)
     ctx->loras = (const char *const *)rc->loras;
     ctx->images = (const char *const *)rc->images;
     ctx->load_image = load_image;
+    ctx->load_mask = load_mask;
     ctx->user = rc;
 }
 
