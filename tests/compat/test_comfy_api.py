@@ -17,6 +17,9 @@ its own server on 127.0.0.1, port 0, with a temporary --data-dir.
 - restart: /history and /view answer the same after a restart on the data dir.
 - upload_img2img: POST /upload/image, LoadImage -> VAEEncode -> KSampler with
   denoise 0.6 equals `tessera generate --init-image --strength 0.6`.
+- hires: KSampler -> LatentUpscaleBy -> KSampler equals `generate --hires-*`.
+- inpaint: SetLatentNoiseMask / VAEEncodeForInpaint with LoadImage's MASK
+  (from an RGBA upload's alpha) equal `generate --mask --mask-blur 0`.
 - view_escape: /view and LoadImage names never leave their folders.
 - keys: with --token-file the ComfyUI paths take the key like /v1/.
 - comfy_api_simplified: PyPI's comfy-api-simplified client (.venv-test)
@@ -336,6 +339,29 @@ def generate_png(*flags):
     assert r.returncode == 0, "%s -> %d\n%s" % (argv, r.returncode, r.stdout.decode())
     with open(out, "rb") as f:
         return svc.png_decode(f.read())
+
+
+def test_hires():
+    """KSampler -> LatentUpscaleBy -> KSampler (the hires-fix graph) equals
+    `tessera generate --hires-*` with the mapped settings."""
+    s = svc.Server().start()
+    ckpt = checkpoint(s)
+    wf = default_workflow(ckpt)
+    wf["10"] = {"class_type": "LatentUpscaleBy",
+                "inputs": {"samples": ["3", 0], "upscale_method": "nearest-exact", "scale_by": 2.0}}
+    wf["11"] = {"class_type": "KSampler", "inputs": dict(wf["3"]["inputs"], steps=3, denoise=0.5,
+                                                         latent_image=["10", 0])}
+    wf["8"]["inputs"]["samples"] = ["11", 0]
+    h = wait_history(s, queue_prompt(s, wf))
+    assert h["status"]["status_str"] == "success", h
+    got = svc.assert_same_image(
+        view(s, h["outputs"]["9"]["images"][0]),
+        dict(prompt="a red apple on a table", negative_prompt="blurry", width=SIZE, height=SIZE,
+             steps=STEPS, seed=42, cfg_scale=7.5, sampler="euler", scheduler="default",
+             hires_scale=2, hires_steps=3, hires_strength=0.5,
+             hires_upscaler="Latent (nearest-exact)"), "comfy hires")
+    assert (got.width, got.height) == (2 * SIZE, 2 * SIZE)
+    s.stop()
 
 
 def test_inpaint():
@@ -698,5 +724,6 @@ def test_comfy_api_simplified():
 
 if __name__ == "__main__":
     sys.exit(svc.run_tests([test_txt2img, test_hostile, test_queue, test_restart,
-                            test_upload_img2img, test_inpaint, test_view_escape, test_keys,
+                            test_upload_img2img, test_hires, test_inpaint, test_view_escape,
+                            test_keys,
                             test_websocket, test_comfy_api_simplified]))
