@@ -11,13 +11,14 @@
  *      task walks every k-block (tsr_gemm_kblock: at most TSR_GEMM_KC,
  *      never straddling a conv tap of 192 channels or more) in order, so
  *      its MC x run block of C stays in L2 from the first k-block to the
- *      last; per k-block it packs its rows of A into MR-row panels (its
- *      worker's scratch; for a conv the im2col happens here, from the NHWC
- *      image) and calls the micro-kernel for every (B panel, A panel) pair,
- *      B panel outer so it stays in L1 while the A block (MC x KC, at most
- *      144 KiB) stays in L2.  Where a k-block's rows lie contiguous (linear,
- *      1x1 convs, a block inside one tap) A is not packed at all: the
- *      micro-kernel reads it in place through MR row pointers.
+ *      last; per k-block it calls the micro-kernel for every (B panel, A
+ *      panel) pair, B panel outer so it stays in L1 while the A block (MC x
+ *      KC, at most 144 KiB) stays in L2.  Where a k-block's rows lie
+ *      contiguous (linear, 1x1 convs, a block inside one tap) the
+ *      micro-kernel reads A in place through MR row pointers; a conv block
+ *      that spans taps is first gathered row by row (the im2col, one copy
+ *      per tap's run of channels, into its worker's scratch) and read the
+ *      same way; only a k-major A is packed into MR-row panels.
  * So one call synchronises the pool twice per column block, not twice per
  * k-block: a 16x16 conv of 1280 channels (36 k-blocks) used to wait at 288
  * barriers per call, which on two threads ate its second thread's gain.
@@ -203,16 +204,14 @@ static const float *conv_tap(const tsr_gemm_im2col *cv, const conv_pixel *px, in
     return px->img + (ih * cv->w + iw) * cv->ci + ch;
 }
 
-/* Rows [i0, i0 + mc) of A's k-block into MR-row panels at ap, a run of
- * contiguous columns (a kernel tap of a conv) at a time.  Only addresses
- * are worked out here; the values are copied as they are. */
+/* Rows [i0, i0 + mc) of A's k-block into MR-row panels at ap (A stored
+ * k-major, or rows of a plain A). */
 static void pack_a(const gemm_run *r, int64_t k0, int64_t kc, int64_t i0, int64_t mc, float *ap)
 {
     const tsr_gemm *g = r->g;
     const int mr = r->kr->mr;
     _Alignas(64) float gathered[TSR_GEMM_MAX_MR][TSR_GEMM_KC];
     const float *src[TSR_GEMM_MAX_MR];
-    conv_pixel px[TSR_GEMM_MAX_MR];
     for (int64_t ip = 0; ip * mr < mc; ip++) {
         float *dst = ap + ip * mr * kc;
         const int64_t base = i0 + ip * mr;
@@ -230,25 +229,42 @@ static void pack_a(const gemm_run *r, int64_t k0, int64_t kc, int64_t i0, int64_
             interleave(src, mr, kc, dst);
             continue;
         }
-        if (g->conv) {
-            const tsr_gemm_im2col *cv = g->conv;
-            for (int i = 0; i < mr; i++)
-                px[i] = i < valid && base + i < g->m ? conv_pixel_of(cv, base + i)
-                                                     : (conv_pixel){.img = NULL};
-            for (int64_t p = k0; p < k0 + kc;) {
-                const int64_t tap = p / cv->ci, ch = p % cv->ci;
-                const int64_t run = min64(cv->ci - ch, k0 + kc - p);
-                const int64_t ky = tap / cv->kw, kx = tap % cv->kw;
-                for (int i = 0; i < mr; i++)
-                    src[i] = conv_tap(cv, &px[i], ky, kx, ch);
-                interleave(src, mr, run, dst + (p - k0) * mr);
-                p += run;
-            }
-            continue;
-        }
         for (int i = 0; i < mr; i++)
             src[i] = i >= valid || base + i >= g->m ? zeros : g->a + (base + i) * g->lda + k0;
         interleave(src, mr, kc, dst);
+    }
+}
+
+/* A conv's rows [i0, i0 + mc) for a k-block that spans taps: each row's
+ * kc columns gathered into one contiguous row at ap + i * kc (a copy of
+ * each tap's run of channels, or zeros off the image), so the micro-kernel
+ * reads them through row pointers as it reads a linear layer's A in place.
+ * A copy per run instead of an MR-row interleave per column: the
+ * interleave was 70% of gemm_task on the demo model's 24-channel convs.
+ * Only the copies change; the kernel's arithmetic is the same (fn and
+ * fn_rows differ in where they fetch A alone). */
+static void gather_rows(const gemm_run *r, int64_t k0, int64_t kc, int64_t i0, int64_t mc,
+                        float *ap, const float **rowp)
+{
+    const tsr_gemm_im2col *cv = r->g->conv;
+    int64_t ky[TSR_GEMM_KC], kx[TSR_GEMM_KC], ch[TSR_GEMM_KC], len[TSR_GEMM_KC];
+    int nruns = 0;
+    for (int64_t p = k0; p < k0 + kc; nruns++) {
+        const int64_t tap = p / cv->ci;
+        ch[nruns] = p % cv->ci;
+        len[nruns] = min64(cv->ci - ch[nruns], k0 + kc - p);
+        ky[nruns] = tap / cv->kw;
+        kx[nruns] = tap % cv->kw;
+        p += len[nruns];
+    }
+    for (int64_t i = 0; i < mc; i++) {
+        const conv_pixel px = conv_pixel_of(cv, i0 + i);
+        float *dst = ap + i * kc;
+        for (int t = 0; t < nruns; t++) {
+            memcpy(dst, conv_tap(cv, &px, ky[t], kx[t], ch[t]), (size_t)len[t] * sizeof(float));
+            dst += len[t];
+        }
+        rowp[i] = ap + i * kc;
     }
 }
 
@@ -277,12 +293,18 @@ static void gemm_task(void *ctx_, int64_t begin, int64_t end, int worker)
         for (int64_t k0 = 0, kc; k0 < g->k; k0 += kc) {
             kc = tsr_gemm_kblock(g, k0);
             const bool acc = g->accumulate || k0 > 0;
-            const bool direct = rows_direct(g, k0, kc);
-            if (direct)
-                for (int64_t i = 0; i < MC + TSR_GEMM_MAX_MR; i++)
-                    rowp[i] = i < mc ? row_direct(g, i0 + i, k0, kc) : zeros;
+            /* rows read through pointers: in place, or a conv's gathered */
+            const bool direct = rows_direct(g, k0, kc) || g->conv;
+            if (rows_direct(g, k0, kc))
+                for (int64_t i = 0; i < mc; i++)
+                    rowp[i] = row_direct(g, i0 + i, k0, kc);
+            else if (g->conv)
+                gather_rows(r, k0, kc, i0, mc, ap, rowp);
             else
                 pack_a(r, k0, kc, i0, mc, ap);
+            if (direct)
+                for (int64_t i = mc; i < MC + TSR_GEMM_MAX_MR; i++)
+                    rowp[i] = zeros;
             for (int64_t jp = jp0; jp < jp1; jp++) {
                 const int64_t j = r->n0 + jp * nr;
                 const int64_t cols = min64(nr, g->n - j);
