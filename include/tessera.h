@@ -119,6 +119,16 @@ typedef struct tsr_engine_options {
 void tsr_engine_options_init(tsr_engine_options *o);
 /* Owned: tsr_engine_close(). */
 int tsr_engine_open(const tsr_engine_options *o, tsr_engine **out);
+/* A second engine of src's model on o->device (o->model is ignored) that
+ * borrows src's weights instead of reading the checkpoint again: one copy
+ * of the weights in host memory for several CPU devices (docs/multi-gpu.md
+ * part 2).  Both must be on host-memory backends with the same weight
+ * dtype (TSR_ERR_UNSUPPORTED otherwise: open it with tsr_engine_open).
+ * The replica has its own threads, scratch, caches, LoRAs and embeddings,
+ * so src and replica may run on different threads at once.  src stays
+ * allocated until it and all its replicas are closed, in any order.
+ * Owned: tsr_engine_close(). */
+int tsr_engine_open_replica(tsr_engine *src, const tsr_engine_options *o, tsr_engine **out);
 void tsr_engine_close(tsr_engine *e);
 /* Default image side for the model's family: 512 SD 1.x, 768 SD 2.x v,
  * 1024 SDXL (or the UNet's sample_size times the VAE factor when it says

@@ -7,7 +7,17 @@
  * Loading is the slow part of a process's life (weights are widened to f32
  * once here), so everything that can be decided once is decided here and
  * the per-image path only looks it up.
+ *
+ * A replica (tsr_engine_open_replica, docs/multi-gpu.md part 2) is a second
+ * engine on another host-memory backend that borrows its source's weights
+ * instead of reading the checkpoint again: weights are read-only once
+ * loaded (LoRAs run beside them), so one copy serves every CPU device.
+ * Everything that is written while generating (the backend's threads and
+ * scratch, the UNet's and VAE's arenas, caches, LoRA and embedding tables)
+ * is the replica's own.  The replica holds a reference on its source, so
+ * the weights outlive whichever of the two is closed first.
  */
+#include <stdatomic.h>
 #include <cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,19 +38,23 @@ void tsr_engine_options_init(tsr_engine_options *o)
 
 void tsr_engine_close(tsr_engine *e)
 {
-    if (!e)
-        return;
+    if (!e || atomic_fetch_sub(&e->refs, 1) > 1)
+        return; /* a replica still borrows its weights */
     tsr_taesd_free(e->taesd);
     tsr_vae_free(e->vae);
     tsr_engine_lora_close(e);
     tsr_engine_emb_close(e);
     tsr_unet_free(e->unet);
-    tsr_weights_free(e->vae_w);
-    tsr_weights_free(e->unet_w);
+    if (!e->src) {
+        tsr_weights_free(e->vae_w);
+        tsr_weights_free(e->unet_w);
+    }
     tsr_text_cond_free(e->cond);
     tsr_model_close(e->model);
     tsr_backend_destroy(e->backend);
+    tsr_engine *src = e->src;
     free(e);
+    tsr_engine_close(src); /* its reference */
 }
 
 static void model_stem(const char *path, char *out, size_t size)
@@ -110,7 +124,7 @@ static void choose_preview_map(tsr_engine *e, const tsr_vae_desc *vd)
              e->preview_map.channels);
 }
 
-int tsr_engine_open(const tsr_engine_options *o, tsr_engine **out)
+static int engine_open(const tsr_engine_options *o, tsr_engine *src, tsr_engine **out)
 {
     *out = NULL;
     if (!o || !o->model)
@@ -120,6 +134,7 @@ int tsr_engine_open(const tsr_engine_options *o, tsr_engine **out)
     tsr_engine *e = calloc(1, sizeof *e);
     if (!e)
         return tsr_errorf(TSR_ERR_NOMEM, "cannot allocate the engine");
+    atomic_init(&e->refs, 1);
     int rc;
     const char *device = o->device;
     if (o->precision && strcmp(o->precision, "f32") != 0) {
@@ -138,6 +153,20 @@ int tsr_engine_open(const tsr_engine_options *o, tsr_engine **out)
         device = "cpu-bf16gemm";
     }
     TSR_CHECK_GOTO(rc, tsr_backend_open(device, o->threads, &e->backend), fail);
+    if (src) {
+        /* borrowing needs the same bytes in the same kind of memory */
+        if (!e->backend->host_visible || !src->backend->host_visible ||
+            tsr_backend_weight_dtype(e->backend) != tsr_backend_weight_dtype(src->backend)) {
+            rc = tsr_errorf(TSR_ERR_UNSUPPORTED,
+                            "a replica on %s cannot borrow the weights of an engine on %s (both "
+                            "must be host memory with one weight dtype; GPUs would broadcast: "
+                            "docs/multi-gpu.md part 2)",
+                            e->backend->name, src->backend->name);
+            goto fail;
+        }
+        atomic_fetch_add(&src->refs, 1);
+        e->src = src;
+    }
     const char *missing = tsr_backend_missing_op(e->backend);
     if (missing) {
         rc = tsr_errorf(TSR_ERR_UNSUPPORTED, "%s cannot run %s yet; use --device cpu (or auto)",
@@ -155,7 +184,11 @@ int tsr_engine_open(const tsr_engine_options *o, tsr_engine **out)
     e->family = tsr_model_family(e->model);
     e->sdxl = e->family == TSR_FAMILY_SDXL;
     TSR_CHECK_GOTO(rc, open_scheduler(e, o->prediction), fail);
-    TSR_CHECK_GOTO(rc, tsr_text_cond_open(e->model, e->backend, &e->cond), fail);
+    if (e->src)
+        TSR_CHECK_GOTO(rc, tsr_text_cond_open_shared(e->model, e->backend, e->src->cond, &e->cond),
+                       fail);
+    else
+        TSR_CHECK_GOTO(rc, tsr_text_cond_open(e->model, e->backend, &e->cond), fail);
     tsr_text_cond_set_tokenizer(e->cond, tok_mode);
     TSR_CHECK_GOTO(rc, tsr_engine_emb_open(e, o), fail);
 
@@ -165,10 +198,17 @@ int tsr_engine_open(const tsr_engine_options *o, tsr_engine **out)
         rc = tsr_errorf(TSR_ERR_NOT_FOUND, "%s: missing UNet or VAE config", path);
         goto fail;
     }
-    TSR_CHECK_GOTO(rc, tsr_weights_load(e->model, TSR_COMP_UNET, e->backend, &e->unet_w), fail);
+    if (e->src)
+        e->unet_w = e->src->unet_w;
+    else
+        TSR_CHECK_GOTO(rc, tsr_weights_load(e->model, TSR_COMP_UNET, e->backend, &e->unet_w),
+                       fail);
     TSR_CHECK_GOTO(rc, tsr_unet_create(ud, e->unet_w, e->backend, &e->unet), fail);
     TSR_CHECK_GOTO(rc, tsr_engine_lora_open(e, o), fail);
-    TSR_CHECK_GOTO(rc, tsr_weights_load(e->model, TSR_COMP_VAE, e->backend, &e->vae_w), fail);
+    if (e->src)
+        e->vae_w = e->src->vae_w;
+    else
+        TSR_CHECK_GOTO(rc, tsr_weights_load(e->model, TSR_COMP_VAE, e->backend, &e->vae_w), fail);
     TSR_CHECK_GOTO(rc, tsr_vae_create(vd, e->vae_w, e->backend, &e->vae), fail);
     if (o->taesd)
         TSR_CHECK_GOTO(rc, tsr_taesd_open(o->taesd, e->backend, &e->taesd), fail);
@@ -225,18 +265,37 @@ int tsr_engine_open(const tsr_engine_options *o, tsr_engine **out)
     model_stem(path, e->model_name, sizeof e->model_name);
     /* A1111's "Model hash" is defined for single checkpoint files; hashing
      * reads the whole file, so it is done once here, not per image. */
-    if (tsr_model_layout_of(e->model) == TSR_LAYOUT_SINGLE_FILE &&
-        tsr_a1111_model_hash(path, e->model_hash) != TSR_OK) {
+    if (e->src) {
+        memcpy(e->model_hash, e->src->model_hash, sizeof e->model_hash);
+    } else if (tsr_model_layout_of(e->model) == TSR_LAYOUT_SINGLE_FILE &&
+               tsr_a1111_model_hash(path, e->model_hash) != TSR_OK) {
         TSR_WARN("no model hash for the infotext: %s", tsr_last_error());
         e->model_hash[0] = '\0';
         tsr_error_clear();
     }
-    TSR_INFO("model %s (%s) on %s", e->model_name, tsr_family_name(e->family), e->backend->name);
+    TSR_INFO("model %s (%s) on %s%s", e->model_name, tsr_family_name(e->family), e->backend->name,
+             e->src ? ", weights shared with the first engine" : "");
     *out = e;
     return TSR_OK;
 fail:
     tsr_engine_close(e);
     return rc;
+}
+
+int tsr_engine_open(const tsr_engine_options *o, tsr_engine **out)
+{
+    return engine_open(o, NULL, out);
+}
+
+int tsr_engine_open_replica(tsr_engine *src, const tsr_engine_options *o, tsr_engine **out)
+{
+    if (out)
+        *out = NULL;
+    if (!src || !o || !out)
+        return tsr_errorf(TSR_ERR_INVALID, "tsr_engine_open_replica: NULL argument");
+    tsr_engine_options ro = *o;
+    ro.model = tsr_model_path(src->model); /* the source's model, whatever o says */
+    return engine_open(&ro, src, out);
 }
 
 int tsr_engine_default_size(const tsr_engine *e)

@@ -42,6 +42,11 @@ struct tsr_engine {
     char model_hash[11];    /* A1111 AutoV2 hash of a single file, computed at open; "" unknown */
     struct tsr_engine_lora *lora; /* owned: LoRA tables and cache (pipeline/lora.c) */
     struct tsr_engine_emb *emb;   /* owned: textual inversion (pipeline/embeddings.c) */
+    /* Replicas (tsr_engine_open_replica): `src` is the engine whose weights
+     * (unet_w, vae_w, the text encoders') this one borrows, holding one of
+     * its references; an engine is freed when its last reference goes. */
+    struct tsr_engine *src;
+    _Atomic int refs;             /* 1 + replicas still open */
 };
 
 /* Parameters after checking: the defaults applied and names resolved. */

@@ -242,6 +242,16 @@ static int start_workers(svc_server *s)
         wc.tiles = s->tiles;
         wc.preview_every = s->cfg.preview_every;
         snprintf(wc.name, sizeof wc.name, "%s", s->devices.v[i].name);
+        /* CPU devices read the weights once: the later ones borrow the
+         * first's (docs/multi-gpu.md part 2; TESSERA_SHARE_WEIGHTS=0, for
+         * measuring, reads them per device as before) */
+        const char *share = getenv("TESSERA_SHARE_WEIGHTS");
+        const bool no_share = share && strcmp(share, "0") == 0;
+        for (int k = 0; k < i && !no_share && strcmp(names[i], "cpu") == 0; k++)
+            if (strcmp(names[k], "cpu") == 0) {
+                wc.share_from = s->workers[k];
+                break;
+            }
         char err[256];
         wc.fault_after_calls = svc_devices_fault_after(fault, wc.name, err, sizeof err);
         if (wc.fault_after_calls >= 0)

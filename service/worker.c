@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "log.h"
 #include "util.h"
@@ -33,6 +34,7 @@ struct svc_worker {
     pthread_t thread;
     bool started;
     _Atomic(tsr_engine *) engine; /* set once open */
+    atomic_int opened;            /* 0 opening, 1 open, -1 failed (share_from waits on it) */
     tsr_batch *batch;             /* worker thread only */
     slot slots[MAX_SLOTS];        /* worker thread only, oldest first */
     int n_slots;
@@ -353,7 +355,23 @@ static void *worker_main(void *arg)
     eo.embeddings_dir = w->cfg.embeddings_dir;
     eo.lora_cache_mb = w->cfg.lora_cache_mb;
     tsr_engine *engine = NULL;
-    int rc = tsr_engine_open(&eo, &engine);
+    int rc = TSR_ERR_UNSUPPORTED;
+    svc_worker *src = w->cfg.share_from;
+    if (src) {
+        /* the first CPU worker's weights, once it has them (it may fail:
+         * then read the model as usual) */
+        const struct timespec tick = {0, 5 * 1000 * 1000};
+        while (atomic_load(&src->opened) == 0 && !atomic_load(&w->abort))
+            nanosleep(&tick, NULL);
+        if (atomic_load(&src->opened) == 1) {
+            rc = tsr_engine_open_replica(atomic_load(&src->engine), &eo, &engine);
+            if (rc != TSR_OK)
+                SVC_WARN("worker %d: cannot share worker %d's weights (%s); reading the model",
+                         w->cfg.index, src->cfg.index, tsr_last_error());
+        }
+    }
+    if (rc != TSR_OK)
+        rc = tsr_engine_open(&eo, &engine);
     if (rc == TSR_OK) {
         tsr_batch_options bo;
         tsr_batch_options_init(&bo);
@@ -373,12 +391,14 @@ static void *worker_main(void *arg)
         }
         post(w, m);
         tsr_engine_close(engine);
+        atomic_store(&w->opened, -1);
         post(w, svc_msg_new(SVC_MSG_WORKER_EXIT));
         return NULL;
     }
     w->preview_mode = TSR_PREVIEW_NONE;
     tsr_batch_set_callback(w->batch, on_step, w, TSR_PREVIEW_NONE);
     atomic_store(&w->engine, engine);
+    atomic_store(&w->opened, 1);
     post(w, svc_msg_new(SVC_MSG_ENGINE_READY));
 
     tsr_batch_stats last;
@@ -460,6 +480,7 @@ svc_worker *svc_worker_start(const svc_worker_config *cfg)
         return NULL;
     w->cfg = *cfg;
     atomic_init(&w->engine, NULL);
+    atomic_init(&w->opened, 0);
     atomic_init(&w->abort, false);
     pthread_mutex_init(&w->mu, NULL);
     if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {

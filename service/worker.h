@@ -55,6 +55,9 @@ typedef struct svc_worker_config {
     int fault_after_calls;   /* TESSERA_FAULT_DEVICE: fail instead of step N+1 (-1: never) */
     int oom_limit;           /* failed UNet calls out of memory in a row that take the
                                 device out (0: 3) */
+    struct svc_worker *share_from; /* CPU devices: open a replica of this worker's engine
+                                      (its weights, read once: docs/multi-gpu.md part 2);
+                                      NULL: read the model */
 } svc_worker_config;
 
 typedef struct svc_worker svc_worker;

@@ -22,7 +22,8 @@
 
 typedef struct cond_encoder {
     tsr_tokenizer *tok;
-    tsr_weights *weights;
+    tsr_weights *weights;  /* owned, or borrowed when `shared` */
+    bool shared;           /* weights borrowed (tsr_text_cond_open_shared) */
     tsr_clip *clip;
     int dim;
 } cond_encoder;
@@ -212,7 +213,8 @@ void tsr_text_cond_free(tsr_text_cond *c)
         return;
     for (int i = 0; i < c->n_enc; i++) {
         tsr_clip_free(c->enc[i].clip);
-        tsr_weights_free(c->enc[i].weights);
+        if (!c->enc[i].shared)
+            tsr_weights_free(c->enc[i].weights);
         tsr_tokenizer_free(c->enc[i].tok);
     }
     for (int i = 0; i < COND_CACHE; i++)
@@ -242,8 +244,10 @@ int tsr_text_cond_pooled_dim(const tsr_text_cond *c)
     return c->pooled_dim;
 }
 
-/* Encoder `which` (0 = text_encoder, 1 = text_encoder_2) of the model. */
-static int open_encoder(const tsr_model *m, int which, tsr_backend *be, cond_encoder *e)
+/* Encoder `which` (0 = text_encoder, 1 = text_encoder_2) of the model;
+ * `share` non-NULL: borrow those weights instead of loading them. */
+static int open_encoder(const tsr_model *m, int which, tsr_backend *be, tsr_weights *share,
+                        cond_encoder *e)
 {
     const tsr_component comp = which ? TSR_COMP_TEXT_ENCODER_2 : TSR_COMP_TEXT_ENCODER;
     const tsr_textenc_desc *desc = tsr_model_textenc_desc(m, which);
@@ -264,13 +268,19 @@ static int open_encoder(const tsr_model *m, int which, tsr_backend *be, cond_enc
         return tsr_errorf(TSR_ERR_FORMAT, "%s: the tokenizer has %d tokens but %s only %d",
                           tsr_model_path(m), tsr_tokenizer_vocab_size(e->tok),
                           tsr_component_name(comp), desc->vocab_size);
-    TSR_TRY(tsr_weights_load(m, comp, be, &e->weights));
+    if (share) {
+        e->weights = share;
+        e->shared = true;
+    } else {
+        TSR_TRY(tsr_weights_load(m, comp, be, &e->weights));
+    }
     TSR_TRY(tsr_clip_create(desc, e->weights, be, &e->clip));
     e->dim = desc->hidden_size;
     return TSR_OK;
 }
 
-int tsr_text_cond_open(const tsr_model *m, tsr_backend *be, tsr_text_cond **out)
+static int cond_open(const tsr_model *m, tsr_backend *be, const tsr_text_cond *src,
+                     tsr_text_cond **out)
 {
     *out = NULL;
     tsr_text_cond *c = calloc(1, sizeof *c);
@@ -279,10 +289,19 @@ int tsr_text_cond_open(const tsr_model *m, tsr_backend *be, tsr_text_cond **out)
     c->backend = be;
     c->sdxl = tsr_model_family(m) == TSR_FAMILY_SDXL;
     int rc = TSR_OK;
-    if (tsr_model_has(m, TSR_COMP_TEXT_ENCODER))
-        TSR_CHECK_GOTO(rc, open_encoder(m, 0, be, &c->enc[c->n_enc++]), fail);
-    if (tsr_model_has(m, TSR_COMP_TEXT_ENCODER_2))
-        TSR_CHECK_GOTO(rc, open_encoder(m, 1, be, &c->enc[c->n_enc++]), fail);
+    int want = tsr_model_has(m, TSR_COMP_TEXT_ENCODER) + tsr_model_has(m, TSR_COMP_TEXT_ENCODER_2);
+    if (src && src->n_enc != want) {
+        rc = tsr_errorf(TSR_ERR_INVALID, "%s: the shared conditioner has %d text encoders, the "
+                        "model %d", tsr_model_path(m), src->n_enc, want);
+        goto fail;
+    }
+    for (int which = 0; which < 2; which++) {
+        if (!tsr_model_has(m, which ? TSR_COMP_TEXT_ENCODER_2 : TSR_COMP_TEXT_ENCODER))
+            continue;
+        const int k = c->n_enc++;
+        TSR_CHECK_GOTO(rc, open_encoder(m, which, be, src ? src->enc[k].weights : NULL,
+                                        &c->enc[k]), fail);
+    }
     if (c->n_enc == 0) {
         rc = tsr_errorf(TSR_ERR_NOT_FOUND, "%s: the model has no text encoder", tsr_model_path(m));
         goto fail;
@@ -306,6 +325,17 @@ int tsr_text_cond_open(const tsr_model *m, tsr_backend *be, tsr_text_cond **out)
 fail:
     tsr_text_cond_free(c);
     return rc;
+}
+
+int tsr_text_cond_open(const tsr_model *m, tsr_backend *be, tsr_text_cond **out)
+{
+    return cond_open(m, be, NULL, out);
+}
+
+int tsr_text_cond_open_shared(const tsr_model *m, tsr_backend *be, const tsr_text_cond *src,
+                              tsr_text_cond **out)
+{
+    return cond_open(m, be, src, out);
 }
 
 int tsr_text_cond_max_clip_skip(const tsr_text_cond *c)

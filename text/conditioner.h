@@ -47,6 +47,12 @@ int tsr_text_embedding_copy(tsr_text_embedding *dst, const tsr_text_embedding *s
  * use the embedded CLIP vocabulary with the family's pad token. */
 int tsr_text_cond_open(const tsr_model *model, tsr_backend *backend, tsr_text_cond **out);
 void tsr_text_cond_free(tsr_text_cond *c);
+/* Same, borrowing the encoders' weights of `src` (a conditioner of the same
+ * model on a backend with the same weight layout, read-only: it must
+ * outlive this one) instead of loading them: engine replicas
+ * (tsr_engine_open_replica). */
+int tsr_text_cond_open_shared(const tsr_model *model, tsr_backend *backend,
+                              const tsr_text_cond *src, tsr_text_cond **out);
 
 /* Tokenizer mode of every encoder's tokenizer (TSR_TOKENIZER_DEFAULT after
  * open); drops the cached empty-prompt conditioning. */
