@@ -5,10 +5,10 @@ service_gate): every dialect against the same gate cases.
 Issue 56: the checks of the submit gate were copied into each dialect's
 submit route, and the copies drifted: a `--role worker` node refused native
 jobs with 503 (docs/scale-out.md) but queued A1111 and OpenAI calls, and
-refused batches as "queue unreachable".  Here the six submit routes
+refused batches as "queue unreachable".  Here the seven submit routes
 
     POST /v1/jobs, /v1/batches, /sdapi/v1/txt2img, /sdapi/v1/img2img,
-    /v1/images/generations, /v1/images/edits
+    /v1/images/generations, /v1/images/edits, and ComfyUI's /prompt
 
 meet the same cases, and each must give the same status, code and message
 in its own dialect's error shape, with Retry-After, and accept nothing:
@@ -50,6 +50,27 @@ DIALECTS = [
     ("POST /v1/images/edits", "openai",
      lambda s: adm.edits(s, dict(prompt=PROMPT, steps=2), adm.SMALL_PNG)),
 ]
+def comfy_prompt(s):
+    """ComfyUI's default graph at 64x64, one step, through POST /prompt."""
+    names = s.get("/models/checkpoints", timeout=30).json or []
+    ckpt = names[0] if names else "demo"
+    wf = {"3": {"class_type": "KSampler", "inputs": {
+              "seed": 1, "steps": 1, "cfg": 7.5, "sampler_name": "euler", "scheduler": "normal",
+              "denoise": 1.0, "model": ["4", 0], "positive": ["6", 0], "negative": ["7", 0],
+              "latent_image": ["5", 0]}},
+          "4": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": ckpt}},
+          "5": {"class_type": "EmptyLatentImage",
+                "inputs": {"width": 64, "height": 64, "batch_size": 1}},
+          "6": {"class_type": "CLIPTextEncode", "inputs": {"text": PROMPT, "clip": ["4", 1]}},
+          "7": {"class_type": "CLIPTextEncode", "inputs": {"text": "", "clip": ["4", 1]}},
+          "8": {"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["4", 2]}},
+          "9": {"class_type": "SaveImage",
+                "inputs": {"filename_prefix": "gate", "images": ["8", 0]}}}
+    return s.post("/prompt", {"prompt": wf}, timeout=30)
+
+
+DIALECTS.append(("POST /prompt", "comfy", comfy_prompt))
+
 # OpenAI's names for the native codes, and its error types by status
 OPENAI_CODE = {"queue_full": "rate_limit_exceeded"}
 OPENAI_TYPE = {503: "server_error", 429: "rate_limit_error"}
@@ -92,6 +113,9 @@ def refused_everywhere(s, case, status, code, message_part):
             assert e.get("code") == OPENAI_CODE.get(code, code), (case, what, r.json)
             assert e.get("type") == OPENAI_TYPE[status], (case, what, r.json)
             assert "param" in e and "detail" not in r.json, (case, what, r.json)
+        elif dialect == "comfy":
+            # ComfyUI's shape: the code is its "type"
+            assert e.get("type") == code and r.json.get("node_errors") == {}, (case, what, r.json)
         else:
             assert e.get("code") == code, (case, what, r.json)
             if dialect == "a1111":
@@ -101,7 +125,8 @@ def refused_everywhere(s, case, status, code, message_part):
     assert len(messages) == 1, "%s: the dialects disagree: %s" % (case, messages)
     assert jobs_seen(s) == before, "%s: jobs were accepted (%s -> %s)" % (
         case, before, jobs_seen(s))
-    svc.figure("%s: %d %s in all six routes: %s" % (case, status, code, messages.pop()[:80]))
+    svc.figure("%s: %d %s in all %d routes: %s" % (case, status, code, len(DIALECTS),
+                                                  messages.pop()[:80]))
 
 
 def test_loading(c):
@@ -124,10 +149,12 @@ def test_loading(c):
             e = r.json["error"]
             assert e["message"] == "the model is still loading", (what, r.json)
             assert r.headers.get("retry-after") == "5", (what, r.headers)
-            assert (e["code"] == "unavailable"), (what, r.json)
+            assert (e.get("type") if dialect == "comfy" else e["code"]) == "unavailable", \
+                (what, r.json)
             assert dialect != "a1111" or r.json.get("detail") == e["message"], (what, r.json)
             tried.append(what)
-        svc.figure("loading: 503 in %d of 6 routes before the engines were open" % len(tried))
+        svc.figure("loading: 503 in %d of %d routes before the engines were open"
+                   % (len(tried), len(DIALECTS)))
     finally:
         s.wait_ready(120)
         s.stop(60)
