@@ -129,7 +129,7 @@ static const svc_route k_routes[] = {
     {"/sdapi/v1", "**", M_ANY, not_found, A1111, NULL, 0},
     /* ComfyUI (api/comfy/: comfy_routes.c, comfy_info.c; docs/compat-comfyui.md) */
     {"/prompt", "", M_POST, svc_comfy_prompt, COMFY, NULL, UNTYPED},
-    {"/history", "", M_READ, svc_comfy_history, COMFY, NULL, 0},
+    {"/history", "", M_READ | M_POST, svc_comfy_history, COMFY, NULL, UNTYPED},
     {"/history", "/*", M_READ, svc_comfy_history, COMFY, NULL, 0},
     {"/view", "", M_READ, svc_comfy_view, COMFY, NULL, 0},
     {"/queue", "", M_READ | M_POST, svc_comfy_queue, COMFY, NULL, UNTYPED},

@@ -273,6 +273,16 @@ def test_restart():
     assert h2["outputs"] == h1["outputs"] and h2["prompt"] == h1["prompt"], (h1, h2)
     assert h2["status"]["status_str"] == "success"
     assert view(s2, h2["outputs"]["9"]["images"][0]) == png1
+    # POST /history delete: gone from the history, the image stays viewable
+    other = queue_prompt(s2, default_workflow(ckpt, seed=8))
+    wait_history(s2, other)
+    assert post(s2, "/history", {"delete": [pid]}).status == 200
+    assert get(s2, "/history/" + pid).json == {}
+    assert set(get(s2, "/history").json) == {other}
+    assert view(s2, h2["outputs"]["9"]["images"][0]) == png1
+    assert post(s2, "/history", {"clear": True}).status == 200
+    assert get(s2, "/history").json == {}
+    assert post(s2, "/history", {"delete": "x"}).status == 400
     s2.stop()
 
 

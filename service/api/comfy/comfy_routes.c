@@ -653,9 +653,60 @@ static long query_long(const char *query, const char *name, long def)
     return def;
 }
 
-/* GET /history[?max_items=N], GET /history/{prompt_id} */
+typedef struct forget_ctx {
+    const cJSON *delete; /* NULL: clear */
+    int removed;
+} forget_ctx;
+
+/* POST /history: drop a finished prompt's file (its job and images stay). */
+static bool forget(svc_req *r, svc_job *j, cJSON *pf, void *u)
+{
+    (void)pf;
+    forget_ctx *f = u;
+    if (!svc_state_final(j->state))
+        return true;
+    bool hit = f->delete == NULL;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, f->delete)
+        hit |= cJSON_IsString(it) && strcmp(it->valuestring, j->ids) == 0;
+    if (!hit)
+        return true;
+    char dir[1024], path[1200];
+    comfy_dir(r->srv, "prompts", dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/%s.json", dir, j->ids);
+    f->removed += unlink(path) == 0;
+    return true;
+}
+
+static void history_post(svc_req *r)
+{
+    cJSON *body = svc_req_json_object(r);
+    if (!body)
+        return;
+    const cJSON *del = cJSON_GetObjectItemCaseSensitive(body, "delete");
+    const cJSON *clear = cJSON_GetObjectItemCaseSensitive(body, "clear");
+    if ((del && !cJSON_IsArray(del)) || (clear && !cJSON_IsBool(clear))) {
+        cJSON_Delete(body);
+        reply_comfy_error(r, 400, "invalid_request",
+                          "delete must be an array of prompt ids, clear a boolean", "");
+        return;
+    }
+    forget_ctx f = {.delete = del};
+    if (cJSON_IsTrue(clear) || del)
+        each_prompt(r, forget, &f);
+    cJSON_Delete(body);
+    svc_reply_json(r, 200, cJSON_CreateObject());
+}
+
+/* GET /history[?max_items=N], GET /history/{prompt_id}; POST /history
+ * {"clear": true} | {"delete": [prompt_id...]}: the key's finished prompts
+ * leave the history (their jobs and images stay, as ComfyUI keeps outputs) */
 void svc_comfy_history(svc_req *r, const char *rest)
 {
+    if (strcmp(r->method, "POST") == 0) {
+        history_post(r);
+        return;
+    }
     cJSON *out = cJSON_CreateObject();
     if (rest[0] == '/') {
         svc_job *j = comfy_find_job(r, rest + 1);
