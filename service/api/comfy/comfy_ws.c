@@ -245,9 +245,11 @@ static void on_read(struct bufferevent *bev, void *arg)
         return;
     }
     for (;;) {
+        if (c->done || c->closing)
+            return; /* ended (a pong past the slow-client cut): its buffers may be gone */
         size_t avail = evbuffer_get_length(in);
-        if (avail < 2 || c->done || c->closing)
-            break;
+        if (avail < 2)
+            return;
         uint8_t h[14];
         evbuffer_copyout(in, h, avail < 14 ? avail : 14);
         const int opcode = h[0] & 0x0f;
@@ -269,11 +271,11 @@ static void on_read(struct bufferevent *bev, void *arg)
         }
         if ((h[0] & 0x70) || !masked) {
             send_close(c, 1002);
-            break;
+            return; /* the connection may be gone with its buffers */
         }
         if (len > WS_FRAME_MAX) {
             send_close(c, 1009);
-            break;
+            return; /* the connection may be gone with its buffers */
         }
         if (avail < hl + 4 + len)
             break;
@@ -294,16 +296,14 @@ static void on_read(struct bufferevent *bev, void *arg)
         } else if (opcode == 0x8) {
             free(payload);
             send_close(c, 1000);
-            break;
+            return; /* the connection may be gone with its buffers */
         } else if (opcode != 0x0 && opcode != 0x1 && opcode != 0x2 && opcode != 0xA) {
             free(payload);
             send_close(c, 1002);
-            break;
+            return; /* the connection may be gone with its buffers */
         }
         free(payload);
     }
-    if (c->closing || c->done)
-        evbuffer_drain(in, evbuffer_get_length(in));
 }
 
 static void on_gone(void *arg)
