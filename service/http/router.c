@@ -405,6 +405,10 @@ void svc_http_on_request(struct evhttp_request *req, void *arg)
         svc_reply_error(r, 404, "not_found", NULL, "no such path");
         return;
     }
+    /* ComfyUI answers its routes under /api/ too (its frontend and newer
+     * clients use those): /api/prompt is /prompt from here on */
+    if (strncmp(r->path, "/api/", 5) == 0 && svc_comfy_is_path(r->path + 4))
+        memmove(r->path, r->path + 4, strlen(r->path + 4) + 1);
     if (!svc_browser_check(r))
         return;
     if (evhttp_request_get_command(req) == EVHTTP_REQ_OPTIONS && s->cfg.cors_origin) {

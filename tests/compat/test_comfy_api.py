@@ -146,6 +146,11 @@ def test_txt2img():
     svc.assert_same_image(png, dict(prompt="a red apple on a table", negative_prompt="blurry",
                                     width=SIZE, height=SIZE, steps=STEPS, seed=42, cfg_scale=7.5,
                                     sampler="euler", scheduler="default"), "comfy txt2img")
+    # ComfyUI's /api/ prefix reaches the same routes (its frontend uses it)
+    r = s.get("/api/history/" + pid, validate_spec=False)
+    assert r.status == 200 and r.json[pid]["outputs"] == h["outputs"], r
+    assert s.get("/api/object_info/KSampler", validate_spec=False).json == info.json
+    assert s.get("/api/nothing", validate_spec=False).status == 404
     # the prompt is an ordinary native job
     r = s.get("/v1/jobs/" + pid)
     assert r.status == 200 and r.json["state"] == "done", r
