@@ -198,6 +198,33 @@ def test_signed_urls(_ctx):
         s.stop()
 
 
+def test_comfy_websocket(ctx):
+    """ComfyUI's /ws through nginx: the upgrade reaches Tessera (101, the
+    RFC 6455 accept key) and its first frame, the status message, comes back."""
+    s, ng = ctx
+    import socket
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock = socket.create_connection(("127.0.0.1", ng.port), timeout=30)
+    try:
+        sock.sendall(("GET /ws?clientId=cdn HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                      "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                      "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n"
+                      % (ng.port, key)).encode())
+        buf = b""
+        while b"\r\n\r\n" not in buf or b'"status"' not in buf:
+            chunk = sock.recv(4096)
+            assert chunk, "closed: %r" % buf
+            buf += chunk
+        head = buf.split(b"\r\n\r\n", 1)[0].decode()
+        assert head.startswith("HTTP/1.1 101"), head
+        want = base64.b64encode(hashlib.sha1(
+            (key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
+        assert ("Sec-WebSocket-Accept: " + want) in head, head
+        assert b'"sid":"cdn"' in buf, buf
+    finally:
+        sock.close()
+
+
 def main():
     if not nginx_proxy.find_nginx():
         print("nginx not installed (scripts/setup.sh): skipped")
@@ -205,7 +232,8 @@ def main():
     s = svc.Server(["--tile-size", "32"], name="cdn-tessera").start()
     ng = nginx_proxy.Nginx(s.port).start()
     try:
-        return svc.run_tests([test_through_nginx, test_signed_urls], setup=lambda: (s, ng))
+        return svc.run_tests([test_through_nginx, test_signed_urls, test_comfy_websocket],
+                             setup=lambda: (s, ng))
     finally:
         ng.stop()
         s.stop()
