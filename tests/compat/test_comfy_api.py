@@ -677,6 +677,21 @@ def test_websocket():
             assert struct.unpack(">H", data[:2])[0] == 1002, data
             break
     bad.close()
+    # a reserved bit: 1002; a frame over 64 KiB: 1009; an unknown opcode: 1002
+    for head, payload, code in [(bytes([0xC1]), b"{}", 1002), (bytes([0x82]), b"x" * 70000, 1009),
+                                (bytes([0x83]), b"", 1002)]:
+        w = WS(s.port, "client-f")
+        w.message()
+        n = len(payload)
+        mask = os.urandom(4)
+        ln = bytes([0x80 | n]) if n < 126 else bytes([0x80 | 127]) + struct.pack(">Q", n)
+        w.sock.sendall(head + ln + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+        while True:
+            op, data = w.frame()
+            if op == 8:
+                assert struct.unpack(">H", data[:2])[0] == code, (head, data)
+                break
+        w.close()
     other.close()
     # the browser defence holds for the websocket: another site's page is refused
     WS(s.port, "client-e", {"Origin": "http://evil.example"}, expect=403).close()
