@@ -196,15 +196,13 @@ def test_hostile():
     wf = copy.deepcopy(base)
     wf["5"]["inputs"]["width"] = 100  # not a multiple of 8: the engine refuses, named on node 5
     node_error(s, wf, "5", "value_not_accepted", "EmptyLatentImage")
-    # a sampler without that schedule (ddim has no karras in Tessera): named on the KSampler
+    # a pair Tessera does not offer (euler_ancestral has no karras, as in diffusers):
+    # the engine's refusal, named on the KSampler's scheduler
     wf = copy.deepcopy(base)
-    wf["3"]["inputs"]["sampler_name"] = "lcm"
-    wf["3"]["inputs"]["scheduler"] = "exponential"
-    r = post(s, "/prompt", {"prompt": wf})
-    if r.status == 400:
-        assert "3" in r.json["node_errors"], r.json
-    else:
-        assert r.status == 200, r
+    wf["3"]["inputs"]["sampler_name"] = "euler_ancestral"
+    wf["3"]["inputs"]["scheduler"] = "karras"
+    e = node_error(s, wf, "3", "value_not_accepted", "KSampler")
+    assert e["node_errors"]["3"]["errors"][0]["extra_info"]["input_name"] == "scheduler", e
     # unknown node class, no outputs, no prompt, bad JSON
     wf = copy.deepcopy(base)
     wf["10"] = {"class_type": "UpscaleModelLoader", "inputs": {"model_name": "x"}}
