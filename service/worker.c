@@ -40,7 +40,8 @@ struct svc_worker {
     int n_slots;
     uint64_t calls;               /* UNet calls made (preview cadence) */
     int oom_in_a_row;             /* failed steps out of memory, in a row */
-    bool failed;                  /* the device is taken out */
+    bool failed;                  /* the device is taken out (worker thread) */
+    atomic_bool gone;             /* the same, for other threads: cancels are not kept */
     int preview_mode;             /* the mode set on the batch now */
     atomic_bool abort;
     pthread_mutex_t mu;           /* guards the cancel list */
@@ -209,6 +210,7 @@ static void apply_cancels(svc_worker *w)
 static void fail_device(svc_worker *w, int status, const char *reason)
 {
     w->failed = true;
+    atomic_store(&w->gone, true);
     SVC_ERROR("device %s (worker %d) is taken out: %s; its %d unfinished image%s rerun on the "
               "other devices",
               w->cfg.name, w->cfg.index, reason, w->n_slots, w->n_slots == 1 ? "" : "s");
@@ -481,6 +483,7 @@ svc_worker *svc_worker_start(const svc_worker_config *cfg)
     w->cfg = *cfg;
     atomic_init(&w->engine, NULL);
     atomic_init(&w->opened, 0);
+    atomic_init(&w->gone, false);
     atomic_init(&w->abort, false);
     pthread_mutex_init(&w->mu, NULL);
     if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
@@ -499,6 +502,8 @@ tsr_engine *svc_worker_engine(svc_worker *w)
 
 void svc_worker_cancel(svc_worker *w, uint64_t job)
 {
+    if (atomic_load(&w->gone))
+        return; /* a failed device holds no images and reads no more cancels */
     pthread_mutex_lock(&w->mu);
     if (w->n_cancels == w->cap_cancels) {
         int cap = w->cap_cancels ? 2 * w->cap_cancels : 16;
