@@ -57,8 +57,9 @@ void svc_devices_metrics(const svc_devices *d, struct evbuffer *out);
 cJSON *svc_devices_json(const svc_devices *d);
 
 /* TESSERA_FAULT_DEVICE="NAME@after_calls=N[,NAME@after_calls=N...]": the
- * device NAME fails, as with a sticky device error, instead of its UNet
- * call number N+1.  Returns the UNet calls after which device `name` fails
+ * device NAME fails, as with a sticky device error, at the first step it
+ * starts once it has made N UNet calls (a step makes one call per shape
+ * and kind it holds, so N+1 and later are not made).  Returns the UNet calls after which device `name` fails
  * (-1: never).  `spec` NULL: no fault.  A malformed spec is an error
  * (-2, with the reason in err). */
 int svc_devices_fault_after(const char *spec, const char *name, char *err, size_t err_size);

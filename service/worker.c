@@ -422,7 +422,8 @@ static void *worker_main(void *arg)
             tsr_batch_set_callback(w->batch, on_step, w, mode);
             w->preview_mode = mode;
         }
-        if (w->cfg.fault_after_calls >= 0 && w->calls >= (uint64_t)w->cfg.fault_after_calls) {
+        if (w->cfg.fault_after_calls >= 0 &&
+            last.unet_calls >= (uint64_t)w->cfg.fault_after_calls) {
             char reason[160];
             snprintf(reason, sizeof reason,
                      "simulated sticky device error (TESSERA_FAULT_DEVICE, after %d UNet calls)",

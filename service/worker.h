@@ -52,7 +52,8 @@ typedef struct svc_worker_config {
     struct svc_tiles *tiles; /* preview tiles; NULL = none */
     int preview_every;       /* previews every N UNet calls (default 1) */
     char name[64];           /* the device's name in logs, /readyz, /metrics ("cpu:1") */
-    int fault_after_calls;   /* TESSERA_FAULT_DEVICE: fail instead of step N+1 (-1: never) */
+    int fault_after_calls;   /* TESSERA_FAULT_DEVICE: fail at the first step once N UNet
+                                calls are made (-1: never) */
     int oom_limit;           /* failed UNet calls out of memory in a row that take the
                                 device out (0: 3) */
     struct svc_worker *share_from; /* CPU devices: open a replica of this worker's engine

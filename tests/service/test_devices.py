@@ -4,7 +4,7 @@ part 3; ctest: service_devices).
 
 `tessera serve --device cpu,cpu --threads 2` (one thread per device) with
 TESSERA_FAULT_DEVICE="cpu:1@after_calls=N": device cpu:1 fails, as with a
-sticky device error, instead of its UNet call N+1, while 300 mixed jobs
+sticky device error, at its first step after N UNet calls, while 300 mixed jobs
 (sizes, samplers, steps, seeds, one or two images) are queued.  Checked:
 
 - every job is done, with all its images: none lost;
@@ -118,7 +118,9 @@ def test_device_fails_mid_run():
              for d in ("cpu:0", "cpu:1")}
     busy = {d: m.value("tessera_device_busy_seconds_total", device=d) for d in ("cpu:0", "cpu:1")}
     frac = {d: m.value("tessera_device_busy_fraction", device=d) for d in ("cpu:0", "cpu:1")}
-    assert calls["cpu:1"] == FAULT_AFTER, calls
+    # it fails at its first step after FAULT_AFTER calls; a step makes one
+    # call per shape it holds (three shapes here), so it may pass it by two
+    assert FAULT_AFTER <= calls["cpu:1"] <= FAULT_AFTER + 2, calls
     assert calls["cpu:0"] + calls["cpu:1"] == m.value("tessera_unet_calls_total"), calls
     steps_needed = sum(p["steps"] * n for p, n in jobs)
     max_partial = len(requeued) * max(p["steps"] for p, _ in jobs)
