@@ -252,7 +252,37 @@ static int test_keys_off_is_the_old_rule(void)
     return one_key_matches("");
 }
 
+/* A failed device's images go back to the front, in their order, ahead of
+ * every waiting entry of their key; the key's turn is unchanged
+ * (docs/multi-gpu.md part 3). */
+static int test_requeue_front(void)
+{
+    svc_queue *q = svc_queue_local_new(2);
+    for (uint64_t i = 1; i <= 4; i++)
+        push(q, i, "alice", 64, 64);
+    svc_entry *taken[2];
+    taken[0] = q->ops->pop(q, false, 0, 0, 0);
+    taken[1] = q->ops->pop(q, true, 64, 64, 0);
+    ASSERT_TRUE(taken[0] && taken[1]);
+    ASSERT_EQ(taken[0]->job, 1);
+    ASSERT_EQ(taken[1]->job, 2);
+    push(q, 101, "bob", 64, 64);
+    push(q, 5, "alice", 128, 128);
+    ASSERT_EQ(q->ops->length(q), 4);
+    q->ops->requeue(q, taken, 2); /* the device holding 1 and 2 failed */
+    ASSERT_EQ(q->ops->length(q), 6);
+    /* alice was served last: bob's turn, then alice's oldest: 1, 2 again */
+    const uint64_t want[] = {101, 1, 2, 3, 4, 5};
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++)
+        ASSERT_EQ(pop(q, k > 0, 64, 64), want[k]);
+    ASSERT_EQ(pop(q, true, 64, 64), 0);
+    ASSERT_EQ(q->ops->length(q), 0);
+    q->ops->destroy(q);
+    return 0;
+}
+
 static const tsr_test_entry tests[] = {
+    {"requeue_front", test_requeue_front},
     {"turns", test_turns},
     {"shapes_within_a_key", test_shapes_within_a_key},
     {"keys_match_the_plain_rule", test_keys_match_the_plain_rule},
