@@ -691,8 +691,12 @@ bool svc_guard_upgrade(struct bufferevent *bev)
     for (guard *g = all_guards; g; g = g->next) {
         if (g->bev != bev)
             continue;
-        if (g->state != G_HEAD || g->head || g->body)
-            return false; /* mid-request (a pipelined one): not a clean switch */
+        /* mid-request (a pipelined one): not a clean switch; the head and
+         * body buffers stay allocated, empty, between a connection's requests */
+        if (g->state != G_HEAD || g->line_start != 0 ||
+            (g->head && evbuffer_get_length(g->head)) ||
+            (g->body && evbuffer_get_length(g->body)))
+            return false;
         g->state = G_RAW;
         return true;
     }

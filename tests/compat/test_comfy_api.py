@@ -691,6 +691,28 @@ def test_websocket():
                 break
         w.close()
     other.close()
+    # an upgrade on a kept-alive connection after a request with a body (as
+    # nginx's pooled upstream connections send it) still switches
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+    sock.sendall(b"POST /queue HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 2\r\n\r\n{}")
+    got = b""
+    while b"\r\n\r\n{}" not in got:
+        chunk = sock.recv(4096)
+        assert chunk, got
+        got += chunk
+    assert got.startswith(b"HTTP/1.1 200"), got
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall(("GET /ws?clientId=kept HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+                  "Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\n"
+                  "Sec-WebSocket-Version: 13\r\n\r\n" % key).encode())
+    got = b""
+    while b"\r\n\r\n" not in got:
+        chunk = sock.recv(4096)
+        assert chunk, got
+        got += chunk
+    assert got.startswith(b"HTTP/1.1 101"), got
+    sock.close()
     # the browser defence holds for the websocket: another site's page is refused
     WS(s.port, "client-e", {"Origin": "http://evil.example"}, expect=403).close()
     # not an upgrade: 400
