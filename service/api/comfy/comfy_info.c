@@ -7,8 +7,10 @@
  * these at start (comfy-api-simplified reads /object_info, the frontend
  * all of them) and build their menus from the answers, so each lists what
  * Tessera actually runs: the node table (comfy_nodes.c), the one loaded
- * checkpoint, the LoRAs of --lora-dir, the images uploaded here.  Nothing
- * is claimed that a prompt would then be refused for.
+ * checkpoint, the LoRAs of --lora-dir, the images uploaded here.  One
+ * exception, as ComfyUI lists them: every scheduler is offered with every
+ * sampler, and the pairs diffusers has no option for (euler_ancestral with
+ * karras, ...) are refused on the KSampler (docs/compat-comfyui.md).
  *
  * Uploads: multipart "image" (and optional "overwrite", "type",
  * "subfolder": one folder name of [A-Za-z0-9._-]), checked to decode as PNG
