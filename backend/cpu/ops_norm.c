@@ -23,27 +23,31 @@
 /* ---- group norm ---- */
 
 typedef struct gn_stats_job {
-    const float *x; /* image n */
-    int64_t c, positions;
-    double *partial; /* [nblocks][2][C]: one row pair per block of positions */
+    const float *x; /* all images */
+    int64_t c, positions, nblocks;
+    double *partial; /* [N][nblocks][2][C]: one row pair per image and block of positions */
 } gn_stats_job;
 
 /* Positions per statistics block.  The blocks are fixed by the shape alone,
  * and their partial sums are added in block order, so the statistics (and
  * the image) do not depend on which thread took which block, nor on how
- * many images share the call. */
+ * many images share the call.  The tasks are (image, block) pairs of the
+ * whole batch in one parallel_for: a small latent is one block per image,
+ * and one call per image ran each image's statistics on the caller alone
+ * while the other threads waited. */
 #define GN_BLOCK 256
 
 static void gn_stats_task(void *ctx_, int64_t begin, int64_t end, int worker)
 {
     (void)worker;
     const gn_stats_job *j = ctx_;
-    for (int64_t b = begin; b < end; b++) {
-        double *sum = j->partial + b * 2 * j->c, *sq = sum + j->c;
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t in = t / j->nblocks, b = t % j->nblocks;
+        double *sum = j->partial + t * 2 * j->c, *sq = sum + j->c;
         memset(sum, 0, (size_t)(2 * j->c) * sizeof(double));
         const int64_t p1 = (b + 1) * GN_BLOCK < j->positions ? (b + 1) * GN_BLOCK : j->positions;
         for (int64_t p = b * GN_BLOCK; p < p1; p++) {
-            const float *row = j->x + p * j->c;
+            const float *row = j->x + (in * j->positions + p) * j->c;
             for (int64_t i = 0; i < j->c; i++) {
                 double v = row[i];
                 sum[i] += v;
@@ -85,24 +89,25 @@ int tsr_cpu_group_norm(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *ga
     int64_t positions = tsr_tensor_numel(x) / (n * ch);
     int64_t cpg = ch / groups;
     const int64_t nblocks = (positions + GN_BLOCK - 1) / GN_BLOCK;
-    /* one shared scratch: [nblocks][2][C] doubles of partial sums, then the
-     * per-image scale and shift [2][N][C] floats */
-    const size_t partial_bytes = (size_t)(nblocks * 2 * ch) * sizeof(double);
+    /* one shared scratch: [N][nblocks][2][C] doubles of partial sums, then
+     * the per-image scale and shift [2][N][C] floats */
+    const size_t partial_bytes = (size_t)(n * nblocks * 2 * ch) * sizeof(double);
     double *partial = tsr_cpu_scratch_shared(c, partial_bytes + (size_t)(2 * n * ch) * sizeof(float));
     if (!partial)
         return TSR_ERR_NOMEM;
     float *scale = (float *)((char *)partial + partial_bytes), *shift = scale + n * ch;
     const float *gp = gamma->data, *bp = beta ? beta->data : NULL;
+    gn_stats_job sj = {.x = x->data, .c = ch, .positions = positions, .nblocks = nblocks,
+                       .partial = partial};
+    const int64_t per_block = positions < GN_BLOCK ? positions : GN_BLOCK;
+    tsr_pool_parallel_for(c->pool, n * nblocks, tsr_cpu_grain(ch * per_block, 1 << 15),
+                          gn_stats_task, &sj);
     for (int64_t in = 0; in < n; in++) {
-        gn_stats_job sj = {.x = (const float *)x->data + in * positions * ch, .c = ch,
-                           .positions = positions, .partial = partial};
-        tsr_pool_parallel_for(c->pool, nblocks, tsr_cpu_grain(ch * GN_BLOCK, 1 << 15),
-                              gn_stats_task, &sj);
         double cnt = (double)positions * (double)cpg;
         for (int g = 0; g < groups; g++) {
             double s = 0, q = 0;
             for (int64_t blk = 0; blk < nblocks; blk++) {
-                const double *acc = partial + blk * 2 * ch;
+                const double *acc = partial + (in * nblocks + blk) * 2 * ch;
                 for (int64_t i = g * cpg; i < (g + 1) * cpg; i++) {
                     s += acc[i];
                     q += acc[ch + i];
