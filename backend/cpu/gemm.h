@@ -20,10 +20,11 @@
  * Layout (BLIS's panels): B is packed, all of K for a block of columns,
  * into NR-wide column panels shared by all threads; each task owns an MC x
  * run block of C across every k-block (so C stays in L2 and the pool meets
- * twice per column block), packs A's MC x KC block per k-block into MR-row
- * panels in its own scratch (or reads it in place) and runs the MR x NR
- * micro-kernel over (B panel, A panel) pairs, B's panel staying in L1 and
- * A's block in L2.
+ * twice per column block), reads A's MC x KC block per k-block in place
+ * through row pointers (a conv's spanning taps gathered row by row first,
+ * a k-major A packed into MR-row panels) in its own scratch and runs the
+ * MR x NR micro-kernel over (B panel, A rows) pairs, B's panel staying in
+ * L1 and A's block in L2.
  */
 #ifndef TSR_BACKEND_CPU_GEMM_H
 #define TSR_BACKEND_CPU_GEMM_H

@@ -5,10 +5,11 @@
  * unpadded conv *is* a GEMM (rows = pixels, K = Ci), and a KxK conv is one
  * on the im2col matrix, whose K = KH*KW*Ci matches the OHWI weight rows
  * exactly, so the weights are used in place (y = cols @ w^T).  The im2col
- * matrix is never built: Tessera's GEMM (gemm.h) packs its A panels
- * straight from the image, one contiguous run of Ci floats per kernel tap
- * (zeros past the border), so a 3x3 conv reads its input once per k-block
- * instead of writing and re-reading a 9x larger column buffer.
+ * matrix is never built: Tessera's GEMM (gemm.h) reads A's rows straight
+ * from the image where a k-block lies inside one tap, and otherwise
+ * gathers each row's k-block, one contiguous run of Ci floats per kernel
+ * tap (zeros past the border), so a 3x3 conv reads its input once per
+ * k-block instead of writing and re-reading a 9x larger column buffer.
  *
  * Circular padding (seamless tiling) is the same packing with the tap's
  * row and column wrapped around the image instead of read as zeros.
