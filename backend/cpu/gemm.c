@@ -288,6 +288,12 @@ static void gemm_task(void *ctx_, int64_t begin, int64_t end, int worker)
         const int64_t jp0 = sb * r->spanel, jp1 = min64(npanels, jp0 + r->spanel);
         if (jp0 >= jp1)
             continue;
+        if (g->bias) {
+            const int64_t j0 = r->n0 + jp0 * nr, j1 = min64(g->n, r->n0 + jp1 * nr);
+            for (int64_t i = 0; i < mc; i++)
+                memcpy(g->c + (i0 + i) * g->ldc + j0, g->bias + j0,
+                       (size_t)(j1 - j0) * sizeof(float));
+        }
         /* every k-block in order: the same sums, in the same order, as one
          * k-block at a time over all of C */
         for (int64_t k0 = 0, kc; k0 < g->k; k0 += kc) {
@@ -352,7 +358,10 @@ int tsr_cpu_gemm(cpu_ctx *c, const tsr_gemm *g)
     if (g->m <= 0 || g->n <= 0)
         return TSR_OK;
     if (g->k <= 0) {
-        if (!g->accumulate)
+        if (g->bias)
+            for (int64_t i = 0; i < g->m; i++)
+                memcpy(g->c + i * g->ldc, g->bias, (size_t)g->n * sizeof(float));
+        else if (!g->accumulate)
             for (int64_t i = 0; i < g->m; i++)
                 memset(g->c + i * g->ldc, 0, (size_t)g->n * sizeof(float));
         return TSR_OK;

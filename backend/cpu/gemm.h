@@ -66,6 +66,11 @@ typedef struct tsr_gemm {
     int64_t ldc;
     float alpha;
     bool accumulate;
+    /* non-NULL (with accumulate): every row of C is first set to these n
+     * values, by the task that owns the block, right before it adds its
+     * first k-block (a layer's bias, written in parallel and while the
+     * block is in cache, not by the caller alone before the call) */
+    const float *bias;
     /* The bf16 variant ("cpu-bf16gemm"): a (or the im2col's x) and b hold
      * bf16 values two to a 32-bit unit, consecutive k in one unit, and
      * k, lda, ldb and the im2col's ci count units (half the bf16 values).

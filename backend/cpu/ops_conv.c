@@ -14,8 +14,9 @@
  * Circular padding (seamless tiling) is the same packing with the tap's
  * row and column wrapped around the image instead of read as zeros.
  *
- * The bias is written into y first and the GEMM accumulates onto it; a fused
- * residual / activation (tsr_cpu_epilogue) then runs as one pass over y.
+ * The GEMM's tasks set their block of y to the bias and accumulate onto it
+ * (tsr_gemm.bias); a fused residual / activation (tsr_cpu_epilogue) then
+ * runs as one pass over y.
  *
  * Batch independence: the GEMM's order of arithmetic does not depend on the
  * matrix height (gemm.h), so the whole batch is one GEMM and an image's
@@ -47,8 +48,6 @@ int tsr_cpu_conv2d(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, con
     const float *src = x->data;
     if (pairs && !(src = tsr_cpu_bf16_pairs(c, x->data, tsr_tensor_numel(x))))
         return TSR_ERR_NOMEM;
-    if (bias)
-        tsr_cpu_fill_rows(y->data, bias->data, m, co);
     tsr_gemm g = {.m = m,
                   .n = co,
                   .k = kh * kw * ci / u,
@@ -58,6 +57,7 @@ int tsr_cpu_conv2d(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, con
                   .ldc = co,
                   .alpha = 1.0f,
                   .accumulate = bias != NULL,
+                  .bias = bias ? bias->data : NULL,
                   .pairs = pairs};
     const bool pointwise = kh == 1 && kw == 1 && p->stride_h == 1 && p->stride_w == 1 &&
                            p->pad_t == 0 && p->pad_l == 0 && p->pad_b == 0 && p->pad_r == 0;

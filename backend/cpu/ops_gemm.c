@@ -4,8 +4,8 @@
  * Row-major views map directly onto gemm.h: linear is x[M,in] @ w[out,in]^T
  * over every row at once (a row's result does not depend on the others),
  * matmul is a loop over the batch with the transposes folded into packing.
- * A bias is written into y first and the GEMM accumulates onto it, saving a
- * pass over the output.  A fused residual and activation then run as one
+ * The GEMM's tasks write the bias into their blocks of y first and
+ * accumulate onto it (tsr_gemm.bias), saving a pass over the output.  A fused residual and activation then run as one
  * pass over y (tsr_cpu_epilogue): the residual is added after the bias, as
  * the separate add did, so the fused call rounds exactly like the two calls
  * it replaces.
@@ -28,8 +28,6 @@ int tsr_cpu_linear(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, con
     const float *src = x->data;
     if (pairs && !(src = tsr_cpu_bf16_pairs(c, x->data, m * in)))
         return TSR_ERR_NOMEM;
-    if (bias)
-        tsr_cpu_fill_rows(y->data, bias->data, m, out);
     /* one GEMM over every row: a row's result does not depend on the rows
      * around it (gemm.h), so images in a batch cannot disturb each other */
     tsr_gemm g = {.m = m,
@@ -43,6 +41,7 @@ int tsr_cpu_linear(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, con
                   .ldc = out,
                   .alpha = 1.0f,
                   .accumulate = bias != NULL,
+                  .bias = bias ? bias->data : NULL,
                   .pairs = pairs};
     int rc = tsr_cpu_gemm(c, &g);
     if (rc < 0)
