@@ -618,6 +618,42 @@ def test_auth():
         assert s.stop() == 0, s.output()
 
 
+def test_webuiapi_lora():
+    """A LoRA through webuiapi as A1111 users send it: the prompt's
+    <lora:name:w> tag (issue 58).  A server of its own on the sharp test
+    model with --lora-dir tests/data/lora/loras; the image is within 1/255
+    of diffusers' load_lora_weights golden (tools/reference/
+    make_lora_goldens.py, case sd1_kohya_tag), the infotext names the LoRA
+    in `Lora hashes`, and webuiapi's get_loras() lists the folder."""
+    data = os.path.join(svc.ROOT, "tests", "data", "lora")
+    with open(os.path.join(data, "manifest.json")) as f:
+        case = next(x for x in json.load(f)["cases"] if x["name"] == "sd1_kohya_tag")
+    s = svc.Server(["--threads", "1", "--lora-dir", os.path.join(data, "loras")],
+                   model=os.path.join(svc.ROOT, case["model"]), name="a1111-lora").start()
+    try:
+        api = spec_checked(webuiapi.WebUIApi(host="127.0.0.1", port=s.port, sampler="Euler",
+                                             steps=case["steps"]))
+        names = sorted(x["name"] for x in api.get_loras())
+        assert "k_sd1" in names, names
+        r = api.txt2img(prompt=case["prompt"], seed=case["seed"], width=case["size"],
+                        height=case["size"], cfg_scale=7.5)
+        assert len(r.images) == 1, r.json.keys()
+        got = svc.png_decode(png_of(r.json["images"][0]))
+        with open(os.path.join(data, case["image"]), "rb") as f:
+            want = svc.png_decode(f.read())
+        d = max(abs(a - b) for a, b in zip(got.rgb(), want.rgb()))
+        svc.figure("webuiapi <lora:k_sd1:0.8>: max diff vs diffusers: %d/255" % d)
+        assert d <= 1, "%d/255 from diffusers' golden" % d
+        assert 'Lora hashes: "k_sd1: ' in r.info["infotexts"][0], r.info["infotexts"][0]
+        # without the tag the image is far from the LoRA golden (the test can fail)
+        r = api.txt2img(prompt=case["prompt"].split("<lora:")[0], seed=case["seed"],
+                        width=case["size"], height=case["size"], cfg_scale=7.5)
+        plain = svc.png_decode(png_of(r.json["images"][0]))
+        assert max(abs(a - b) for a, b in zip(plain.rgb(), want.rgb())) > 8, "LoRA had no effect"
+    finally:
+        assert s.stop() == 0, s.output()
+
+
 def test_queue_full():
     s = svc.Server(["--threads", "1", "--max-queue", "4"], name="a1111-queue").start()
     try:
@@ -635,5 +671,5 @@ if __name__ == "__main__":
     sys.exit(svc.run_tests([test_webuiapi_txt2img, test_samplers_and_schedules, test_img2img,
                             test_webuiapi_hires, test_progress_interrupt, test_skip, test_lists_and_options,
                             test_spec_routes, test_shapes_raw, test_bad_input, test_shares_unet_calls,
-                            test_client_disconnect, test_auth, test_queue_full], setup=setup,
+                            test_client_disconnect, test_auth, test_queue_full, test_webuiapi_lora], setup=setup,
                            teardown=teardown))
