@@ -150,6 +150,14 @@ int svc_tilemap_reload(svc_tilemap **m, const uint8_t *data, size_t len);
 const svc_tile_blob *svc_tilemap_current(const svc_tilemap *m, int row, int col);
 const svc_tile_blob *svc_tilemap_find(const svc_tilemap *m, int version, int row, int col);
 
+/* A running image's latest preview from its current tiles (tiles/preview.c):
+ * RGB width*height*3 (malloc'd), or NULL.  need_all: NULL while any tile
+ * is missing or wrong-sized (OpenAI partials, ComfyUI frames); otherwise
+ * missing cells are mid-grey (A1111's current_image). */
+uint8_t *svc_tiles_compose_rgb(const svc_tilemap *m, bool need_all);
+/* The same as a base64 PNG (malloc'd), or NULL. */
+char *svc_tiles_preview_png_b64(const svc_tilemap *m, bool need_all);
+
 /* The .tiles file of an image: the final version of every tile.
  * "TSRTILE1", u32 LE header length, JSON header {"width", "height",
  * "tile_size", "rows", "cols", "tiles": [[row, col, version, offset, len,

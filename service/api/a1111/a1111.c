@@ -39,6 +39,7 @@
 #include "server.h"
 #include "images.h"
 #include "stream.h"
+#include "tiles.h"
 #include "util.h"
 
 
@@ -593,44 +594,11 @@ static bool query_flag(const svc_req *r, const char *name)
     return false;
 }
 
-/* The running image's latest preview, composed from its current tiles. */
+/* The running image's latest preview, composed from its current tiles
+ * (missing cells mid-grey: A1111's clients poll). */
 static char *preview_b64(svc_server *s, svc_job *j, int index)
 {
-    const svc_tilemap *m = svc_image_tiles(s, j, index);
-    if (!m || m->width <= 0 || m->height <= 0 || m->n_pubs == 0)
-        return NULL;
-    size_t w = (size_t)m->width, h = (size_t)m->height;
-    uint8_t *rgb = malloc(w * h * 3);
-    if (!rgb)
-        return NULL;
-    memset(rgb, 128, w * h * 3);
-    for (int row = 0; row < m->rows; row++) {
-        for (int col = 0; col < m->cols; col++) {
-            const svc_tile_blob *b = svc_tilemap_current(m, row, col);
-            uint8_t *px = NULL;
-            int tw = 0, th = 0;
-            char why[128];
-            if (!b || svc_image_decode(b->jpeg, b->len, 3, &px, &tw, &th, why, sizeof why) < 0)
-                continue;
-            size_t x0 = (size_t)col * m->tile_size, y0 = (size_t)row * m->tile_size;
-            for (size_t y = 0; y < (size_t)th && y0 + y < h; y++) {
-                size_t cw = x0 + (size_t)tw <= w ? (size_t)tw : w - x0;
-                if (x0 < w)
-                    memcpy(rgb + ((y0 + y) * w + x0) * 3, px + y * (size_t)tw * 3, cw * 3);
-            }
-            free(px);
-        }
-    }
-    uint8_t *png = NULL;
-    size_t len = 0;
-    char why[128];
-    int rc = svc_png_encode(rgb, (int)w, (int)h, NULL, &png, &len, why, sizeof why);
-    free(rgb);
-    if (rc < 0)
-        return NULL;
-    char *b64 = svc_base64_encode(png, len);
-    free(png);
-    return b64;
+    return svc_tiles_preview_png_b64(svc_image_tiles(s, j, index), false);
 }
 
 /* Whether r's key may see call c: its own calls (a call's jobs share the

@@ -196,31 +196,10 @@ static void on_done(comfy_run *run)
  * the SSE tiles, A1111's current_image and OpenAI's partial images. */
 static uint8_t *preview_frame(const svc_tilemap *m, size_t *len)
 {
-    int w = m->width, h = m->height, ts = m->tile_size;
-    if (w < 1 || h < 1 || ts < 1 || w > 4096 || h > 4096)
-        return NULL;
-    uint8_t *rgb = calloc((size_t)w * (size_t)h, 3);
+    uint8_t *rgb = svc_tiles_compose_rgb(m, true);
     if (!rgb)
         return NULL;
-    char err[128];
-    for (int row = 0; row < m->rows; row++) {
-        for (int col = 0; col < m->cols; col++) {
-            const svc_tile_blob *b = svc_tilemap_current(m, row, col);
-            uint8_t *px = NULL;
-            int tw = 0, th = 0, x0 = col * ts, y0 = row * ts;
-            int ew = w - x0 < ts ? w - x0 : ts, eh = h - y0 < ts ? h - y0 : ts;
-            if (!b || svc_image_decode(b->jpeg, b->len, 3, &px, &tw, &th, err, sizeof err) < 0 ||
-                tw != ew || th != eh) {
-                free(px);
-                free(rgb);
-                return NULL;
-            }
-            for (int y = 0; y < th; y++)
-                memcpy(rgb + ((size_t)(y0 + y) * (size_t)w + (size_t)x0) * 3,
-                       px + (size_t)y * (size_t)tw * 3, (size_t)tw * 3);
-            free(px);
-        }
-    }
+    int w = m->width, h = m->height;
     tjhandle tj = tjInitCompress();
     unsigned char *jpeg = NULL;
     unsigned long jlen = 0;

@@ -153,46 +153,6 @@ static void error_event(oai_call *c, const char *code, const char *msg)
     add_event(c, "error", o);
 }
 
-/* The image's current preview tiles as one PNG, base64 (NULL: a tile is
- * missing or unreadable; the partial waits for the next preview). */
-static char *preview_b64(const svc_tilemap *m)
-{
-    int w = m->width, h = m->height, ts = m->tile_size;
-    if (w < 1 || h < 1 || ts < 1 || w > 4096 || h > 4096)
-        return NULL;
-    uint8_t *rgb = calloc((size_t)w * (size_t)h, 3);
-    if (!rgb)
-        return NULL;
-    char err[256];
-    for (int row = 0; row < m->rows; row++) {
-        for (int col = 0; col < m->cols; col++) {
-            const svc_tile_blob *b = svc_tilemap_current(m, row, col);
-            uint8_t *px = NULL;
-            int tw = 0, th = 0;
-            int x0 = col * ts, y0 = row * ts;
-            int ew = w - x0 < ts ? w - x0 : ts, eh = h - y0 < ts ? h - y0 : ts;
-            if (!b || svc_image_decode(b->jpeg, b->len, 3, &px, &tw, &th, err, sizeof err) < 0 ||
-                tw != ew || th != eh) {
-                free(px);
-                free(rgb);
-                return NULL;
-            }
-            for (int y = 0; y < th; y++)
-                memcpy(rgb + ((size_t)(y0 + y) * (size_t)w + (size_t)x0) * 3,
-                       px + (size_t)y * (size_t)tw * 3, (size_t)tw * 3);
-            free(px);
-        }
-    }
-    uint8_t *png = NULL;
-    size_t len = 0;
-    int rc = svc_png_encode(rgb, w, h, NULL, &png, &len, err, sizeof err);
-    free(rgb);
-    if (rc < 0)
-        return NULL;
-    char *out = svc_base64_encode(png, len);
-    free(png);
-    return out;
-}
 
 static void maybe_partial(oai_call *c, const svc_event *ev)
 {
@@ -211,7 +171,7 @@ static void maybe_partial(oai_call *c, const svc_event *ev)
     int due = ((sent + 1) * steps + parts - 1) / parts;
     if (ev->c < due)
         return;
-    char *b = preview_b64(m);
+    char *b = svc_tiles_preview_png_b64(m, true);
     if (!b)
         return;
     char type[48];
