@@ -149,6 +149,10 @@ int tsr_sampler_create(const tsr_sched_config *cfg, const tsr_sampler_params *p,
     } else if (p->schedule == TSR_SCHEDULE_SGM_UNIFORM) {
         s->c.timestep_spacing = TSR_SPACING_TRAILING;
         s->c.use_karras_sigmas = s->c.use_exponential_sigmas = 0;
+    } else if (tsr_schedule_is_comfy(p->schedule)) {
+        /* ComfyUI's list as it is: no diffusers sigma options, a final 0 */
+        s->c.use_karras_sigmas = s->c.use_exponential_sigmas = 0;
+        s->c.final_sigmas_type = TSR_FINAL_ZERO;
     }
     if (s->c.prediction_type == TSR_PRED_SAMPLE &&
         (p->kind == TSR_SAMPLER_EULER_A || p->kind == TSR_SAMPLER_DPMPP_SDE ||
@@ -167,6 +171,8 @@ int tsr_sampler_create(const tsr_sched_config *cfg, const tsr_sampler_params *p,
     if (init_t > n_inf)
         init_t = n_inf;
     int t_start = n_inf - init_t > 0 ? n_inf - init_t : 0;
+    if (tsr_schedule_is_comfy(p->schedule))
+        t_start = 0; /* ComfyUI's denoise is in the sigma list already */
     s->begin = t_start * order_of(p->kind);
     if (s->begin >= s->nt) {
         rc = tsr_errorf(TSR_ERR_UNSUPPORTED,
@@ -268,6 +274,14 @@ float tsr_sampler_init_noise_sigma(const tsr_sampler *s)
 {
     if (!sigma_based(s->p.kind))
         return 1.0f;
+    if (tsr_schedule_is_comfy(s->p.schedule)) {
+        /* k-diffusion's KSAMPLER: sqrt(1 + sigma0^2) when sigma0 is the
+         * model's sigma_max (math.isclose, rel_tol 1e-5) or above, else sigma0 */
+        float s0 = s->sigmas[0], mx = s->comfy_sigma_max;
+        if (fabsf(s0 - mx) <= 1e-5f * fmaxf(fabsf(s0), fabsf(mx)) || s0 > mx)
+            return sqrtf(1.0f + s0 * s0);
+        return s0;
+    }
     float mx = 0;
     for (int i = 0; i < s->ns; i++)
         if (s->sigmas[i] > mx)

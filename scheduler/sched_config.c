@@ -177,6 +177,13 @@ static const struct {
     [TSR_SCHEDULE_KARRAS] = {"karras", "Karras"},
     [TSR_SCHEDULE_EXPONENTIAL] = {"exponential", "Exponential"},
     [TSR_SCHEDULE_SGM_UNIFORM] = {"sgm_uniform", "SGM Uniform"},
+    [TSR_SCHEDULE_COMFY_NORMAL] = {"comfy_normal", "Comfy Normal"},
+    [TSR_SCHEDULE_COMFY_KARRAS] = {"comfy_karras", "Comfy Karras"},
+    [TSR_SCHEDULE_COMFY_EXPONENTIAL] = {"comfy_exponential", "Comfy Exponential"},
+    [TSR_SCHEDULE_COMFY_SGM_UNIFORM] = {"comfy_sgm_uniform", "Comfy SGM Uniform"},
+    [TSR_SCHEDULE_COMFY_SIMPLE] = {"comfy_simple", "Comfy Simple"},
+    [TSR_SCHEDULE_COMFY_DDIM_UNIFORM] = {"comfy_ddim_uniform", "Comfy DDIM Uniform"},
+    [TSR_SCHEDULE_COMFY_BETA] = {"comfy_beta", "Comfy Beta"},
 };
 
 const char *tsr_sampler_name(tsr_sampler_kind k)
@@ -228,7 +235,9 @@ int tsr_schedule_parse(const char *name, tsr_schedule *out)
             return 0;
         }
     return tsr_errorf(TSR_ERR_INVALID,
-                      "unknown schedule \"%s\" (expected default, karras, exponential or sgm_uniform)",
+                      "unknown schedule \"%s\" (expected default, karras, exponential, sgm_uniform "
+                      "or ComfyUI's comfy_normal, comfy_karras, comfy_exponential, "
+                      "comfy_sgm_uniform, comfy_simple, comfy_ddim_uniform, comfy_beta)",
                       name);
 }
 
@@ -330,6 +339,11 @@ bool tsr_sampler_supports_schedule(tsr_sampler_kind k, tsr_schedule s)
 {
     if (s == TSR_SCHEDULE_DEFAULT || s == TSR_SCHEDULE_SGM_UNIFORM)
         return (unsigned)k < TSR_SAMPLER_COUNT;
+    /* ComfyUI's sigma lists drive the samplers whose step reads only the
+     * sigma list (sched_comfy.c, docs/samplers.md) */
+    if (tsr_schedule_is_comfy(s))
+        return k == TSR_SAMPLER_EULER || k == TSR_SAMPLER_EULER_A || k == TSR_SAMPLER_HEUN ||
+               k == TSR_SAMPLER_LMS || k == TSR_SAMPLER_DPMPP_2M;
     switch (k) {
     case TSR_SAMPLER_EULER:
     case TSR_SAMPLER_HEUN:

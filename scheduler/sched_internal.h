@@ -39,6 +39,8 @@ struct tsr_sampler {
     float *aux;
     int num_inference_steps; /* diffusers' self.num_inference_steps */
 
+    float comfy_sigma_max; /* comfy_* schedules: the model's largest discrete sigma */
+
     int begin;            /* first eval index (img2img truncation) */
     int pos;              /* next eval index = diffusers' step_index */
 
@@ -73,6 +75,11 @@ int tsr_sched_make_timesteps(tsr_sampler *s);
 /* The arrays of the two-evaluation k-diffusion samplers (sched_kdiff.c). */
 int tsr_sched_kdiff_arrays(tsr_sampler *s, const double *ts, const double *sig, int m,
                            const float *logsig);
+/* The comfy_* schedules (sched_comfy.c): ComfyUI's sigmas of p.steps steps
+ * with denoise p.strength into sig[0..*m-1] (the final 0 left out; at most
+ * steps + 1 entries) and the UNet's timestep of each (the nearest discrete
+ * one) into ts; sets s->comfy_sigma_max. */
+int tsr_sched_comfy_fill(tsr_sampler *s, double *ts, double *sig, int *m);
 /* diffusers' _sigma_to_t (log_sigmas float32, the rest double). */
 double tsr_sched_sigma_to_t(double sigma, const float *log_sigmas, int len);
 

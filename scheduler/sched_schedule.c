@@ -233,7 +233,11 @@ static int sigma_family(tsr_sampler *s, double *ts, float *train_sig, float *log
     const tsr_sched_config *c = &s->c;
     int N = s->num_train, n = s->p.steps, m = 0;
     tsr_sampler_kind k = s->p.kind;
-    if (c->timestep_spacing == TSR_SPACING_LINSPACE) {
+    bool comfy = tsr_schedule_is_comfy(s->p.schedule);
+    if (comfy) {
+        TSR_TRY(tsr_sched_comfy_fill(s, ts, sig, &m));
+        n = m;
+    } else if (c->timestep_spacing == TSR_SPACING_LINSPACE) {
         np_linspace(0, N - 1, n, ts);
         /* float32 except in DPMSolverSDEScheduler (dtype=float) */
         for (int i = 0; i < n; i++)
@@ -252,7 +256,7 @@ static int sigma_family(tsr_sampler *s, double *ts, float *train_sig, float *log
         for (int i = 0; i < m; i++)
             ts[i] = (double)(float)nearbyint(tmp[i]) - 1;
     }
-    for (int i = 0; i < m; i++)
+    for (int i = 0; i < m && !comfy; i++)
         sig[i] = np_interp(ts[i], train_sig, N);
     if (c->use_karras_sigmas == 1 || c->use_exponential_sigmas == 1) {
         double smin = sig[m - 1], smax = sig[0];
@@ -329,8 +333,12 @@ static int multistep_family(tsr_sampler *s, double *ts, float *train_sig, float 
     const tsr_sched_config *c = &s->c;
     int N = s->num_train, n = s->p.steps, m = n;
     bool unipc = s->p.kind == TSR_SAMPLER_UNIPC;
+    bool comfy = tsr_schedule_is_comfy(s->p.schedule);
     double tmp[TSR_SCHED_MAX_STEPS + 2];
-    if (c->timestep_spacing == TSR_SPACING_LINSPACE) {
+    if (comfy) {
+        TSR_TRY(tsr_sched_comfy_fill(s, ts, sig, &m));
+        n = m;
+    } else if (c->timestep_spacing == TSR_SPACING_LINSPACE) {
         np_linspace(0, N - 1, n + 1, tmp);
         for (int i = 0; i < n; i++)
             ts[i] = nearbyint(tmp[n - i]);
@@ -361,7 +369,7 @@ static int multistep_family(tsr_sampler *s, double *ts, float *train_sig, float 
         if (sigma_min_final)
             last = unipc ? (float)sig[m - 1] : sigma_min_last(s);
     } else {
-        for (int i = 0; i < m; i++)
+        for (int i = 0; i < m && !comfy; i++)
             sig[i] = np_interp(ts[i], train_sig, N);
         if (sigma_min_final)
             last = sigma_min_last(s);

@@ -73,6 +73,15 @@ typedef enum tsr_schedule {
     TSR_SCHEDULE_KARRAS,      /* use_karras_sigmas */
     TSR_SCHEDULE_EXPONENTIAL, /* use_exponential_sigmas */
     TSR_SCHEDULE_SGM_UNIFORM, /* timestep_spacing = "trailing" */
+    /* ComfyUI's schedules, as its comfy/samplers.py computes them over the
+     * model's 1000 discrete sigmas (sched_comfy.c, docs/samplers.md): */
+    TSR_SCHEDULE_COMFY_NORMAL,      /* "comfy_normal" */
+    TSR_SCHEDULE_COMFY_KARRAS,      /* "comfy_karras": rho 7 over sigma_min..sigma_max */
+    TSR_SCHEDULE_COMFY_EXPONENTIAL, /* "comfy_exponential" */
+    TSR_SCHEDULE_COMFY_SGM_UNIFORM, /* "comfy_sgm_uniform" */
+    TSR_SCHEDULE_COMFY_SIMPLE,      /* "comfy_simple" */
+    TSR_SCHEDULE_COMFY_DDIM_UNIFORM,/* "comfy_ddim_uniform" */
+    TSR_SCHEDULE_COMFY_BETA,        /* "comfy_beta": Beta(0.6, 0.6) quantiles */
     TSR_SCHEDULE_COUNT
 } tsr_schedule;
 
@@ -156,14 +165,37 @@ int tsr_schedule_parse(const char *name, tsr_schedule *schedule);
  * KDPM2DiscreteScheduler, KDPM2AncestralDiscreteScheduler and DDPMScheduler
  * to dpm2, dpm2_a and ddpm; PNDMScheduler to pndm (the file's skip_prk_steps). */
 int tsr_sampler_from_config(const struct cJSON *obj, tsr_sampler_kind *kind);
-/* Whether `kind` supports `schedule` (the diffusers class has the option). */
+/* Whether `kind` supports `schedule` (the diffusers class has the option;
+ * the comfy_* schedules: euler, euler_a, heun, lms, dpmpp_2m). */
 bool tsr_sampler_supports_schedule(tsr_sampler_kind kind, tsr_schedule schedule);
+/* Whether `schedule` is one of ComfyUI's (TSR_SCHEDULE_COMFY_*). */
+bool tsr_schedule_is_comfy(tsr_schedule schedule);
+
+/* ComfyUI's sigma list (KSampler.set_steps): the schedule of `steps` steps
+ * over the model's discrete sigmas (cfg's scaled_linear betas; other beta
+ * schedules are TSR_ERR_UNSUPPORTED), or with 0 < denoise <= 0.9999 the last
+ * steps + 1 sigmas of the schedule of int(steps / denoise) steps.  Writes
+ * *n sigmas, the last one 0, into out[cap] (steps + 2 always fits).
+ * TSR_ERR_INVALID for a non-comfy schedule, steps outside [1, 1000],
+ * denoise outside (0, 1], a schedule longer than 10000 steps or a short
+ * buffer. */
+int tsr_comfy_sigmas(const tsr_sched_config *cfg, tsr_schedule schedule, int steps,
+                     double denoise, float *out, int cap, int *n);
+/* ComfyUI's timestep for a sigma (ModelSamplingDiscrete.timestep: the index
+ * of the nearest discrete log-sigma, the first on a tie). */
+int tsr_comfy_timestep(const tsr_sched_config *cfg, double sigma, int *t);
+/* The regularized incomplete beta function I_x(a, b) and its inverse (the
+ * Beta(a, b) distribution's cdf and ppf), for a, b > 0; NAN outside the
+ * domain.  The inverse is accurate to ~1e-15 in x. */
+double tsr_beta_cdf(double x, double a, double b);
+double tsr_beta_ppf(double p, double a, double b);
 
 typedef struct tsr_sampler_params {
     tsr_sampler_kind kind;
     tsr_schedule schedule;
     int steps;        /* num_inference_steps, 1..1000 (every sampler; see docs/samplers.md) */
-    double strength;  /* img2img strength in (0, 1]; 1 = txt2img (default) */
+    double strength;  /* img2img strength in (0, 1]; 1 = txt2img (default); for
+                       * the comfy_* schedules ComfyUI's KSampler denoise */
     double eta;       /* DDIM eta (default 0) */
     int channels, height, width; /* latent shape, for the layout of drawn noise */
     bool nhwc;        /* latent stored channels-last (default true) */

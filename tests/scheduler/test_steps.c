@@ -257,7 +257,16 @@ int tsr_sched_test_step_counts(void)
                                  p.strength);
                         tsr_sampler *s = NULL;
                         int rc = tsr_sampler_create(&cfg, &p, &s);
-                        if (p.strength < 1 && p.steps == 1) {
+                        bool comfy = tsr_schedule_is_comfy(p.schedule);
+                        /* ComfyUI's tables are its scaled_linear betas only */
+                        if (comfy && cfg.beta_schedule != TSR_BETA_SCALED_LINEAR) {
+                            if (rc != TSR_ERR_UNSUPPORTED)
+                                TSR_FAIL("%s: got %d, want TSR_ERR_UNSUPPORTED", what, rc);
+                            continue;
+                        }
+                        /* ComfyUI's denoise runs the last steps of a longer
+                         * schedule: 1 step at 0.5 is one step of 2 */
+                        if (!comfy && p.strength < 1 && p.steps == 1) {
                             /* int(1 * 0.5) = 0 steps to run: refused, as diffusers does */
                             if (rc != TSR_ERR_UNSUPPORTED)
                                 TSR_FAIL("%s: got %d, want TSR_ERR_UNSUPPORTED", what, rc);
@@ -280,7 +289,11 @@ int tsr_sched_test_step_counts(void)
                         }
                         int bad = run_to_end(what, s, x, &rng, NULL);
                         bool pndm = k == TSR_SAMPLER_PNDM || k == TSR_SAMPLER_PLMS;
-                        if (!bad && p.strength == 1 && !pndm &&
+                        /* ComfyUI's ddim_uniform and beta may give more or
+                         * fewer steps than asked (tests/scheduler/test_comfy_sched.c) */
+                        bool exact = !comfy || (p.schedule != TSR_SCHEDULE_COMFY_DDIM_UNIFORM &&
+                                                p.schedule != TSR_SCHEDULE_COMFY_BETA);
+                        if (!bad && (p.strength == 1 || comfy) && !pndm && exact &&
                             tsr_sampler_steps_total(s) != p.steps) {
                             fprintf(stderr, "%s: %d user-visible steps\n", what,
                                     tsr_sampler_steps_total(s));
