@@ -251,6 +251,12 @@ int tsr_batch_image_hires(tsr_engine *e, tsr_batch_image *j, long long max_decod
     sp.strength = ((double)j->hires_steps + 0.5) / j->hires_sched;
     if (sp.strength > 1.0)
         sp.strength = 1.0;
+    if (tsr_schedule_is_comfy(j->schedule)) {
+        /* ComfyUI's second KSampler: K steps with its denoise (the sampler
+         * takes the last K + 1 sigmas of int(K / denoise) itself) */
+        sp.steps = j->hires_steps;
+        sp.strength = j->params.hires_strength;
+    }
     sp.eta = j->params.eta;
     sp.channels = C;
     sp.height = lh;

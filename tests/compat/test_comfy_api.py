@@ -8,7 +8,11 @@ its own server on 127.0.0.1, port 0, with a temporary --data-dir.
 - txt2img: ComfyUI's default workflow in API format (the checkpoint name from
   /models/checkpoints) runs; its /history entry names the SaveImage output, and
   /view's PNG is `tessera generate`'s with the mapped settings (euler + normal
-  = euler + the model's default schedule), pixel for pixel and infotext.
+  = euler + comfy_normal, ComfyUI's own sigmas), pixel for pixel and infotext.
+- comfy_schedules: workflows with `normal`, `beta`, `simple` and `karras`
+  (before this slice `beta` and `simple` were refused and `normal` ran
+  diffusers' schedule) equal `tessera generate --scheduler comfy_<name>`, and
+  `beta` differs from `normal` (the schedule reaches the image).
 - hostile: bad workflows get 400 with node_errors naming the node id and class
   (the full table of 47 is tests/service/test_comfy.c; here the HTTP shape).
 - queue: with --max-batch 1, a long prompt runs and a second waits; /queue
@@ -145,7 +149,7 @@ def test_txt2img():
     png = view(s, images[0])
     svc.assert_same_image(png, dict(prompt="a red apple on a table", negative_prompt="blurry",
                                     width=SIZE, height=SIZE, steps=STEPS, seed=42, cfg_scale=7.5,
-                                    sampler="euler", scheduler="default"), "comfy txt2img")
+                                    sampler="euler", scheduler="comfy_normal"), "comfy txt2img")
     # ComfyUI's /api/ prefix reaches the same routes (its frontend uses it)
     r = s.get("/api/history/" + pid, validate_spec=False)
     assert r.status == 200 and r.json[pid]["outputs"] == h["outputs"], r
@@ -158,6 +162,31 @@ def test_txt2img():
     assert pid in get(s, "/history").json
     q = get(s, "/queue").json
     assert q == {"queue_running": [], "queue_pending": []}, q
+    s.stop()
+
+
+def test_comfy_schedules():
+    s = svc.Server().start()
+    ckpt = checkpoint(s)
+    lists = get(s, "/object_info/KSampler").json["KSampler"]["input"]["required"]
+    for name in ("normal", "beta", "simple", "ddim_uniform", "karras", "sgm_uniform"):
+        assert name in lists["scheduler"][0], lists["scheduler"]
+    pngs = {}
+    for sampler, name in (("euler", "normal"), ("euler", "beta"), ("euler", "simple"),
+                          ("dpmpp_2m", "karras")):
+        wf = default_workflow(ckpt, seed=7)
+        wf["3"]["inputs"]["sampler_name"] = sampler
+        wf["3"]["inputs"]["scheduler"] = name
+        pid = queue_prompt(s, wf)
+        h = wait_history(s, pid)
+        assert h["status"]["status_str"] == "success", h["status"]
+        png = view(s, h["outputs"]["9"]["images"][0])
+        svc.assert_same_image(png, dict(prompt="a red apple on a table", negative_prompt="blurry",
+                                        width=SIZE, height=SIZE, steps=STEPS, seed=7,
+                                        cfg_scale=7.5, sampler=sampler,
+                                        scheduler="comfy_" + name), "comfy " + name)
+        pngs[name] = svc.png_decode(png).rgb()
+    assert pngs["beta"] != pngs["normal"], "beta and normal gave the same image"
     s.stop()
 
 
@@ -196,11 +225,11 @@ def test_hostile():
     wf = copy.deepcopy(base)
     wf["5"]["inputs"]["width"] = 100  # not a multiple of 8: the engine refuses, named on node 5
     node_error(s, wf, "5", "value_not_accepted", "EmptyLatentImage")
-    # a pair Tessera does not offer (euler_ancestral has no karras, as in diffusers):
-    # the engine's refusal, named on the KSampler's scheduler
+    # a pair Tessera does not offer (uni_pc has no ComfyUI beta schedule, and
+    # diffusers none like it): the engine's refusal, named on the scheduler
     wf = copy.deepcopy(base)
-    wf["3"]["inputs"]["sampler_name"] = "euler_ancestral"
-    wf["3"]["inputs"]["scheduler"] = "karras"
+    wf["3"]["inputs"]["sampler_name"] = "uni_pc"
+    wf["3"]["inputs"]["scheduler"] = "beta"
     e = node_error(s, wf, "3", "value_not_accepted", "KSampler")
     assert e["node_errors"]["3"]["errors"][0]["extra_info"]["input_name"] == "scheduler", e
     # unknown node class, no outputs, no prompt, bad JSON
@@ -337,7 +366,7 @@ def test_upload_img2img():
                           dict(prompt="a red apple on a table", negative_prompt="blurry",
                                width=SIZE, height=SIZE, steps=STEPS, seed=5, cfg_scale=7.5,
                                sampler="euler",
-                               scheduler="default", init_image=init, strength=0.6),
+                               scheduler="comfy_normal", init_image=init, strength=0.6),
                           "comfy img2img")
     s.stop()
 
@@ -370,7 +399,7 @@ def test_hires():
     got = svc.assert_same_image(
         view(s, h["outputs"]["9"]["images"][0]),
         dict(prompt="a red apple on a table", negative_prompt="blurry", width=SIZE, height=SIZE,
-             steps=STEPS, seed=42, cfg_scale=7.5, sampler="euler", scheduler="default",
+             steps=STEPS, seed=42, cfg_scale=7.5, sampler="euler", scheduler="comfy_normal",
              hires_scale=2, hires_steps=3, hires_strength=0.5,
              hires_upscaler="Latent (nearest-exact)"), "comfy hires")
     assert (got.width, got.height) == (2 * SIZE, 2 * SIZE)
@@ -404,7 +433,7 @@ def test_inpaint():
     with open(mpath, "wb") as f:
         f.write(svc.png_encode(SIZE, SIZE, bytes(mask)))
     common = ["--prompt", "a red apple on a table", "--negative-prompt", "blurry", "--seed", 42,
-              "--steps", STEPS, "--cfg-scale", 7.5, "--sampler", "euler", "--scheduler", "default",
+              "--steps", STEPS, "--cfg-scale", 7.5, "--sampler", "euler", "--scheduler", "comfy_normal",
               "--width", SIZE, "--height", SIZE, "--init-image", init, "--mask", mpath,
               "--mask-blur", 0]  # a native job is the engine's image, no paste-back
     for kind, denoise, fill in [("SetLatentNoiseMask", 0.7, 1), ("VAEEncodeForInpaint", 1.0, 0)]:
@@ -746,7 +775,7 @@ def test_comfy_api_simplified():
     assert name.endswith("_00000_.png"), name
     svc.assert_same_image(png, dict(prompt="a red apple on a table", negative_prompt="blurry",
                                     width=SIZE, height=SIZE, steps=STEPS, seed=42, cfg_scale=7.5,
-                                    sampler="euler", scheduler="default"),
+                                    sampler="euler", scheduler="comfy_normal"),
                           "comfy-api-simplified")
     # upload into the client's default subfolder, then img2img from it
     rgb = bytes((x * 3 + y * 5) % 256 for y in range(SIZE) for x in range(SIZE) for _ in range(3))
@@ -767,13 +796,13 @@ def test_comfy_api_simplified():
     svc.assert_same_image(list(images.values())[0],
                           dict(prompt="a red apple on a table", negative_prompt="blurry",
                                width=SIZE, height=SIZE, steps=STEPS, seed=42, cfg_scale=7.5,
-                               sampler="euler", scheduler="default", init_image=src,
+                               sampler="euler", scheduler="comfy_normal", init_image=src,
                                strength=0.5), "comfy-api-simplified img2img")
     s.stop()
 
 
 if __name__ == "__main__":
-    sys.exit(svc.run_tests([test_txt2img, test_hostile, test_queue, test_restart,
+    sys.exit(svc.run_tests([test_txt2img, test_comfy_schedules, test_hostile, test_queue, test_restart,
                             test_upload_img2img, test_hires, test_inpaint, test_view_escape,
                             test_keys,
                             test_websocket, test_comfy_api_simplified]))

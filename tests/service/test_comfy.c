@@ -148,7 +148,7 @@ static const bad_case k_bad[] = {
     {"cfg_bool", "{\"3/inputs/cfg\": true}", NULL, NODE_FAILED, "3", "invalid_input_type"},
     {"sampler_unknown", "{\"3/inputs/sampler_name\": \"euler_cfg_pp\"}", NULL, NODE_FAILED, "3",
      "value_not_in_list"},
-    {"scheduler_unmapped", "{\"3/inputs/scheduler\": \"simple\"}", NULL, NODE_FAILED, "3",
+    {"scheduler_unmapped", "{\"3/inputs/scheduler\": \"kl_optimal\"}", NULL, NODE_FAILED, "3",
      "value_not_in_list"},
     {"checkpoint_other", "{\"4/inputs/ckpt_name\": \"sdxl.safetensors\"}", NULL, NODE_FAILED, "4",
      "value_not_in_list"},
@@ -390,7 +390,7 @@ static int test_txt2img(void)
     t = cJSON_PrintUnformatted(plan.job);
     ASSERT_STR_EQ(t, "{\"prompt\":\"a red apple\",\"negative_prompt\":\"blurry\",\"clip_skip\":1,"
                      "\"steps\":4,\"cfg_scale\":7.5,"
-                     "\"sampler\":\"euler\",\"scheduler\":\"default\",\"rng\":\"cpu\","
+                     "\"sampler\":\"euler\",\"scheduler\":\"comfy_normal\",\"rng\":\"cpu\","
                      "\"width\":64,\"height\":64,\"n\":2}");
     ASSERT_EQ(plan.n_outputs, 1);
     ASSERT_STR_EQ(plan.outputs[0], "9");
@@ -401,6 +401,39 @@ static int test_txt2img(void)
     ASSERT_STR_EQ(plan.order[0], "4");
     free(t);
     comfy_plan_free(&plan);
+    return 0;
+}
+
+/* ComfyUI's scheduler names: the ComfyUI-exact comfy_* schedule where the
+ * sampler takes one, else diffusers' nearest or (none) the comfy_* name the
+ * engine refuses; ComfyUI's ddim is euler. */
+static int test_scheduler_map(void)
+{
+    static const char *const cases[][3] = {
+        {"euler", "normal", "\"sampler\":\"euler\",\"scheduler\":\"comfy_normal\""},
+        {"euler", "beta", "\"sampler\":\"euler\",\"scheduler\":\"comfy_beta\""},
+        {"dpmpp_2m", "karras", "\"sampler\":\"dpmpp_2m\",\"scheduler\":\"comfy_karras\""},
+        {"euler_ancestral", "simple", "\"sampler\":\"euler_a\",\"scheduler\":\"comfy_simple\""},
+        {"heun", "ddim_uniform", "\"sampler\":\"heun\",\"scheduler\":\"comfy_ddim_uniform\""},
+        {"lms", "sgm_uniform", "\"sampler\":\"lms\",\"scheduler\":\"comfy_sgm_uniform\""},
+        {"ddim", "exponential", "\"sampler\":\"euler\",\"scheduler\":\"comfy_exponential\""},
+        {"uni_pc", "normal", "\"sampler\":\"unipc\",\"scheduler\":\"default\""},
+        {"dpmpp_2m_sde", "karras", "\"sampler\":\"dpmpp_2m_sde\",\"scheduler\":\"karras\""},
+        {"uni_pc", "beta", "\"sampler\":\"unipc\",\"scheduler\":\"comfy_beta\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char patch[256];
+        snprintf(patch, sizeof patch,
+                 "{\"3/inputs/sampler_name\": \"%s\", \"3/inputs/scheduler\": \"%s\"}",
+                 cases[i][0], cases[i][1]);
+        comfy_plan plan;
+        char *t = job_text(patch, &plan);
+        ASSERT_TRUE(t != NULL);
+        if (!strstr(t, cases[i][2]))
+            TSR_FAIL("%s + %s: %s has no %s", cases[i][0], cases[i][1], t, cases[i][2]);
+        free(t);
+        comfy_plan_free(&plan);
+    }
     return 0;
 }
 
@@ -551,7 +584,7 @@ static int test_ws_accept(void)
 static const tsr_test_entry k_tests[] = {
     {"ws_accept", test_ws_accept},
     {"hostile", test_hostile},       {"bounds", test_bounds},
-    {"all_errors", test_all_errors}, {"txt2img", test_txt2img},
+    {"all_errors", test_all_errors}, {"txt2img", test_txt2img}, {"scheduler_map", test_scheduler_map},
     {"hires", test_hires},           {"lora_clip_skip", test_lora_clip_skip},
     {"img2img", test_img2img},       {"inpaint", test_inpaint},
     {"unreachable", test_unreachable},

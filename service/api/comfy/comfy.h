@@ -93,7 +93,11 @@ const char *comfy_type_name(comfy_type t);
  * and Tessera's name for one (NULL when not mapped). */
 const char *const *comfy_choice_list(comfy_choices c, const comfy_context *ctx);
 const char *comfy_sampler_to_tessera(const char *comfy);
-const char *comfy_scheduler_to_tessera(const char *comfy);
+/* The schedule for ComfyUI's scheduler `comfy` with Tessera's sampler
+ * `sampler`: the ComfyUI-exact comfy_* one where the sampler takes it, else
+ * diffusers' nearest (normal -> default, ...) or, with none, the comfy_* name
+ * (which the engine then refuses for that sampler). */
+const char *comfy_scheduler_to_tessera(const char *sampler, const char *comfy);
 const char *comfy_upscale_to_tessera(const char *comfy);
 /* GET /object_info[/{class}]: every class (name NULL) or one (NULL if unknown). */
 cJSON *comfy_object_info(const comfy_context *ctx, const char *name);

@@ -17,6 +17,7 @@
  * differs from ComfyUI's.
  */
 #include "comfy.h"
+#include "tessera.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -143,11 +144,20 @@ static const char *const k_samplers[][2] = {
     {"dpmpp_2s_ancestral", "dpmpp_2s_a"}, {"dpmpp_sde", "dpmpp_sde"},
     {"dpmpp_2m", "dpmpp_2m"},     {"dpmpp_2m_sde", "dpmpp_2m_sde"},
     {"dpmpp_3m_sde", "dpmpp_3m_sde"}, {"ddpm", "ddpm"}, {"lcm", "lcm"},
-    {"ddim", "ddim"},             {"uni_pc", "unipc"},
+    /* ComfyUI's ddim is k-diffusion's euler (comfy/samplers.py sampler_object) */
+    {"ddim", "euler"},            {"uni_pc", "unipc"},
 };
-static const char *const k_schedulers[][2] = {
-    {"normal", "default"}, {"karras", "karras"}, {"exponential", "exponential"},
-    {"sgm_uniform", "sgm_uniform"},
+/* ComfyUI's scheduler -> Tessera's ComfyUI-exact schedule (sched_comfy.c),
+ * for the samplers that take one; for the others diffusers' nearest
+ * schedule (not ComfyUI's sigmas), or none (the engine refuses the pair). */
+static const char *const k_schedulers[][3] = {
+    {"normal", "comfy_normal", "default"},
+    {"karras", "comfy_karras", "karras"},
+    {"exponential", "comfy_exponential", "exponential"},
+    {"sgm_uniform", "comfy_sgm_uniform", "sgm_uniform"},
+    {"simple", "comfy_simple", NULL},
+    {"ddim_uniform", "comfy_ddim_uniform", NULL},
+    {"beta", "comfy_beta", NULL},
 };
 /* ComfyUI's latent upscale methods -> A1111's hires upscaler names. */
 static const char *const k_upscale[][2] = {
@@ -166,9 +176,26 @@ static const char *lookup(const char *const (*t)[2], size_t n, const char *name)
 }
 
 const char *comfy_sampler_to_tessera(const char *c) { return lookup(k_samplers, N(k_samplers), c); }
-const char *comfy_scheduler_to_tessera(const char *c)
+const char *comfy_scheduler_to_tessera(const char *sampler, const char *c)
 {
-    return lookup(k_schedulers, N(k_schedulers), c);
+    for (size_t i = 0; c && i < N(k_schedulers); i++) {
+        if (strcmp(k_schedulers[i][0], c) != 0)
+            continue;
+        if (!k_schedulers[i][2] || !sampler)
+            return k_schedulers[i][1];
+        /* does the engine's sampler offer the comfy_* schedule? */
+        const tsr_sampler_desc *sd = NULL;
+        const tsr_schedule_desc *sc = NULL;
+        int n = tsr_samplers(&sd), ns = tsr_schedules(&sc), bit = -1;
+        for (int k = 0; k < ns && k < 32; k++)
+            if (strcmp(sc[k].name, k_schedulers[i][1]) == 0)
+                bit = k;
+        for (int k = 0; k < n; k++)
+            if (strcmp(sd[k].name, sampler) == 0 && bit >= 0 && (sd[k].schedules & (1u << bit)))
+                return k_schedulers[i][1];
+        return k_schedulers[i][2];
+    }
+    return NULL;
 }
 const char *comfy_upscale_to_tessera(const char *c) { return lookup(k_upscale, N(k_upscale), c); }
 

@@ -246,7 +246,9 @@ static bool compile_sampler(graph *g, const sampling *s, cJSON *job)
     note_field(g, "cfg_scale", k, "cfg");
     cJSON_AddStringToObject(job, "sampler", comfy_sampler_to_tessera(s->sampler));
     note_field(g, "sampler", k, "sampler_name");
-    cJSON_AddStringToObject(job, "scheduler", comfy_scheduler_to_tessera(s->scheduler));
+    cJSON_AddStringToObject(job, "scheduler",
+                            comfy_scheduler_to_tessera(comfy_sampler_to_tessera(s->sampler),
+                                                       s->scheduler));
     note_field(g, "scheduler", k, "scheduler");
     cJSON_AddStringToObject(job, "rng", "cpu");
     return true;
