@@ -290,7 +290,9 @@ int tsr_cmd_generate(int argc, char **argv)
          TSR_SAMPLER_NAMES "; also diffusers class and A1111 names such as \"DPM++ 2M Karras\" "
          "(default: the model's)", 0, 0, 0, 0},
         {"scheduler", TSR_ARG_STRING, &o.schedule, "NAME",
-         "sigma schedule: default, karras, exponential, sgm_uniform", 0, 0, 0, 0},
+         "sigma schedule: default, karras, exponential, sgm_uniform, or ComfyUI's comfy_normal, "
+         "comfy_karras, comfy_exponential, comfy_sgm_uniform, comfy_simple, comfy_ddim_uniform, "
+         "comfy_beta (docs/samplers.md)", 0, 0, 0, 0},
         {"seed", TSR_ARG_U64, &o.seed, "N",
          "0..2^64-1, or -1 = random (default); image i uses seed+i mod 2^64", -1, 0, 0, 0,
          .seen = &o.seed_given},
