@@ -21,7 +21,8 @@ its own server on 127.0.0.1, port 0, with a temporary --data-dir.
 - restart: /history and /view answer the same after a restart on the data dir.
 - upload_img2img: POST /upload/image, LoadImage -> VAEEncode -> KSampler with
   denoise 0.6 equals `tessera generate --init-image --strength 0.6`.
-- hires: KSampler -> LatentUpscaleBy -> KSampler equals `generate --hires-*`.
+- hires: KSampler -> LatentUpscaleBy -> KSampler, and VAEDecode -> ImageScale
+  (lanczos) -> VAEEncode between them, equal `generate --hires-*`.
 - inpaint: SetLatentNoiseMask / VAEEncodeForInpaint with LoadImage's MASK
   (from an RGBA upload's alpha) equal `generate --mask --mask-blur 0`.
 - view_escape: /view and LoadImage names never leave their folders.
@@ -403,6 +404,27 @@ def test_hires():
              hires_scale=2, hires_steps=3, hires_strength=0.5,
              hires_upscaler="Latent (nearest-exact)"), "comfy hires")
     assert (got.width, got.height) == (2 * SIZE, 2 * SIZE)
+    # in image space: VAEDecode -> ImageScale (lanczos) -> VAEEncode -> KSampler
+    wf["12"] = {"class_type": "ImageScale", "inputs": {
+        "image": ["13", 0], "upscale_method": "lanczos", "width": 2 * SIZE, "height": 2 * SIZE,
+        "crop": "disabled"}}
+    wf["13"] = {"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["4", 2]}}
+    wf["14"] = {"class_type": "VAEEncode", "inputs": {"pixels": ["12", 0], "vae": ["4", 2]}}
+    del wf["10"]
+    wf["11"]["inputs"]["latent_image"] = ["14", 0]
+    h = wait_history(s, queue_prompt(s, wf))
+    assert h["status"]["status_str"] == "success", h
+    # generate has no --hires-width: its --hires-scale 2 is the same size, so
+    # the same pixels; the infotext says "Hires resize: 128x128" here
+    got = svc.png_decode(view(s, h["outputs"]["9"]["images"][0]))
+    want = svc.generate(prompt="a red apple on a table", negative_prompt="blurry", width=SIZE,
+                        height=SIZE, steps=STEPS, seed=42, cfg_scale=7.5, sampler="euler",
+                        scheduler="comfy_normal", hires_scale=2, hires_steps=3,
+                        hires_strength=0.5, hires_upscaler="Lanczos")
+    assert (got.width, got.height) == (want.width, want.height) == (2 * SIZE, 2 * SIZE)
+    assert got.rgb() == want.rgb(), "comfy ImageScale hires differs from generate"
+    info = got.texts.get("parameters")
+    assert "Hires resize: 128x128, Hires steps: 3, Hires upscaler: Lanczos" in info, info
     s.stop()
 
 

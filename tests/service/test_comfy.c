@@ -458,6 +458,72 @@ static int test_hires(void)
     return 0;
 }
 
+/* KSampler -> VAEDecode -> ImageScale -> VAEEncode -> KSampler: the hires
+ * fix in image space (lanczos -> Lanczos, nearest-exact -> Nearest); the
+ * methods the engine has no path for, and crop center, are refused on
+ * ImageScale. */
+static int image_scale_job(const char *method, const char *crop, int w, int h, comfy_plan *plan,
+                           char **text, cJSON **err)
+{
+    char wf[1024];
+    snprintf(wf, sizeof wf,
+             "{\"10\": {\"class_type\": \"ImageScale\", \"inputs\": {\"image\": [\"8\", 0],"
+             " \"upscale_method\": \"%s\", \"width\": %d, \"height\": %d, \"crop\": \"%s\"}},"
+             " \"12\": {\"class_type\": \"VAEEncode\", \"inputs\": {\"pixels\": [\"10\", 0],"
+             " \"vae\": [\"4\", 2]}},"
+             " \"11\": {\"class_type\": \"KSampler\", \"inputs\": {\"seed\": 42, \"steps\": 3,"
+             " \"cfg\": 7.5, \"sampler_name\": \"euler\", \"scheduler\": \"normal\", \"denoise\": 0.5,"
+             " \"model\": [\"4\", 0], \"positive\": [\"6\", 0], \"negative\": [\"7\", 0],"
+             " \"latent_image\": [\"12\", 0]}},"
+             " \"13\": {\"class_type\": \"VAEDecode\", \"inputs\": {\"samples\": [\"11\", 0],"
+             " \"vae\": [\"4\", 2]}}, \"9/inputs/images\": [\"13\", 0]}",
+             method, w, h, crop);
+    cJSON *jw = patched(wf);
+    *err = NULL;
+    *text = NULL;
+    int rc = compile_it(jw, plan, err);
+    cJSON_Delete(jw);
+    if (rc < 0)
+        return -1;
+    *text = cJSON_PrintUnformatted(plan->job);
+    return 0;
+}
+
+static int test_image_scale(void)
+{
+    comfy_plan plan;
+    char *t = NULL;
+    cJSON *err = NULL;
+    ASSERT_TRUE(image_scale_job("lanczos", "disabled", 128, 96, &plan, &t, &err) == 0);
+    ASSERT_TRUE(strstr(t, "\"hires_width\":128,\"hires_height\":96,\"hires_upscaler\":\"Lanczos\"") != NULL);
+    ASSERT_TRUE(strstr(t, "\"hires_steps\":3,\"hires_strength\":0.5") != NULL);
+    ASSERT_TRUE(strstr(t, "\"scheduler\":\"comfy_normal\"") != NULL);
+    ASSERT_TRUE(strstr(t, "init_image") == NULL);
+    ASSERT_STR_EQ(plan.sampler_node, "11");
+    free(t);
+    comfy_plan_free(&plan);
+    ASSERT_TRUE(image_scale_job("nearest-exact", "disabled", 0, 128, &plan, &t, &err) == 0);
+    ASSERT_TRUE(strstr(t, "\"hires_width\":0,\"hires_height\":128,\"hires_upscaler\":\"Nearest\"") != NULL);
+    free(t);
+    comfy_plan_free(&plan);
+    static const char *const refused[][3] = {
+        {"bilinear", "disabled", "upscale_method"}, {"area", "disabled", "upscale_method"},
+        {"bicubic", "disabled", "upscale_method"}, {"lanczos", "center", "crop"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        ASSERT_TRUE(image_scale_job(refused[i][0], refused[i][1], 128, 128, &plan, &t, &err) < 0);
+        char *e = cJSON_PrintUnformatted(err);
+        ASSERT_TRUE(e != NULL);
+        if (!strstr(e, "\"10\"") || !strstr(e, refused[i][2]))
+            TSR_FAIL("%s/%s: %s", refused[i][0], refused[i][1], e);
+        free(e);
+        cJSON_Delete(err);
+    }
+    ASSERT_TRUE(image_scale_job("lanczos", "disabled", 0, 0, &plan, &t, &err) < 0);
+    cJSON_Delete(err);
+    return 0;
+}
+
 static int test_lora_clip_skip(void)
 {
     comfy_plan plan;
@@ -585,6 +651,7 @@ static const tsr_test_entry k_tests[] = {
     {"ws_accept", test_ws_accept},
     {"hostile", test_hostile},       {"bounds", test_bounds},
     {"all_errors", test_all_errors}, {"txt2img", test_txt2img}, {"scheduler_map", test_scheduler_map},
+    {"image_scale", test_image_scale},
     {"hires", test_hires},           {"lora_clip_skip", test_lora_clip_skip},
     {"img2img", test_img2img},       {"inpaint", test_inpaint},
     {"unreachable", test_unreachable},

@@ -40,7 +40,8 @@ typedef enum comfy_type {
 
 /* Where a COMBO's choices come from. */
 typedef enum comfy_choices {
-    CC_NONE, CC_CHECKPOINTS, CC_SAMPLERS, CC_SCHEDULERS, CC_UPSCALE, CC_CROP, CC_ENABLE,
+    CC_NONE, CC_CHECKPOINTS, CC_SAMPLERS, CC_SCHEDULERS, CC_UPSCALE, CC_IMAGE_UPSCALE, CC_CROP,
+    CC_ENABLE,
     CC_IMAGES, CC_LORAS,
 } comfy_choices;
 
@@ -99,6 +100,9 @@ const char *comfy_sampler_to_tessera(const char *comfy);
  * (which the engine then refuses for that sampler). */
 const char *comfy_scheduler_to_tessera(const char *sampler, const char *comfy);
 const char *comfy_upscale_to_tessera(const char *comfy);
+/* ImageScale's upscale_method -> the engine's image-space hires upscaler
+ * ("Lanczos", "Nearest"), NULL for the methods it has no path for. */
+const char *comfy_image_upscale_to_tessera(const char *comfy);
 /* GET /object_info[/{class}]: every class (name NULL) or one (NULL if unknown). */
 cJSON *comfy_object_info(const comfy_context *ctx, const char *name);
 

@@ -84,6 +84,13 @@ static const comfy_class k_classes[] = {
      .inputs = {LINK("samples", CT_LATENT), COMBO("upscale_method", CC_UPSCALE),
                 FLT("scale_by", 1.5, 0.01, 8.0, 0.01)},
      .outputs = {CT_LATENT}, .output_names = {"LATENT"}, .n_outputs = 1},
+    {.name = "ImageScale", .display = "Upscale Image", .category = "image/upscaling",
+     .description = "Between VAEDecode of a first KSampler and VAEEncode into a second: the "
+                    "hires fix in image space (lanczos -> Lanczos, nearest-exact -> Nearest; "
+                    "0 = from the other side's ratio).",
+     .inputs = {LINK("image", CT_IMAGE), COMBO("upscale_method", CC_IMAGE_UPSCALE),
+                INT("width", 512, 0, 4096), INT("height", 512, 0, 4096), COMBO("crop", CC_CROP)},
+     .outputs = {CT_IMAGE}, .output_names = {"IMAGE"}, .n_outputs = 1},
     {.name = "VAEDecode", .display = "VAE Decode", .category = "latent",
      .inputs = {LINK("samples", CT_LATENT), LINK("vae", CT_VAE)},
      .outputs = {CT_IMAGE}, .output_names = {"IMAGE"}, .n_outputs = 1},
@@ -165,6 +172,14 @@ static const char *const k_upscale[][2] = {
     {"bicubic", "Latent (bicubic)"},
 };
 
+/* ImageScale's methods (ComfyUI's list) -> the engine's image-space hires
+ * upscalers: Pillow's Lanczos, and Pillow's nearest (which samples pixel
+ * centres, as nearest-exact does); NULL = no engine path. */
+static const char *const k_image_upscale[][2] = {
+    {"nearest-exact", "Nearest"}, {"bilinear", NULL}, {"area", NULL}, {"bicubic", NULL},
+    {"lanczos", "Lanczos"},
+};
+
 #define N(a) (sizeof a / sizeof a[0])
 
 static const char *lookup(const char *const (*t)[2], size_t n, const char *name)
@@ -198,11 +213,15 @@ const char *comfy_scheduler_to_tessera(const char *sampler, const char *c)
     return NULL;
 }
 const char *comfy_upscale_to_tessera(const char *c) { return lookup(k_upscale, N(k_upscale), c); }
+const char *comfy_image_upscale_to_tessera(const char *c)
+{
+    return lookup(k_image_upscale, N(k_image_upscale), c);
+}
 
 const char *const *comfy_choice_list(comfy_choices c, const comfy_context *ctx)
 {
     static const char *samplers[N(k_samplers) + 1], *schedulers[N(k_schedulers) + 1],
-        *upscale[N(k_upscale) + 1];
+        *upscale[N(k_upscale) + 1], *image_upscale[N(k_image_upscale) + 1];
     static const char *const crop[] = {"disabled", NULL};
     static const char *const enable[] = {"enable", "disable", NULL};
     static const char *const none[] = {NULL};
@@ -219,6 +238,10 @@ const char *const *comfy_choice_list(comfy_choices c, const comfy_context *ctx)
         for (size_t i = 0; i < N(k_upscale); i++)
             upscale[i] = k_upscale[i][0];
         return upscale;
+    case CC_IMAGE_UPSCALE:
+        for (size_t i = 0; i < N(k_image_upscale); i++)
+            image_upscale[i] = k_image_upscale[i][0];
+        return image_upscale;
     case CC_CROP: return crop;
     case CC_ENABLE: return enable;
     case CC_CHECKPOINTS: return ctx && ctx->checkpoints ? ctx->checkpoints : none;

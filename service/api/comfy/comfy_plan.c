@@ -362,13 +362,57 @@ static bool compile_latent(graph *g, const sampling *s, cJSON *job)
     return false;
 }
 
-/* Two samplers around a latent upscale: the hires fix. */
+/* ImageScale's size and method as the hires pass's (image space). */
+static bool compile_image_scale(graph *g, gnode *up, cJSON *job)
+{
+    const char *up_name = comfy_image_upscale_to_tessera(str(up, "upscale_method"));
+    if (!up_name) {
+        unsupported(g, up, "upscale_method",
+                    "upscale_method: Tessera's image-space hires pass has lanczos and "
+                    "nearest-exact only");
+        return false;
+    }
+    if (strcmp(str(up, "crop"), "disabled") != 0) {
+        unsupported(g, up, "crop", "crop: only 'disabled'");
+        return false;
+    }
+    double w = num(up, "width"), h = num(up, "height");
+    if (w == 0 && h == 0) {
+        unsupported(g, up, "width", "width and height 0: the image would not be scaled");
+        return false;
+    }
+    cJSON_AddNumberToObject(job, "hires_width", w);
+    note_field(g, "hires_width", up, "width");
+    cJSON_AddNumberToObject(job, "hires_height", h);
+    note_field(g, "hires_height", up, "height");
+    cJSON_AddStringToObject(job, "hires_upscaler", up_name);
+    note_field(g, "hires_upscaler", up, "upscale_method");
+    return true;
+}
+
+/* Two samplers around a latent upscale (LatentUpscale[By]) or an image one
+ * (VAEDecode -> ImageScale -> VAEEncode): the hires fix. */
 static bool compile_hires(graph *g, const sampling *second, gnode *up, cJSON *job)
 {
-    gnode *k1 = src(g, up, "samples", NULL);
-    if (!is(k1, "KSampler") && !is(k1, "KSamplerAdvanced")) {
-        unsupported(g, up, "samples", "the hires fix upscales a KSampler's latent");
-        return false;
+    bool image = is(up, "ImageScale");
+    gnode *k1;
+    if (image) {
+        gnode *dec = src(g, up, "image", NULL);
+        if (!is(dec, "VAEDecode")) {
+            unsupported(g, up, "image", "the image-space hires fix scales VAEDecode's image");
+            return false;
+        }
+        k1 = src(g, dec, "samples", NULL);
+        if (!is(k1, "KSampler") && !is(k1, "KSamplerAdvanced")) {
+            unsupported(g, dec, "samples", "the hires fix decodes a KSampler's latent");
+            return false;
+        }
+    } else {
+        k1 = src(g, up, "samples", NULL);
+        if (!is(k1, "KSampler") && !is(k1, "KSamplerAdvanced")) {
+            unsupported(g, up, "samples", "the hires fix upscales a KSampler's latent");
+            return false;
+        }
     }
     sampling first;
     if (!read_sampler(g, k1, &first))
@@ -405,7 +449,10 @@ static bool compile_hires(graph *g, const sampling *second, gnode *up, cJSON *jo
     }
     if (!compile_sampler(g, &first, job) || !compile_latent(g, &first, job))
         return false;
-    if (is(up, "LatentUpscaleBy")) {
+    if (image) {
+        if (!compile_image_scale(g, up, job))
+            return false;
+    } else if (is(up, "LatentUpscaleBy")) {
         cJSON_AddNumberToObject(job, "hires_scale", num(up, "scale_by"));
         note_field(g, "hires_scale", up, "scale_by");
     } else {
@@ -418,9 +465,11 @@ static bool compile_hires(graph *g, const sampling *second, gnode *up, cJSON *jo
         cJSON_AddNumberToObject(job, "hires_height", num(up, "height"));
         note_field(g, "hires_height", up, "height");
     }
-    cJSON_AddStringToObject(job, "hires_upscaler",
-                            comfy_upscale_to_tessera(str(up, "upscale_method")));
-    note_field(g, "hires_upscaler", up, "upscale_method");
+    if (!image) {
+        cJSON_AddStringToObject(job, "hires_upscaler",
+                                comfy_upscale_to_tessera(str(up, "upscale_method")));
+        note_field(g, "hires_upscaler", up, "upscale_method");
+    }
     cJSON_AddNumberToObject(job, "hires_steps", second->steps);
     note_field(g, "hires_steps", k2, "steps");
     cJSON_AddNumberToObject(job, "hires_strength", second->denoise);
@@ -463,6 +512,11 @@ bool comfy_emit(graph *g, gnode **outs, int n_outs)
     gnode *lat = src(g, final, "latent_image", NULL);
     if (is(lat, "LatentUpscale") || is(lat, "LatentUpscaleBy"))
         return compile_hires(g, &s, lat, job);
+    if (is(lat, "VAEEncode")) {
+        gnode *px = src(g, lat, "pixels", NULL);
+        if (is(px, "ImageScale"))
+            return compile_hires(g, &s, px, job);
+    }
     return compile_sampler(g, &s, job) && compile_latent(g, &s, job);
 }
 
