@@ -326,6 +326,15 @@ static void add_noise_at(const tsr_sampler *s, int idx, const float *x0, const f
 
 void tsr_sampler_add_noise(const tsr_sampler *s, const float *x0, const float *noise, float *out)
 {
+    if (tsr_schedule_is_comfy(s->p.schedule) && sigma_based(s->p.kind)) {
+        /* k-diffusion's KSAMPLER: latent + noise * sqrt(1 + sigma0^2) when
+         * sigma0 is the model's sigma_max (denoise 1 on an image), else
+         * latent + noise * sigma0 */
+        float k = tsr_sampler_init_noise_sigma(s);
+        for (size_t i = 0; i < s->n; i++)
+            out[i] = x0[i] + noise[i] * k;
+        return;
+    }
     add_noise_at(s, s->begin, x0, noise, out);
 }
 

@@ -187,6 +187,15 @@ static int test_sampler(void)
                     float k = tsr_sampler_init_noise_sigma(s);
                     float w = d ? want[0] : sqrtf(1.0f + want[0] * want[0]);
                     ASSERT_EQ(k, w);
+                    /* img2img's first noise: the same scale over the image */
+                    float x0[256], nz[256], out[256];
+                    for (int i = 0; i < 256; i++) {
+                        x0[i] = 0.01f * (float)(i % 17);
+                        nz[i] = 0.5f - 0.003f * (float)i;
+                    }
+                    tsr_sampler_add_noise(s, x0, nz, out);
+                    for (int i = 0; i < 256; i++)
+                        ASSERT_EQ(out[i], x0[i] + nz[i] * w);
                 }
                 tsr_sampler_free(s);
             }
