@@ -247,6 +247,11 @@ typedef struct tsr_image_params {
      * the UNet and the VAE pads circularly, so the image's left and right
      * (and top and bottom) edges continue each other; 0 (default) = off */
     int tiling;
+    /* ComfyUI's batch noise (docs/samplers.md, "Seed convention"): 0
+     * (default) = the seed's own first draw; i > 0 = latent i of one
+     * torch.randn over i + 1 latents from the seed (txt2img and the hires
+     * pass), so image i of a ComfyUI batch is made with `seed` and i. 0..4095 */
+    int noise_index;
 } tsr_image_params;
 
 void tsr_image_params_init(tsr_image_params *p);
@@ -259,7 +264,7 @@ void tsr_image_params_init(tsr_image_params *p);
  * "steps", "cfg_scale", "guidance_rescale", "sampler", "scheduler", "rng",
  * "clip_skip", "eta", "prompt", "negative_prompt", "strength", "init_image",
  * "mask", "hires_scale", "hires_width", "hires_height", "hires_steps",
- * "hires_strength", "hires_upscaler", "mask_fill", "tiling" - or NULL.  Reads only
+ * "hires_strength", "hires_upscaler", "mask_fill", "tiling", "noise_index" - or NULL.  Reads only
  * what is fixed at tsr_engine_open, so a server may call it on its own
  * thread while a worker steps a batch of the same engine. */
 int tsr_image_params_check(const tsr_engine *e, const tsr_image_params *p, const char **field);

@@ -197,7 +197,9 @@ static int prepare_latents(tsr_engine *e, tsr_batch_image *j, const tsr_image_pa
     if (!j->latent || !j->x0)
         return tsr_errorf(TSR_ERR_NOMEM, "out of memory for latents");
     if (!p->init_image) {
-        TSR_TRY(tsr_rng_randn_nhwc(&j->rng, e->latent_channels, j->lh, j->lw, j->latent));
+        /* noise_index: ComfyUI's batch, latent i of one randn (usually 0) */
+        TSR_TRY(tsr_rng_randn_nhwc_slice(&j->rng, p->noise_index, e->latent_channels, j->lh,
+                                         j->lw, j->latent));
         tsr_sampler_scale_noise(j->sampler, j->latent);
         return TSR_OK;
     }

@@ -269,7 +269,9 @@ int tsr_batch_image_hires(tsr_engine *e, tsr_batch_image *j, long long max_decod
      * sample from that fresh stream, as Tessera's img2img does */
     if (kind == TSR_UPSCALER_LATENT)
         tsr_rng_init(&j->rng, j->rng_kind, j->seed);
-    rc = tsr_rng_randn_nhwc(&j->rng, C, lh, lw, noise);
+    /* (ComfyUI's batch: the second KSampler's randn over the batch, slice i) */
+    rc = tsr_rng_randn_nhwc_slice(&j->rng, kind == TSR_UPSCALER_LATENT ? j->params.noise_index : 0,
+                                  C, lh, lw, noise);
     if (rc < 0) {
         tsr_sampler_free(s);
         goto fail;

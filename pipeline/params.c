@@ -121,6 +121,9 @@ int tsr_params_resolve(const tsr_engine *e, const tsr_image_params *p, tsr_param
                   "strength %g leaves no denoising step out of %d (steps x strength must be at "
                   "least 1)",
                   p->strength, p->steps);
+    if (p->noise_index < 0 || p->noise_index > 4095)
+        FIELD_ERR("noise_index", TSR_ERR_INVALID, "noise_index must be within 0..4095, got %d",
+                  p->noise_index);
     if (p->tiling != 0 && p->tiling != 1)
         FIELD_ERR("tiling", TSR_ERR_INVALID, "tiling must be 0 or 1 (true or false), got %d",
                   p->tiling);

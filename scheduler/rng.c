@@ -364,3 +364,28 @@ int tsr_rng_randn_nhwc(tsr_rng *r, int c, int h, int w, float *out)
     free(tmp);
     return rc;
 }
+
+int tsr_rng_randn_nhwc_slice(tsr_rng *r, int index, int c, int h, int w, float *out)
+{
+    if (index == 0)
+        return tsr_rng_randn_nhwc(r, c, h, w, out);
+    if (index < 0 || index > 4095)
+        return tsr_errorf(TSR_ERR_RANGE, "rng: batch slice %d is outside [0, 4095]", index);
+    if (c <= 0 || h <= 0 || w <= 0 ||
+        (size_t)c * (size_t)h > SIZE_MAX / (size_t)w / sizeof(float) / 4096)
+        return tsr_errorf(TSR_ERR_RANGE, "rng: bad latent shape %dx%dx%d", c, h, w);
+    size_t hw = (size_t)h * (size_t)w, n = hw * (size_t)c;
+    /* one torch.randn over index + 1 latents: the vectorised draw of a long
+     * tensor is not a sum of short ones, so the whole prefix is drawn */
+    float *tmp = malloc((size_t)(index + 1) * n * sizeof(float));
+    if (!tmp)
+        return tsr_errorf(TSR_ERR_NOMEM, "rng: no memory for %zu floats", (size_t)(index + 1) * n);
+    int rc = tsr_rng_randn(r, tmp, (size_t)(index + 1) * n);
+    const float *src = tmp + (size_t)index * n;
+    if (rc == 0)
+        for (size_t ch = 0; ch < (size_t)c; ch++)
+            for (size_t p = 0; p < hw; p++)
+                out[p * (size_t)c + ch] = src[ch * hw + p];
+    free(tmp);
+    return rc;
+}

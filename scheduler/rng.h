@@ -75,6 +75,10 @@ int tsr_rng_randn(tsr_rng *rng, float *out, size_t n);
  * h,w)) call) and store it channels-last: out[(y*w + x)*c + ch].  Needs a
  * temporary of c*h*w floats (TSR_ERR_NOMEM). */
 int tsr_rng_randn_nhwc(tsr_rng *rng, int c, int h, int w, float *out);
+/* ComfyUI's batch noise: latent `index` (0..4095) of one torch.randn((index
+ * + 1, c, h, w)) call, stored channels-last (index 0 is tsr_rng_randn_nhwc).
+ * Draws the whole prefix (a temporary of (index + 1) * c*h*w floats). */
+int tsr_rng_randn_nhwc_slice(tsr_rng *rng, int index, int c, int h, int w, float *out);
 
 /* The CUDA kernel caps its grid at (SM count x blocks per SM) blocks of 256
  * threads; tensors larger than 256 x that many elements then take values

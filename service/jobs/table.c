@@ -272,7 +272,8 @@ svc_job *svc_job_new(uint64_t id, svc_params *params, double created)
         return NULL;
     }
     for (int i = 0; i < j->n; i++) {
-        j->images[i].seed = params->seed + (uint64_t)i;
+        /* ComfyUI's batch noise: every image keeps the seed (svc_params_to_engine) */
+        j->images[i].seed = params->comfy_batch_noise ? params->seed : params->seed + (uint64_t)i;
         j->images[i].steps = params->steps;
     }
     return j;

@@ -12,7 +12,8 @@ its own server on 127.0.0.1, port 0, with a temporary --data-dir.
 - comfy_schedules: workflows with `normal`, `beta`, `simple` and `karras`
   (before this slice `beta` and `simple` were refused and `normal` ran
   diffusers' schedule) equal `tessera generate --scheduler comfy_<name>`, and
-  `beta` differs from `normal` (the schedule reaches the image).
+  `beta` differs from `normal` (the schedule reaches the image); a batch of 2
+  has ComfyUI's noise (image 1 is slice 1 of one randn over the batch, seed 7).
 - hostile: bad workflows get 400 with node_errors naming the node id and class
   (the full table of 47 is tests/service/test_comfy.c; here the HTTP shape).
 - queue: with --max-batch 1, a long prompt runs and a second waits; /queue
@@ -188,6 +189,18 @@ def test_comfy_schedules():
                                         scheduler="comfy_" + name), "comfy " + name)
         pngs[name] = svc.png_decode(png).rgb()
     assert pngs["beta"] != pngs["normal"], "beta and normal gave the same image"
+    # a batch of 2: ComfyUI's one randn over the batch from the seed; image 0
+    # is the seed's own image, image 1 neither seed + 1's nor image 0
+    wf = default_workflow(ckpt, seed=7)
+    wf["5"]["inputs"]["batch_size"] = 2
+    h = wait_history(s, queue_prompt(s, wf))
+    imgs = [svc.png_decode(view(s, im)) for im in h["outputs"]["9"]["images"]]
+    gen = dict(prompt="a red apple on a table", negative_prompt="blurry", width=SIZE,
+               height=SIZE, steps=STEPS, cfg_scale=7.5, sampler="euler",
+               scheduler="comfy_normal")
+    assert len(imgs) == 2 and imgs[0].rgb() == svc.generate(seed=7, **gen).rgb()
+    assert imgs[1].rgb() not in (imgs[0].rgb(), svc.generate(seed=8, **gen).rgb())
+    assert "Seed: 7," in imgs[1].texts.get("parameters"), imgs[1].texts
     s.stop()
 
 

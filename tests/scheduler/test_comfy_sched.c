@@ -279,8 +279,28 @@ static int test_batch_noise(void)
     for (size_t i = 0; i < per; i++)
         if (one[i] != (float)cJSON_GetArrayItem(data, (int)i)->valuedouble)
             mism0++;
-    printf("batch noise: %zu of %zu differ (whole batch), %zu of %zu (image 0 alone)\n", mism,
-           total, mism0, per);
+    /* the engine's per-image draw: latent i of one randn over i + 1, NHWC */
+    size_t mism_slice = 0;
+    int C = cJSON_GetArrayItem(shape, 1)->valueint, H = cJSON_GetArrayItem(shape, 2)->valueint,
+        W = cJSON_GetArrayItem(shape, 3)->valueint;
+    for (int b = 0; b < B; b++) {
+        tsr_rng_init(&rng, TSR_RNG_CPU, seed);
+        ASSERT_OK(tsr_rng_randn_nhwc_slice(&rng, b, C, H, W, one));
+        for (int ch = 0; ch < C; ch++)
+            for (int p = 0; p < H * W; p++) {
+                size_t k = (size_t)b * per + (size_t)ch * (size_t)(H * W) + (size_t)p;
+                if (one[(size_t)p * (size_t)C + (size_t)ch] !=
+                    (float)cJSON_GetArrayItem(data, (int)k)->valuedouble)
+                    mism_slice++;
+            }
+    }
+    tsr_rng_init(&rng, TSR_RNG_CPU, seed);
+    ASSERT_EQ(tsr_rng_randn_nhwc_slice(&rng, -1, C, H, W, one), TSR_ERR_RANGE);
+    ASSERT_EQ(tsr_rng_randn_nhwc_slice(&rng, 4096, C, H, W, one), TSR_ERR_RANGE);
+    printf("batch noise: %zu of %zu differ (whole batch), %zu of %zu (image 0 alone), %zu "
+           "(each image as a slice)\n",
+           mism, total, mism0, per, mism_slice);
+    ASSERT_EQ(mism_slice, 0);
     free(got);
     free(one);
     cJSON_Delete(j);

@@ -391,7 +391,7 @@ static int test_txt2img(void)
     ASSERT_STR_EQ(t, "{\"prompt\":\"a red apple\",\"negative_prompt\":\"blurry\",\"clip_skip\":1,"
                      "\"steps\":4,\"cfg_scale\":7.5,"
                      "\"sampler\":\"euler\",\"scheduler\":\"comfy_normal\",\"rng\":\"cpu\","
-                     "\"width\":64,\"height\":64,\"n\":2}");
+                     "\"width\":64,\"height\":64,\"n\":2,\"comfy_batch_noise\":true}");
     ASSERT_EQ(plan.n_outputs, 1);
     ASSERT_STR_EQ(plan.outputs[0], "9");
     ASSERT_STR_EQ(plan.sampler_node, "3");

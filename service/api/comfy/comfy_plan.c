@@ -328,6 +328,9 @@ static bool compile_latent(graph *g, const sampling *s, cJSON *job)
         note_field(g, "height", lat, "height");
         cJSON_AddNumberToObject(job, "n", num(lat, "batch_size"));
         note_field(g, "n", lat, "batch_size");
+        /* ComfyUI's noise: one randn over the batch from the seed */
+        if (num(lat, "batch_size") > 1)
+            cJSON_AddTrueToObject(job, "comfy_batch_noise");
         return true;
     }
     if (is(lat, "VAEEncode")) {

@@ -271,7 +271,8 @@ int svc_params_parse(const cJSON *job, const cJSON *defaults, const svc_params_c
             0 ||
         get_string(&ps, "hires_upscaler", 64, false, &p->hires_upscaler) < 0 ||
         svc_fields_int(&ps.f, "mask_fill", 0, 3, 1, &fill) < 0 || get_loras(&ps, p) < 0 ||
-        svc_fields_bool(&ps.f, "tiling", false, false, &p->tiling) < 0)
+        svc_fields_bool(&ps.f, "tiling", false, false, &p->tiling) < 0 ||
+        svc_fields_bool(&ps.f, "comfy_batch_noise", false, false, &p->comfy_batch_noise) < 0)
         goto bad;
     p->hires_width = (int)hw;
     p->hires_height = (int)hh;
@@ -368,7 +369,8 @@ void svc_params_to_engine(const svc_params *p, int index, tsr_image_params *o)
     o->guidance_rescale = p->guidance_rescale;
     o->sampler = p->sampler;
     o->schedule = p->scheduler;
-    o->seed = p->seed + (uint64_t)index;
+    o->seed = p->comfy_batch_noise ? p->seed : p->seed + (uint64_t)index;
+    o->noise_index = p->comfy_batch_noise ? index : 0;
     o->rng = p->rng;
     o->clip_skip = p->clip_skip;
     o->init_image = p->init_rgb;
@@ -426,6 +428,8 @@ static void add_hires(cJSON *o, const svc_params *p)
         cJSON_AddNumberToObject(o, "mask_fill", p->mask_fill);
     if (p->tiling) /* only when on, like the fields above (so the journal replays it) */
         cJSON_AddBoolToObject(o, "tiling", true);
+    if (p->comfy_batch_noise)
+        cJSON_AddBoolToObject(o, "comfy_batch_noise", true);
 }
 
 static cJSON *common(const svc_params *p)

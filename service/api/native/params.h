@@ -59,6 +59,9 @@ typedef struct svc_params {
     char *hires_upscaler; /* NULL: "Latent" */
     int mask_fill;
     bool tiling; /* seamless tiling (tsr_image_params.tiling; A1111's `tiling`) */
+    /* ComfyUI's batch noise: image i keeps `seed` and takes latent i of one
+     * randn over the batch (tsr_image_params.noise_index); false: seed + i */
+    bool comfy_batch_noise;
     /* LoRAs ("loras": [{name, weight, te_weight?, unet_weight?}]); names owned */
     tsr_lora_spec loras[SVC_MAX_LORAS];
     int n_loras;
