@@ -9,11 +9,7 @@ its own server on 127.0.0.1, port 0, with a temporary --data-dir.
   /models/checkpoints) runs; its /history entry names the SaveImage output, and
   /view's PNG is `tessera generate`'s with the mapped settings (euler + normal
   = euler + comfy_normal, ComfyUI's own sigmas), pixel for pixel and infotext.
-- comfy_schedules: workflows with `normal`, `beta`, `simple` and `karras`
-  (before this slice `beta` and `simple` were refused and `normal` ran
-  diffusers' schedule) equal `tessera generate --scheduler comfy_<name>`, and
-  `beta` differs from `normal` (the schedule reaches the image); a batch of 2
-  has ComfyUI's noise (image 1 is slice 1 of one randn over the batch, seed 7).
+- ComfyUI's schedules and batch noise: tests/compat/test_comfy_exact.py.
 - hostile: bad workflows get 400 with node_errors naming the node id and class
   (the full table of 47 is tests/service/test_comfy.c; here the HTTP shape).
 - queue: with --max-batch 1, a long prompt runs and a second waits; /queue
@@ -164,43 +160,6 @@ def test_txt2img():
     assert pid in get(s, "/history").json
     q = get(s, "/queue").json
     assert q == {"queue_running": [], "queue_pending": []}, q
-    s.stop()
-
-
-def test_comfy_schedules():
-    s = svc.Server().start()
-    ckpt = checkpoint(s)
-    lists = get(s, "/object_info/KSampler").json["KSampler"]["input"]["required"]
-    for name in ("normal", "beta", "simple", "ddim_uniform", "karras", "sgm_uniform"):
-        assert name in lists["scheduler"][0], lists["scheduler"]
-    pngs = {}
-    for sampler, name in (("euler", "normal"), ("euler", "beta"), ("euler", "simple"),
-                          ("dpmpp_2m", "karras")):
-        wf = default_workflow(ckpt, seed=7)
-        wf["3"]["inputs"]["sampler_name"] = sampler
-        wf["3"]["inputs"]["scheduler"] = name
-        pid = queue_prompt(s, wf)
-        h = wait_history(s, pid)
-        assert h["status"]["status_str"] == "success", h["status"]
-        png = view(s, h["outputs"]["9"]["images"][0])
-        svc.assert_same_image(png, dict(prompt="a red apple on a table", negative_prompt="blurry",
-                                        width=SIZE, height=SIZE, steps=STEPS, seed=7,
-                                        cfg_scale=7.5, sampler=sampler,
-                                        scheduler="comfy_" + name), "comfy " + name)
-        pngs[name] = svc.png_decode(png).rgb()
-    assert pngs["beta"] != pngs["normal"], "beta and normal gave the same image"
-    # a batch of 2: ComfyUI's one randn over the batch from the seed; image 0
-    # is the seed's own image, image 1 neither seed + 1's nor image 0
-    wf = default_workflow(ckpt, seed=7)
-    wf["5"]["inputs"]["batch_size"] = 2
-    h = wait_history(s, queue_prompt(s, wf))
-    imgs = [svc.png_decode(view(s, im)) for im in h["outputs"]["9"]["images"]]
-    gen = dict(prompt="a red apple on a table", negative_prompt="blurry", width=SIZE,
-               height=SIZE, steps=STEPS, cfg_scale=7.5, sampler="euler",
-               scheduler="comfy_normal")
-    assert len(imgs) == 2 and imgs[0].rgb() == svc.generate(seed=7, **gen).rgb()
-    assert imgs[1].rgb() not in (imgs[0].rgb(), svc.generate(seed=8, **gen).rgb())
-    assert "Seed: 7," in imgs[1].texts.get("parameters"), imgs[1].texts
     s.stop()
 
 
@@ -837,7 +796,7 @@ def test_comfy_api_simplified():
 
 
 if __name__ == "__main__":
-    sys.exit(svc.run_tests([test_txt2img, test_comfy_schedules, test_hostile, test_queue, test_restart,
+    sys.exit(svc.run_tests([test_txt2img, test_hostile, test_queue, test_restart,
                             test_upload_img2img, test_hires, test_inpaint, test_view_escape,
                             test_keys,
                             test_websocket, test_comfy_api_simplified]))
