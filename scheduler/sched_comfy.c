@@ -69,6 +69,10 @@ static int table_make(const tsr_sched_config *cfg, comfy_table *t)
         return tsr_errorf(TSR_ERR_UNSUPPORTED,
                           "comfy schedules: the model's beta_schedule is not scaled_linear "
                           "(ComfyUI's \"linear\"), the only one Tessera reproduces");
+    if (cfg->rescale_betas_zero_snr == 1)
+        return tsr_errorf(TSR_ERR_UNSUPPORTED,
+                          "comfy schedules: the model rescales its betas to zero terminal SNR "
+                          "(ComfyUI's zsnr option is not reproduced)");
     int n = cfg->num_train_timesteps > 0 ? cfg->num_train_timesteps : 1000;
     double b0 = isnan(cfg->beta_start) ? 0.00085 : cfg->beta_start;
     double b1 = isnan(cfg->beta_end) ? 0.012 : cfg->beta_end;

@@ -238,6 +238,10 @@ static int test_errors(void)
     ASSERT_EQ(tsr_comfy_sigmas(&cfg, TSR_SCHEDULE_COMFY_NORMAL, 5, 1, out, 16, &n),
               TSR_ERR_UNSUPPORTED);
     ASSERT_EQ(tsr_comfy_timestep(&cfg, 1.0, &n), TSR_ERR_UNSUPPORTED);
+    cfg.beta_schedule = TSR_BETA_SCALED_LINEAR;
+    cfg.rescale_betas_zero_snr = 1;
+    ASSERT_EQ(tsr_comfy_sigmas(&cfg, TSR_SCHEDULE_COMFY_BETA, 5, 1, out, 16, &n),
+              TSR_ERR_UNSUPPORTED);
     tsr_schedule s;
     ASSERT_EQ(tsr_schedule_parse("comfy_nope", &s), TSR_ERR_INVALID);
     ASSERT_OK(tsr_schedule_parse("comfy_ddim_uniform", &s));

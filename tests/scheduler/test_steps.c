@@ -258,8 +258,10 @@ int tsr_sched_test_step_counts(void)
                         tsr_sampler *s = NULL;
                         int rc = tsr_sampler_create(&cfg, &p, &s);
                         bool comfy = tsr_schedule_is_comfy(p.schedule);
-                        /* ComfyUI's tables are its scaled_linear betas only */
-                        if (comfy && cfg.beta_schedule != TSR_BETA_SCALED_LINEAR) {
+                        /* ComfyUI's tables are its scaled_linear betas only,
+                         * without zero terminal SNR */
+                        if (comfy && (cfg.beta_schedule != TSR_BETA_SCALED_LINEAR ||
+                                      cfg.rescale_betas_zero_snr == 1)) {
                             if (rc != TSR_ERR_UNSUPPORTED)
                                 TSR_FAIL("%s: got %d, want TSR_ERR_UNSUPPORTED", what, rc);
                             continue;
