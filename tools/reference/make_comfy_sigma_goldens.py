@@ -7,7 +7,9 @@ ModelSamplingDiscrete._register_schedule, .timestep, .sigma;
 comfy/samplers.py: normal_scheduler, simple_scheduler, ddim_scheduler,
 beta_scheduler, calculate_sigmas, KSampler.set_steps; k-diffusion's
 get_sigmas_karras and get_sigmas_exponential), with the same dtypes and torch
-calls, since ComfyUI itself is not installed here.  The C side
+calls, since ComfyUI itself is not installed here.  Checked against
+Comfy-Org/ComfyUI comfy/samplers.py at e0d4ea77 (SCHEDULER_HANDLERS,
+KSampler.set_steps, KSAMPLER's noise_scaling) and comfy/model_sampling.py.  The C side
 (scheduler/sched_comfy.c) is a separate implementation checked against this.
 
 Writes tests/data/scheduler/comfy_sigmas.json:
