@@ -201,18 +201,29 @@ uint16_t tsr_f32_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
+/* The 16-bit loads go through memcpy: `src` may point into a file's bytes
+ * at any offset (a safetensors header's length need not be a multiple of 8,
+ * and an in-memory copy may start anywhere), where a uint16_t load is
+ * undefined; compilers emit the same plain load for it. */
+static inline uint16_t load_u16(const unsigned char *p)
+{
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
 void tsr_convert_to_f32(float *dst, const void *src, tsr_dtype src_dtype, size_t n)
 {
-    const uint16_t *s16 = src;
+    const unsigned char *b = src;
     switch (src_dtype) {
     case TSR_F32: memmove(dst, src, n * 4); break;
     case TSR_F16:
         for (size_t i = 0; i < n; i++)
-            dst[i] = tsr_f16_to_f32(s16[i]);
+            dst[i] = tsr_f16_to_f32(load_u16(b + 2 * i));
         break;
     case TSR_BF16:
         for (size_t i = 0; i < n; i++)
-            dst[i] = tsr_bf16_to_f32(s16[i]);
+            dst[i] = tsr_bf16_to_f32(load_u16(b + 2 * i));
         break;
     default: break;
     }
@@ -220,16 +231,20 @@ void tsr_convert_to_f32(float *dst, const void *src, tsr_dtype src_dtype, size_t
 
 void tsr_convert_from_f32(void *dst, tsr_dtype dst_dtype, const float *src, size_t n)
 {
-    uint16_t *d16 = dst;
+    unsigned char *b = dst;
     switch (dst_dtype) {
     case TSR_F32: memmove(dst, src, n * 4); break;
     case TSR_F16:
-        for (size_t i = 0; i < n; i++)
-            d16[i] = tsr_f32_to_f16(src[i]);
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h = tsr_f32_to_f16(src[i]);
+            memcpy(b + 2 * i, &h, sizeof h);
+        }
         break;
     case TSR_BF16:
-        for (size_t i = 0; i < n; i++)
-            d16[i] = tsr_f32_to_bf16(src[i]);
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h = tsr_f32_to_bf16(src[i]);
+            memcpy(b + 2 * i, &h, sizeof h);
+        }
         break;
     default: break;
     }
