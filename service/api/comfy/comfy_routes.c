@@ -197,23 +197,33 @@ static bool input_name_ok(const char *name)
     return comfy_safe_name(sub) && comfy_safe_name(slash + 1);
 }
 
-static char *load_image(void *user, const char *name, char *err, size_t err_size)
+/* The bytes of an uploaded input image by LoadImage's name (*data
+ * malloc'd), or -1 with why in err: a name that is not an upload's, or a
+ * file that cannot be read. */
+static int read_input(const route_ctx *c, const char *name, char **data, size_t *len, char *err,
+                      size_t err_size)
 {
-    route_ctx *c = user;
     char dir[1024], path[1200];
     if (!input_name_ok(name)) {
         snprintf(err, err_size, "'%.100s' is not an uploaded image's name", name);
-        return NULL;
+        return -1;
     }
     comfy_dir(c->s, "input", dir, sizeof dir);
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    char *data = NULL;
-    size_t len = 0;
-    if (svc_read_file(path, &data, &len, INPUT_MAX) < 0) {
+    if (svc_read_file(path, data, len, INPUT_MAX) < 0) {
         snprintf(err, err_size, "'%.100s' cannot be read (upload it with POST /upload/image)",
                  name);
-        return NULL;
+        return -1;
     }
+    return 0;
+}
+
+static char *load_image(void *user, const char *name, char *err, size_t err_size)
+{
+    char *data = NULL;
+    size_t len = 0;
+    if (read_input(user, name, &data, &len, err, err_size) < 0)
+        return NULL;
     char *b64 = svc_base64_encode((const uint8_t *)data, len);
     free(data);
     if (!b64)
@@ -226,21 +236,10 @@ static char *load_image(void *user, const char *name, char *err, size_t err_size
  * `mask` field takes. */
 static char *load_mask(void *user, const char *name, char *err, size_t err_size)
 {
-    route_ctx *c = user;
-    char dir[1024], path[1200];
-    if (!input_name_ok(name)) {
-        snprintf(err, err_size, "'%.100s' is not an uploaded image's name", name);
-        return NULL;
-    }
-    comfy_dir(c->s, "input", dir, sizeof dir);
-    snprintf(path, sizeof path, "%s/%s", dir, name);
     char *data = NULL;
     size_t len = 0;
-    if (svc_read_file(path, &data, &len, INPUT_MAX) < 0) {
-        snprintf(err, err_size, "'%.100s' cannot be read (upload it with POST /upload/image)",
-                 name);
+    if (read_input(user, name, &data, &len, err, err_size) < 0)
         return NULL;
-    }
     uint8_t *px = NULL;
     int w = 0, h = 0;
     int rc = svc_image_decode((const uint8_t *)data, len, 4, &px, &w, &h, err, err_size);
@@ -275,13 +274,11 @@ static char *load_mask(void *user, const char *name, char *err, size_t err_size)
 static void ctx_open(svc_server *s, route_ctx *rc, comfy_context *ctx)
 {
     char dir[1024];
-    int n = 0;
     memset(rc, 0, sizeof *rc);
     rc->s = s;
     rc->checkpoints[0] = s->model_name[0] ? s->model_name : NULL;
     comfy_dir(s, "input", dir, sizeof dir);
     rc->images = list_inputs(dir);
-    (void)n;
     char **names = NULL;
     int nl = 0;
     if (s->cfg.lora_dir && tsr_lora_list(s->cfg.lora_dir, &names, &nl) == 0) {
