@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec.h"
 #include "json.h"
 
 void svc_fields_init(svc_fields *f, const cJSON *obj, const cJSON *defaults, bool show_strings)
@@ -347,5 +348,38 @@ int svc_fields_seed(svc_fields *f, const char *name, bool minus_zero, const char
     }
     *out = v;
     *random = false;
+    return 0;
+}
+
+int svc_fields_base64(const char *field, const char *s, uint8_t **out, size_t *out_len, char *err,
+                      size_t err_size)
+{
+    *out = NULL;
+    *out_len = 0;
+    size_t len = strlen(s);
+    if (strncmp(s, "data:", 5) == 0) {
+        const char *comma = memchr(s, ',', len);
+        if (!comma) {
+            snprintf(err, err_size, "%s: a data URL needs a ',' before its data", field);
+            return -1;
+        }
+        const char *semi = memchr(s, ';', (size_t)(comma - s));
+        if (!semi || (size_t)(comma - semi) != 7 || strncmp(semi, ";base64", 7) != 0) {
+            snprintf(err, err_size,
+                     "%s: only base64 data URLs are accepted (data:...;base64,...)", field);
+            return -1;
+        }
+        len -= (size_t)(comma + 1 - s);
+        s = comma + 1;
+    }
+    if (len == 0) {
+        snprintf(err, err_size, "%s is empty", field);
+        return -1;
+    }
+    char why[128];
+    if (!svc_base64_decode(s, len, out, out_len, why, sizeof why)) {
+        snprintf(err, err_size, "%s is not valid base64: %s", field, why);
+        return -1;
+    }
     return 0;
 }

@@ -112,4 +112,13 @@ int svc_fields_kind(svc_fields *f, const char *name, int kind);
 int svc_fields_seed(svc_fields *f, const char *name, bool minus_zero, const char *expected,
                     uint64_t *out, bool *random);
 
+/* Image bytes sent as text, the one reader of every place that takes them
+ * (native init_image and mask, A1111's init_images, mask and extras
+ * images): base64, or a data: URL whose data is base64
+ * ("data:image/png;base64,...").  Any other data URL is refused, not read
+ * as base64.  *out is malloc'd (free()).  0, or -1 with a message naming
+ * `field` in err ("<field> is empty", "<field> is not valid base64: ..."). */
+int svc_fields_base64(const char *field, const char *s, uint8_t **out, size_t *out_len, char *err,
+                      size_t err_size);
+
 #endif

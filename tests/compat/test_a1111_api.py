@@ -191,6 +191,17 @@ def test_img2img_shapes(c):
     assert r.status == 200, r
     assert len(r.json["images"]) == 1 and image_of(r.json["images"][0]).size == (64, 64)
     assert r.json["parameters"]["inpainting_mask_invert"] == 0, r.json["parameters"]
+    # a data URL that does not say base64 is refused, as natively (A1111's
+    # readers of images once took its data as base64: one reader now)
+    plain = "data:image/png," + base64.b64encode(png_bytes(64, 64)).decode()
+    for field in ("init_images", "mask"):
+        body = a1111_img2img()
+        if field == "mask":
+            body["mask"] = plain
+        else:
+            body["init_images"] = [plain]
+        expect_error(post(s, "/img2img", body), 422, field, "img2img %s data URL" % field,
+                     "only base64 data URLs are accepted")
     # inpainting, A1111's shape: a mask (data URL), inpainting_mask_invert
     # false / true, and A1111's own inpainting_fill 0 ("fill")
     body = a1111_img2img()
@@ -352,7 +363,8 @@ def test_extras_single(c):
             (dict(upscaling_resize_w=100000, resize_mode=1), "upscaling_resize_w", None),
             (dict(upscaling_resize_w=8192, upscaling_resize_h=8192, resize_mode=1),
              "upscaling_resize_w", "at most"),
-            (dict(image="%%%"), "image", "base64"), (dict(image=""), "image", None)):
+            (dict(image="%%%"), "image", "base64"), (dict(image=""), "image", None),
+            (dict(image="data:image/png," + b64), "image", "only base64 data URLs")):
         expect_error(post(s, "/extra-single-image", extras_request(b64, **extra)), 422, field,
                      "extras %s" % json.dumps(extra)[:40], words)
     big = base64.b64encode(png_bytes(1024, 1024)).decode()

@@ -8,9 +8,11 @@
  * any of it.  Each row below is a body member, a reader, the rules, and
  * what must come out, so a new coercion is one line here and one row there;
  * the HTTP side of the same rules is in tests/compat/test_a1111_api.py.
+ * The image-as-text reader (base64 or a base64 data URL) is tested here too.
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fields.h"
@@ -141,9 +143,51 @@ static int test_coerce_direct(void)
     return 0;
 }
 
+/* svc_fields_base64, the one reader of images sent as text: native
+ * init_image/mask and A1111's init_images/mask/extras went through three
+ * copies, and A1111's two had drifted: they read "data:image/png,<base64>"
+ * (a data URL that does not say base64) as base64 where the native one
+ * refused it. */
+static int test_base64(void)
+{
+    static const struct {
+        const char *in;
+        const char *want; /* the bytes, or NULL: refused with `why` in the message */
+        const char *why;
+    } cases[] = {
+        {"aGk=", "hi", NULL},
+        {"data:image/png;base64,aGk=", "hi", NULL},
+        {"data:;base64,aGk=", "hi", NULL},
+        {"data:image/png,aGk=", NULL, "img: only base64 data URLs are accepted"},
+        {"data:image/png;charset=x,aGk=", NULL, "img: only base64 data URLs are accepted"},
+        {"data:image/png;base64aGk=", NULL, "img: a data URL needs a ','"},
+        {"", NULL, "img is empty"},
+        {"data:image/png;base64,", NULL, "img is empty"},
+        {"a!Gk", NULL, "img is not valid base64: invalid base64 character"},
+        {"a", NULL, "img is not valid base64: truncated"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint8_t *out = (uint8_t *)"sentinel";
+        size_t len = 99;
+        char err[160] = "";
+        int rc = svc_fields_base64("img", cases[i].in, &out, &len, err, sizeof err);
+        if (cases[i].want) {
+            if (rc != 0 || len != strlen(cases[i].want) || memcmp(out, cases[i].want, len) != 0)
+                TSR_FAIL("\"%s\": rc %d, %zu bytes (%s)", cases[i].in, rc, len, err);
+            free(out);
+        } else {
+            if (rc != -1 || out != NULL || !strstr(err, cases[i].why))
+                TSR_FAIL("\"%s\": rc %d, message \"%s\", wanted \"%s\"", cases[i].in, rc, err,
+                         cases[i].why);
+        }
+    }
+    return 0;
+}
+
 static const tsr_test_entry tests[] = {
     {"coercion_table", test_coercion_table},
     {"coerce_direct", test_coerce_direct},
+    {"base64", test_base64},
 };
 
 TSR_TEST_TABLE_MAIN(tests)

@@ -120,23 +120,13 @@ static void picture_free(picture *p)
     memset(p, 0, sizeof *p);
 }
 
-/* base64 or a data: URL to its bytes. */
+/* base64 or a base64 data: URL to its bytes (svc_fields_base64). */
 static int bytes_of(const char *field, const char *s, uint8_t **out, size_t *len,
                     extras_error *e)
 {
-    size_t n = strlen(s);
-    if (strncmp(s, "data:", 5) == 0) {
-        const char *comma = memchr(s, ',', n);
-        if (!comma)
-            return fail(e, 422, field, "%s: a data URL needs a ',' before its data", field);
-        n -= (size_t)(comma + 1 - s);
-        s = comma + 1;
-    }
-    if (n == 0)
-        return fail(e, 422, field, "%s is empty", field);
-    char why[160];
-    if (!svc_base64_decode(s, n, out, len, why, sizeof why))
-        return fail(e, 422, field, "%s is not valid base64: %s", field, why);
+    char why[300];
+    if (svc_fields_base64(field, s, out, len, why, sizeof why) < 0)
+        return fail(e, 422, field, "%s", why);
     return 0;
 }
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fields.h"
 #include "images.h"
 #include "util.h"
 
@@ -74,23 +75,12 @@ int svc_a1111_image(const char *field, const char *b64, int channels, int w, int
                     char **out, char *err, size_t err_size)
 {
     *out = NULL;
-    const char *s = b64;
-    size_t len = strlen(s);
-    if (strncmp(s, "data:", 5) == 0) {
-        const char *comma = memchr(s, ',', len);
-        if (!comma)
-            return bad(err, err_size, "%s: a data URL needs a ',' before its data", field);
-        len -= (size_t)(comma + 1 - s);
-        s = comma + 1;
-    }
-    if (len == 0)
-        return bad(err, err_size, "%s is empty", field);
     uint8_t *file = NULL, *px = NULL;
     size_t file_len = 0;
     int iw = 0, ih = 0;
     char why[160];
-    if (!svc_base64_decode(s, len, &file, &file_len, why, sizeof why))
-        return bad(err, err_size, "%s is not valid base64: %s", field, why);
+    if (svc_fields_base64(field, b64, &file, &file_len, err, err_size) < 0)
+        return -1;
     if (svc_image_decode(file, file_len, channels, &px, &iw, &ih, why, sizeof why) < 0) {
         free(file);
         return bad(err, err_size, "%s: %s", field, why);

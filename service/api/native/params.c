@@ -82,24 +82,9 @@ static int get_image(parser *ps, const char *name, int channels, uint8_t **file,
     }
     if (it->type & SVC_JSON_HAS_NUL)
         return fail(ps, name, "%s is not valid base64: it contains U+0000", name);
-    const char *s = it->valuestring;
-    size_t len = strlen(s);
-    if (strncmp(s, "data:", 5) == 0) {
-        const char *comma = memchr(s, ',', len);
-        if (!comma)
-            return fail(ps, name, "%s: a data URL needs a ',' before its data", name);
-        const char *semi = memchr(s, ';', (size_t)(comma - s));
-        if (!semi || (size_t)(comma - semi) != 7 || strncmp(semi, ";base64", 7) != 0)
-            return fail(ps, name, "%s: only base64 data URLs are accepted (data:...;base64,...)",
-                        name);
-        len -= (size_t)(comma + 1 - s);
-        s = comma + 1;
-    }
-    if (len == 0)
-        return fail(ps, name, "%s is empty", name);
-    char why[128];
-    if (!svc_base64_decode(s, len, file, file_len, why, sizeof why))
-        return fail(ps, name, "%s is not valid base64: %s", name, why);
+    char why[256];
+    if (svc_fields_base64(name, it->valuestring, file, file_len, why, sizeof why) < 0)
+        return fail(ps, name, "%s", why);
     if (svc_image_decode(*file, *file_len, channels, pixels, w, h, why, sizeof why) < 0)
         return fail(ps, name, "%s: %s", name, why);
     return 0;
