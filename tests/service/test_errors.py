@@ -303,6 +303,30 @@ def test_batch_validation(c):
     assert (m.value("tessera_http_responses_total", code="202") or 0) == before
 
 
+def test_last_event_id(c):
+    """Last-Event-ID: decimal digits up to 2^32-1, one rule for a job's and a
+    batch's stream (the batch stream once read "+1" by strtoull).  evhttp strips
+    the blanks around a header value."""
+    s = c.s
+    job = s.submit(**OK)
+    s.wait_job(job["id"])
+    b = s.post("/v1/batches", {"defaults": OK, "jobs": [{}]})
+    assert b.status == 202, b
+    s.wait_job(b.json["jobs"][0]["id"])
+    soft = []
+    paths = ("/v1/jobs/%s/events" % job["id"], "/v1/batches/%s/events" % b.json["id"])
+    bad = ("+1", "-1", "1 2", "abc", "0x1", "4294967296", "99999999999999999999")
+    for path in paths:
+        for v in bad:
+            r = s.get(path, headers={"Last-Event-ID": v})
+            expect(r, 400, "invalid_parameter", "Last-Event-ID", "GET %s Last-Event-ID %r"
+                   % (path, v), soft)
+        for v in ("0", "1", "4294967295"):
+            r = s.get(path, headers={"Last-Event-ID": v})
+            expect(r, 200, what="GET %s Last-Event-ID %r" % (path, v), soft=soft)
+    settle(soft, len(paths) * (len(bad) + 3))
+
+
 def test_not_found(c):
     s = c.s
     done = s.submit(**OK)
@@ -603,7 +627,7 @@ def test_still_healthy(c):
 
 
 TESTS = [test_invalid_json, test_invalid_parameters, test_valid_edge_inputs, test_batch_validation,
-         test_not_found, test_method_not_allowed, test_conflict, test_payload_too_large,
+         test_last_event_id, test_not_found, test_method_not_allowed, test_conflict, test_payload_too_large,
          test_uri_too_long, test_headers_too_large, test_malformed_http, test_queue_full,
          test_auth, test_token_file_missing, test_cors, test_still_healthy]
 

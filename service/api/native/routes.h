@@ -10,6 +10,7 @@
 #define SVC_NATIVE_ROUTES_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 struct svc_req;
 
@@ -34,6 +35,11 @@ void svc_jobs_no_image(struct svc_req *r, const char *rest);
 /* The shapes of an image's and a tile's name, after "/<id>/images/". */
 bool svc_jobs_is_image_name(const char *rest);
 bool svc_jobs_is_tile_path(const char *rest);
+
+/* The Last-Event-ID of a job's or a batch's event stream: absent or empty
+ * is 0, else decimal digits up to 2^32-1 and nothing else (no sign, no
+ * space).  false: r has been answered 400 (routes_jobs.c). */
+bool svc_native_last_event_id(struct svc_req *r, uint32_t *out);
 
 /* /v1/batches (routes_batches.c): POST; /{id} GET, HEAD, DELETE;
  * /{id}/events. */

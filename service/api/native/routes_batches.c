@@ -10,7 +10,6 @@
 #include "gate.h"
 #include "http.h"
 #include "json.h"
-#include "routes.h"
 #include "log.h"
 #include "routes.h"
 #include "server.h"
@@ -237,16 +236,8 @@ void svc_batches_events(svc_req *r, const char *rest)
     svc_batch *b = svc_route_lookup(r, rest, 'b', svc_batches_events);
     if (!b)
         return;
-    const char *h = svc_req_header(r, "Last-Event-ID");
-    unsigned long long last = 0;
-    if (h && *h) {
-        char *end = NULL;
-        last = strtoull(h, &end, 10);
-        if (*end || h[0] == '-' || last > 0xFFFFFFFFull) {
-            svc_reply_error(r, 400, "invalid_parameter", "Last-Event-ID",
-                            "Last-Event-ID must be a non-negative integer event id");
-            return;
-        }
-    }
-    svc_sse_open_batch(r->srv, r, b, (uint32_t)last);
+    uint32_t last = 0;
+    if (!svc_native_last_event_id(r, &last))
+        return;
+    svc_sse_open_batch(r->srv, r, b, last);
 }

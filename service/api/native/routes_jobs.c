@@ -113,20 +113,21 @@ static void send_job(svc_req *r, svc_job *j, int status)
     svc_reply_json(r, status, svc_job_json(r->srv, j));
 }
 
-static bool parse_last_event_id(svc_req *r, uint32_t *out)
+bool svc_native_last_event_id(svc_req *r, uint32_t *out)
 {
     const char *h = svc_req_header(r, "Last-Event-ID");
     *out = 0;
-    if (!h || !*h)
-        return true;
     unsigned long long v = 0;
-    for (const char *p = h; *p; p++) {
-        if (*p < '0' || *p > '9' || v > 0xFFFFFFFFull)
-            return false;
+    bool ok = true;
+    for (const char *p = h ? h : ""; ok && *p; p++) {
+        ok = *p >= '0' && *p <= '9' && v <= 0xFFFFFFFFull;
         v = v * 10 + (unsigned)(*p - '0');
     }
-    if (v > 0xFFFFFFFFull)
+    if (!ok || v > 0xFFFFFFFFull) {
+        svc_reply_error(r, 400, "invalid_parameter", "Last-Event-ID",
+                        "Last-Event-ID must be a non-negative integer event id");
         return false;
+    }
     *out = (uint32_t)v;
     return true;
 }
@@ -534,11 +535,8 @@ void svc_jobs_events(svc_req *r, const char *rest)
     if (!j)
         return;
     uint32_t last = 0;
-    if (!parse_last_event_id(r, &last)) {
-        svc_reply_error(r, 400, "invalid_parameter", "Last-Event-ID",
-                        "Last-Event-ID must be a non-negative integer event id");
+    if (!svc_native_last_event_id(r, &last))
         return;
-    }
     svc_sse_open_job(r->srv, r, j, last);
 }
 
