@@ -31,6 +31,7 @@ done
 
 ./scripts/setup.sh
 ./scripts/setup-test-venv.sh   # webuiapi, openai, locust: labels compat and load
+./scripts/setup-comfy-ui.sh || echo "test: ComfyUI's frontend was not fetched; browser_comfy_ui will skip" >&2
 ./scripts/build.sh "$BUILD_DIR" "${CMAKE_ARGS[@]}"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
