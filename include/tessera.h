@@ -123,13 +123,55 @@ int tsr_engine_open(const tsr_engine_options *o, tsr_engine **out);
  * borrows src's weights instead of reading the checkpoint again: one copy
  * of the weights in host memory for several CPU devices (docs/multi-gpu.md
  * part 2).  Both must be on host-memory backends with the same weight
- * dtype (TSR_ERR_UNSUPPORTED otherwise: open it with tsr_engine_open).
+ * dtype, or both on CUDA devices: then the replica gets its own copy by
+ * broadcast (below; TSR_ERR_UNSUPPORTED otherwise, or where NCCL is
+ * missing: open it with tsr_engine_open).
  * The replica has its own threads, scratch, caches, LoRAs and embeddings,
  * so src and replica may run on different threads at once.  src stays
  * allocated until it and all its replicas are closed, in any order.
  * Owned: tsr_engine_close(). */
 int tsr_engine_open_replica(tsr_engine *src, const tsr_engine_options *o, tsr_engine **out);
 void tsr_engine_close(tsr_engine *e);
+
+/* Replicas whose weights come by broadcast (docs/multi-gpu.md part 2): the
+ * checkpoint is read once, by the source engine (rank 0), and every other
+ * rank's replica gets its own copy of the weights (its arenas, the
+ * source's tensor table rebased onto them) through one broadcast per
+ * component.  How GPUs share one read (NCCL); CPU devices can do it too
+ * (the host comm), though borrowing (tsr_engine_open_replica) is cheaper
+ * there.  tsr_engine_open_replica on a GPU source uses this itself.
+ *
+ * A group of n ranks (1..64), rank r on devices[r] ("cuda:N" for every rank:
+ * NCCL, one device each; "cpu"/"cpu-f16"/...: the host comm), made by one
+ * thread; then each rank runs on a thread of its own: rank 0 calls
+ * tsr_replica_group_send with the source engine while every other rank
+ * calls tsr_engine_open_replica_bcast.  In a group of one, rank 0 is itself
+ * a replica on the source's device (its broadcast copies the source's
+ * weights).  A rank that will not take part calls tsr_replica_group_abort:
+ * its peers fail at once instead of after the timeout (timeout_s <= 0: the
+ * default, 30 s or $TSR_COMM_TIMEOUT_S).  Errors are the comm's, naming op
+ * and rank ("broadcast (rank 1 of 2): rank 0 left the group: ...");
+ * TSR_ERR_UNSUPPORTED when the group cannot be made (no NCCL, devices of two
+ * kinds).  A group serves one round of opens.  Owned:
+ * tsr_replica_group_destroy, once no rank is inside a call. */
+typedef struct tsr_replica_group tsr_replica_group;
+int tsr_replica_group_create(const char *const *devices, int n, double timeout_s,
+                             tsr_replica_group **out);
+void tsr_replica_group_destroy(tsr_replica_group *g);
+int tsr_replica_group_size(const tsr_replica_group *g);
+/* "nccl", "host" or "self" */
+const char *tsr_replica_group_kind(const tsr_replica_group *g);
+/* Rank 0: src's weights to every other rank; returns once they have them
+ * (src is unchanged and usable either way). */
+int tsr_replica_group_send(tsr_replica_group *g, tsr_engine *src);
+/* Rank `rank` (1..n-1; 0 in a group of one): a replica of src's model on
+ * o->device (which must be the rank's device) with its own copy of src's
+ * weights.  It holds no reference on src: either may be closed first once
+ * this returns.  A failure leaves the group (the peers fail too).  Owned:
+ * tsr_engine_close(). */
+int tsr_engine_open_replica_bcast(tsr_replica_group *g, int rank, tsr_engine *src,
+                                  const tsr_engine_options *o, tsr_engine **out);
+void tsr_replica_group_abort(tsr_replica_group *g, int rank, const char *why);
 /* Default image side for the model's family: 512 SD 1.x, 768 SD 2.x v,
  * 1024 SDXL (or the UNet's sample_size times the VAE factor when it says
  * otherwise, as models/demo: 16 x 8 = 128). */

@@ -145,6 +145,15 @@ int tsr_weights_get(const tsr_weights *w, const char *name, const tsr_tensor **o
 int tsr_weights_getf(const tsr_weights *w, const tsr_tensor **out, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 size_t tsr_weights_bytes(const tsr_weights *w);
+/* The same layout on another backend, its bytes not yet there: an arena of
+ * src's size on `backend` and src's tensor table (names, shapes, dtypes,
+ * offsets) with every data pointer rebased onto it.  What a replica fills
+ * by broadcast (docs/multi-gpu.md part 2).  TSR_ERR_UNSUPPORTED unless the
+ * backend stores weights in src's dtype.  Owned: tsr_weights_free. */
+int tsr_weights_clone_layout(const tsr_weights *src, tsr_backend *backend, tsr_weights **out);
+/* The one allocation that holds every tensor: its start and the bytes in
+ * use (on the weights' backend, device memory there). */
+void tsr_weights_region(const tsr_weights *w, void **base, size_t *bytes);
 /* Iteration in name order: i-th name and tensor (both borrowed). */
 size_t tsr_weights_count(const tsr_weights *w);
 int tsr_weights_at(const tsr_weights *w, size_t i, const char **name, const tsr_tensor **t);

@@ -280,6 +280,67 @@ int tsr_weights_getf(const tsr_weights *w, const tsr_tensor **out, const char *f
 
 size_t tsr_weights_bytes(const tsr_weights *w) { return w->arena.used; }
 
+void tsr_weights_region(const tsr_weights *w, void **base, size_t *bytes)
+{
+    *base = w->arena.base;
+    *bytes = w->arena.used;
+}
+
+int tsr_weights_clone_layout(const tsr_weights *src, tsr_backend *backend, tsr_weights **out)
+{
+    *out = NULL;
+    const tsr_dtype want = tsr_backend_weight_dtype(backend);
+    for (size_t i = 0; i < src->n; i++)
+        if (src->tensors[i].dtype != want)
+            return tsr_errorf(TSR_ERR_UNSUPPORTED,
+                              "%s weights: %s stores %s weights, these are %s (tensor '%s')",
+                              src->label, backend ? backend->name : "the host",
+                              tsr_dtype_name(want), tsr_dtype_name(src->tensors[i].dtype),
+                              src->names[i]);
+    int rc;
+    tsr_weights *w = calloc(1, sizeof *w);
+    if (!w)
+        return tsr_errorf(TSR_ERR_NOMEM, "weights: out of memory");
+    w->backend = backend;
+    memcpy(w->label, src->label, sizeof w->label);
+    size_t names_len = 0;
+    for (size_t i = 0; i < src->n; i++)
+        names_len += strlen(src->names[i]) + 1;
+    w->n = src->n;
+    w->names = calloc(src->n ? src->n : 1, sizeof *w->names);
+    w->tensors = calloc(src->n ? src->n : 1, sizeof *w->tensors);
+    w->name_block = malloc(names_len ? names_len : 1);
+    if (!w->names || !w->tensors || !w->name_block) {
+        rc = tsr_errorf(TSR_ERR_NOMEM, "weights: out of memory copying the %s table", w->label);
+        goto fail;
+    }
+    TSR_CHECK_GOTO(rc, tsr_arena_init(&w->arena, backend, src->arena.used), fail);
+    w->arena.used = src->arena.used;
+    if (names_len)
+        memcpy(w->name_block, src->name_block, names_len);
+    const unsigned char *from = src->arena.base;
+    for (size_t i = 0; i < src->n; i++) {
+        w->names[i] = w->name_block + (src->names[i] - src->name_block);
+        tsr_tensor t = src->tensors[i];
+        const size_t off = (size_t)((const unsigned char *)t.data - from);
+        const size_t nbytes = (size_t)tsr_tensor_numel(&t) * tsr_dtype_size(t.dtype);
+        if ((const unsigned char *)t.data < from || off > src->arena.used ||
+            nbytes > src->arena.used - off) {
+            rc = tsr_errorf(TSR_ERR_INTERNAL, "%s weights: tensor '%s' lies outside its arena",
+                            w->label, src->names[i]);
+            goto fail;
+        }
+        t.data = w->arena.base + off;
+        t.backend = backend;
+        w->tensors[i] = t;
+    }
+    *out = w;
+    return TSR_OK;
+fail:
+    tsr_weights_free(w);
+    return rc;
+}
+
 size_t tsr_weights_count(const tsr_weights *w) { return w->n; }
 
 int tsr_weights_at(const tsr_weights *w, size_t i, const char **name, const tsr_tensor **t)

@@ -15,7 +15,10 @@
  * Everything that is written while generating (the backend's threads and
  * scratch, the UNet's and VAE's arenas, caches, LoRA and embedding tables)
  * is the replica's own.  The replica holds a reference on its source, so
- * the weights outlive whichever of the two is closed first.
+ * the weights outlive whichever of the two is closed first.  A replica on
+ * a GPU (or, asked for, on a CPU) gets its own copy of the weights by
+ * broadcast instead (pipeline/replica.c); it owns them and holds no
+ * reference.
  */
 #include <stdatomic.h>
 #include <cJSON.h>
@@ -124,7 +127,15 @@ static void choose_preview_map(tsr_engine *e, const tsr_vae_desc *vd)
              e->preview_map.channels);
 }
 
-static int engine_open(const tsr_engine_options *o, tsr_engine *src, tsr_engine **out)
+/* A replica by broadcast: rank `rank` of g, its weights `from`'s. */
+typedef struct engine_bcast {
+    tsr_replica_group *g;
+    int rank;
+    const tsr_engine *from;
+} engine_bcast;
+
+static int engine_open(const tsr_engine_options *o, tsr_engine *src, const engine_bcast *bc,
+                       tsr_engine **out)
 {
     *out = NULL;
     if (!o || !o->model)
@@ -184,11 +195,18 @@ static int engine_open(const tsr_engine_options *o, tsr_engine *src, tsr_engine 
     e->family = tsr_model_family(e->model);
     e->sdxl = e->family == TSR_FAMILY_SDXL;
     TSR_CHECK_GOTO(rc, open_scheduler(e, o->prediction), fail);
-    if (e->src)
+    if (bc) {
+        /* every weight arena of `from`'s layout, filled by the broadcast
+         * (e->unet_w and e->vae_w set; the encoders' go to the conditioner) */
+        tsr_weights *te[2];
+        TSR_CHECK_GOTO(rc, tsr_engine_receive_weights(e, bc->from, bc->g, bc->rank, te), fail);
+        TSR_CHECK_GOTO(rc, tsr_text_cond_open_given(e->model, e->backend, te, &e->cond), fail);
+    } else if (e->src) {
         TSR_CHECK_GOTO(rc, tsr_text_cond_open_shared(e->model, e->backend, e->src->cond, &e->cond),
                        fail);
-    else
+    } else {
         TSR_CHECK_GOTO(rc, tsr_text_cond_open(e->model, e->backend, &e->cond), fail);
+    }
     tsr_text_cond_set_tokenizer(e->cond, tok_mode);
     TSR_CHECK_GOTO(rc, tsr_engine_emb_open(e, o), fail);
 
@@ -200,14 +218,14 @@ static int engine_open(const tsr_engine_options *o, tsr_engine *src, tsr_engine 
     }
     if (e->src)
         e->unet_w = e->src->unet_w;
-    else
+    else if (!bc)
         TSR_CHECK_GOTO(rc, tsr_weights_load(e->model, TSR_COMP_UNET, e->backend, &e->unet_w),
                        fail);
     TSR_CHECK_GOTO(rc, tsr_unet_create(ud, e->unet_w, e->backend, &e->unet), fail);
     TSR_CHECK_GOTO(rc, tsr_engine_lora_open(e, o), fail);
     if (e->src)
         e->vae_w = e->src->vae_w;
-    else
+    else if (!bc)
         TSR_CHECK_GOTO(rc, tsr_weights_load(e->model, TSR_COMP_VAE, e->backend, &e->vae_w), fail);
     TSR_CHECK_GOTO(rc, tsr_vae_create(vd, e->vae_w, e->backend, &e->vae), fail);
     if (o->taesd)
@@ -265,8 +283,8 @@ static int engine_open(const tsr_engine_options *o, tsr_engine *src, tsr_engine 
     model_stem(path, e->model_name, sizeof e->model_name);
     /* A1111's "Model hash" is defined for single checkpoint files; hashing
      * reads the whole file, so it is done once here, not per image. */
-    if (e->src) {
-        memcpy(e->model_hash, e->src->model_hash, sizeof e->model_hash);
+    if (e->src || bc) {
+        memcpy(e->model_hash, (bc ? bc->from : e->src)->model_hash, sizeof e->model_hash);
     } else if (tsr_model_layout_of(e->model) == TSR_LAYOUT_SINGLE_FILE &&
                tsr_a1111_model_hash(path, e->model_hash) != TSR_OK) {
         TSR_WARN("no model hash for the infotext: %s", tsr_last_error());
@@ -274,7 +292,9 @@ static int engine_open(const tsr_engine_options *o, tsr_engine *src, tsr_engine 
         tsr_error_clear();
     }
     TSR_INFO("model %s (%s) on %s%s", e->model_name, tsr_family_name(e->family), e->backend->name,
-             e->src ? ", weights shared with the first engine" : "");
+             e->src ? ", weights shared with the first engine"
+             : bc   ? ", weights broadcast from the first engine"
+                    : "");
     *out = e;
     return TSR_OK;
 fail:
@@ -284,7 +304,7 @@ fail:
 
 int tsr_engine_open(const tsr_engine_options *o, tsr_engine **out)
 {
-    return engine_open(o, NULL, out);
+    return engine_open(o, NULL, NULL, out);
 }
 
 int tsr_engine_open_replica(tsr_engine *src, const tsr_engine_options *o, tsr_engine **out)
@@ -295,7 +315,38 @@ int tsr_engine_open_replica(tsr_engine *src, const tsr_engine_options *o, tsr_en
         return tsr_errorf(TSR_ERR_INVALID, "tsr_engine_open_replica: NULL argument");
     tsr_engine_options ro = *o;
     ro.model = tsr_model_path(src->model); /* the source's model, whatever o says */
-    return engine_open(&ro, src, out);
+    if (!src->backend->host_visible) /* a GPU's weights travel by broadcast */
+        return tsr_engine_replica_by_broadcast(src, &ro, out);
+    return engine_open(&ro, src, NULL, out);
+}
+
+int tsr_engine_open_replica_bcast(tsr_replica_group *g, int rank, tsr_engine *src,
+                                  const tsr_engine_options *o, tsr_engine **out)
+{
+    if (out)
+        *out = NULL;
+    if (!g || !src || !o || !out)
+        return tsr_errorf(TSR_ERR_INVALID, "tsr_engine_open_replica_bcast: NULL argument");
+    if (rank < 0 || rank >= tsr_replica_group_size(g))
+        return tsr_errorf(TSR_ERR_INVALID, "tsr_engine_open_replica_bcast: rank %d of a group of %d",
+                          rank, tsr_replica_group_size(g));
+    if (rank == 0 && tsr_replica_group_size(g) > 1) {
+        tsr_replica_group_abort(g, 0, "rank 0 is the source");
+        return tsr_errorf(TSR_ERR_INVALID,
+                          "tsr_engine_open_replica_bcast: rank 0 of a group of %d is the source "
+                          "(tsr_replica_group_send)",
+                          tsr_replica_group_size(g));
+    }
+    tsr_engine_options ro = *o;
+    ro.model = tsr_model_path(src->model);
+    const engine_bcast bc = {g, rank, src};
+    const int rc = engine_open(&ro, NULL, &bc, out);
+    /* a rank that gives up leaves its group: its peers fail at once
+     * instead of waiting out the timeout (nothing changes for them once
+     * the broadcast is over) */
+    if (rc < 0)
+        tsr_replica_group_abort(g, rank, tsr_last_error());
+    return rc;
 }
 
 int tsr_engine_default_size(const tsr_engine *e)

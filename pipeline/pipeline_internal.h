@@ -49,6 +49,18 @@ struct tsr_engine {
     _Atomic int refs;             /* 1 + replicas still open */
 };
 
+/* Replicas by broadcast (pipeline/replica.c).  tsr_engine_receive_weights:
+ * rank `rank`'s copy of src's weights into e (its backend and model open):
+ * e->unet_w, e->vae_w and te[] (the text encoders', for
+ * tsr_text_cond_open_given) on success, nothing allocated on failure.
+ * tsr_engine_replica_by_broadcast: tsr_engine_open_replica for a source on
+ * a GPU (a group of one on the same device, else of two with a thread of
+ * its own sending). */
+int tsr_engine_receive_weights(tsr_engine *e, const tsr_engine *src, tsr_replica_group *g,
+                               int rank, tsr_weights *te[2]);
+int tsr_engine_replica_by_broadcast(tsr_engine *src, const tsr_engine_options *o,
+                                    tsr_engine **out);
+
 /* Parameters after checking: the defaults applied and names resolved. */
 typedef struct tsr_params_resolved {
     int width, height;

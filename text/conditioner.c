@@ -245,10 +245,13 @@ int tsr_text_cond_pooled_dim(const tsr_text_cond *c)
 }
 
 /* Encoder `which` (0 = text_encoder, 1 = text_encoder_2) of the model;
- * `share` non-NULL: borrow those weights instead of loading them. */
+ * `share` non-NULL: borrow those weights instead of loading them; `given`
+ * non-NULL: take them (owned from here on, failure included). */
 static int open_encoder(const tsr_model *m, int which, tsr_backend *be, tsr_weights *share,
-                        cond_encoder *e)
+                        tsr_weights *given, cond_encoder *e)
 {
+    if (given)
+        e->weights = given; /* owned now: freed with the conditioner */
     const tsr_component comp = which ? TSR_COMP_TEXT_ENCODER_2 : TSR_COMP_TEXT_ENCODER;
     const tsr_textenc_desc *desc = tsr_model_textenc_desc(m, which);
     if (!desc)
@@ -268,7 +271,9 @@ static int open_encoder(const tsr_model *m, int which, tsr_backend *be, tsr_weig
         return tsr_errorf(TSR_ERR_FORMAT, "%s: the tokenizer has %d tokens but %s only %d",
                           tsr_model_path(m), tsr_tokenizer_vocab_size(e->tok),
                           tsr_component_name(comp), desc->vocab_size);
-    if (share) {
+    if (given) {
+        /* taken above */
+    } else if (share) {
         e->weights = share;
         e->shared = true;
     } else {
@@ -279,13 +284,23 @@ static int open_encoder(const tsr_model *m, int which, tsr_backend *be, tsr_weig
     return TSR_OK;
 }
 
+static void drop_given(tsr_weights **given)
+{
+    for (int k = 0; given && k < 2; k++) {
+        tsr_weights_free(given[k]);
+        given[k] = NULL;
+    }
+}
+
 static int cond_open(const tsr_model *m, tsr_backend *be, const tsr_text_cond *src,
-                     tsr_text_cond **out)
+                     tsr_weights **given, tsr_text_cond **out)
 {
     *out = NULL;
     tsr_text_cond *c = calloc(1, sizeof *c);
-    if (!c)
+    if (!c) {
+        drop_given(given);
         return tsr_errorf(TSR_ERR_NOMEM, "cannot allocate the text conditioner");
+    }
     c->backend = be;
     c->sdxl = tsr_model_family(m) == TSR_FAMILY_SDXL;
     int rc = TSR_OK;
@@ -295,11 +310,19 @@ static int cond_open(const tsr_model *m, tsr_backend *be, const tsr_text_cond *s
                         "model %d", tsr_model_path(m), src->n_enc, want);
         goto fail;
     }
+    if (given && (!given[0] || (want > 1) != (given[1] != NULL))) {
+        rc = tsr_errorf(TSR_ERR_INVALID, "%s: weights given for %d text encoders, the model has %d",
+                        tsr_model_path(m), given[0] ? (given[1] ? 2 : 1) : 0, want);
+        goto fail;
+    }
     for (int which = 0; which < 2; which++) {
         if (!tsr_model_has(m, which ? TSR_COMP_TEXT_ENCODER_2 : TSR_COMP_TEXT_ENCODER))
             continue;
         const int k = c->n_enc++;
-        TSR_CHECK_GOTO(rc, open_encoder(m, which, be, src ? src->enc[k].weights : NULL,
+        tsr_weights *mine = given ? given[k] : NULL;
+        if (given)
+            given[k] = NULL; /* the encoder's now */
+        TSR_CHECK_GOTO(rc, open_encoder(m, which, be, src ? src->enc[k].weights : NULL, mine,
                                         &c->enc[k]), fail);
     }
     if (c->n_enc == 0) {
@@ -323,19 +346,26 @@ static int cond_open(const tsr_model *m, tsr_backend *be, const tsr_text_cond *s
     *out = c;
     return TSR_OK;
 fail:
+    drop_given(given);
     tsr_text_cond_free(c);
     return rc;
 }
 
 int tsr_text_cond_open(const tsr_model *m, tsr_backend *be, tsr_text_cond **out)
 {
-    return cond_open(m, be, NULL, out);
+    return cond_open(m, be, NULL, NULL, out);
 }
 
 int tsr_text_cond_open_shared(const tsr_model *m, tsr_backend *be, const tsr_text_cond *src,
                               tsr_text_cond **out)
 {
-    return cond_open(m, be, src, out);
+    return cond_open(m, be, src, NULL, out);
+}
+
+int tsr_text_cond_open_given(const tsr_model *m, tsr_backend *be, tsr_weights *weights[2],
+                             tsr_text_cond **out)
+{
+    return cond_open(m, be, NULL, weights, out);
 }
 
 int tsr_text_cond_max_clip_skip(const tsr_text_cond *c)

@@ -53,6 +53,12 @@ void tsr_text_cond_free(tsr_text_cond *c);
  * (tsr_engine_open_replica). */
 int tsr_text_cond_open_shared(const tsr_model *model, tsr_backend *backend,
                               const tsr_text_cond *src, tsr_text_cond **out);
+/* Same, with the encoders' weights given (weights[k] for the k-th encoder
+ * the model has, already on `backend`: a broadcast replica's own copy).
+ * Takes them: the conditioner frees them, on failure too (every entry is
+ * set to NULL). */
+int tsr_text_cond_open_given(const tsr_model *model, tsr_backend *backend, tsr_weights *weights[2],
+                             tsr_text_cond **out);
 
 /* Tokenizer mode of every encoder's tokenizer (TSR_TOKENIZER_DEFAULT after
  * open); drops the cached empty-prompt conditioning. */

@@ -320,6 +320,13 @@ static int check(const tsr_comm *c, const comm_args *a, const char *op)
         if (a->root < 0 || a->root >= size)
             return tsr_errorf(TSR_ERR_INVALID, "%s (rank %d of %d): root %d is not a rank", op,
                               rank, size, a->root);
+        if (rank == a->root && a->count && !a->send)
+            return tsr_errorf(TSR_ERR_INVALID, "%s (rank %d of %d): the root has no send buffer",
+                              op, rank, size);
+        if (rank == a->root && a->send != a->recv && overlap(a->send, bytes, a->recv, bytes))
+            return tsr_errorf(TSR_ERR_INVALID,
+                              "%s (rank %d of %d): send and recv overlap without being equal", op,
+                              rank, size);
         break;
     case COMM_OP_ALL_REDUCE:
         if (a->dtype == TSR_COMM_BYTES)
@@ -370,6 +377,16 @@ int tsr_comm_all_gather(tsr_comm *c, const void *send, void *recv, size_t count,
 int tsr_comm_broadcast(tsr_comm *c, void *buf, size_t count, tsr_comm_dtype dtype, int root)
 {
     comm_args a = {COMM_OP_BROADCAST, buf, buf, count, dtype, root, NULL, false};
+    return run(c, &a);
+}
+
+int tsr_comm_broadcast_from(tsr_comm *c, const void *send, void *recv, size_t count,
+                            tsr_comm_dtype dtype, int root)
+{
+    /* off the root send is never read: recv stands in, so no implementation
+     * sees a NULL there */
+    const bool is_root = c && c->rank == root;
+    comm_args a = {COMM_OP_BROADCAST, is_root ? send : recv, recv, count, dtype, root, NULL, false};
     return run(c, &a);
 }
 

@@ -131,6 +131,14 @@ double tsr_comm_timeout(const tsr_comm *c);
 int tsr_comm_all_gather(tsr_comm *c, const void *send, void *recv, size_t count,
                         tsr_comm_dtype dtype);
 int tsr_comm_broadcast(tsr_comm *c, void *buf, size_t count, tsr_comm_dtype dtype, int root);
+/* Broadcast out of place: the root's `send` [count] -> `recv` of every
+ * rank, the root's own included (a copy unless send == recv, which is
+ * tsr_comm_broadcast).  send is read on the root only (NULL elsewhere);
+ * on the root it must be recv or not overlap it.  What a one-rank group
+ * needs to give a second buffer on the same device its bytes (nccl: a
+ * device copy through NCCL; docs/multi-gpu.md part 2). */
+int tsr_comm_broadcast_from(tsr_comm *c, const void *send, void *recv, size_t count,
+                            tsr_comm_dtype dtype, int root);
 int tsr_comm_all_reduce(tsr_comm *c, const void *send, void *recv, size_t count,
                         tsr_comm_dtype dtype);
 int tsr_comm_barrier(tsr_comm *c);

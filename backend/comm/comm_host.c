@@ -209,9 +209,9 @@ static int host_run(tsr_comm *c, const comm_args *a)
                 memcpy(dst, h->posts[q].send, bytes);
         }
         break;
-    case COMM_OP_BROADCAST:
-        if (rank != a->root && bytes)
-            memcpy(a->recv, h->posts[a->root].recv, bytes);
+    case COMM_OP_BROADCAST: /* from the root's send (its recv when in place) */
+        if (bytes && a->recv != h->posts[a->root].send)
+            memcpy(a->recv, h->posts[a->root].send, bytes);
         break;
     case COMM_OP_ALL_REDUCE:
         reduce_slice(h, size, a->dtype, a->count * (size_t)rank / (size_t)size,

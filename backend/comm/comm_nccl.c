@@ -420,7 +420,8 @@ static int nccl_run(tsr_comm *c, const comm_args *a)
         break;
     case COMM_OP_BROADCAST:
         fn = "ncclBroadcast";
-        r = lib.nccl.broadcast(a->recv, a->recv, a->count, dt, a->root, nr->comm, s);
+        /* send is the root's source (recv when in place; recv off the root) */
+        r = lib.nccl.broadcast(a->send, a->recv, a->count, dt, a->root, nr->comm, s);
         break;
     case COMM_OP_ALL_REDUCE:
         fn = "ncclAllReduce";

@@ -19,10 +19,10 @@ static int self_run(tsr_comm *c, const comm_args *a)
     switch (a->op) {
     case COMM_OP_ALL_GATHER:
     case COMM_OP_ALL_REDUCE:
+    case COMM_OP_BROADCAST: /* out of place (tsr_comm_broadcast_from): a copy */
         if (bytes && a->send != a->recv)
             memmove(a->recv, a->send, bytes);
         return TSR_OK;
-    case COMM_OP_BROADCAST:
     case COMM_OP_BARRIER: return TSR_OK;
     case COMM_OP_WAIT: {
         pthread_mutex_lock(&g->mu);

@@ -245,7 +245,8 @@ static int rank_broadcast(tsr_comm *c, rank_ctx *ctx)
     const int rank = tsr_comm_rank(c), size = tsr_comm_size(c);
     int rc = 1;
     uint8_t *buf = malloc(MAX_COUNT * 4), *want = malloc(MAX_COUNT * 4);
-    if (!buf || !want)
+    uint8_t *src = malloc(MAX_COUNT * 4);
+    if (!buf || !want || !src)
         goto out;
     int round = 0;
     for (size_t d = 0; d < sizeof all_dtypes / sizeof all_dtypes[0]; d++) {
@@ -255,13 +256,20 @@ static int rank_broadcast(tsr_comm *c, rank_ctx *ctx)
             for (int root = 0; root < size; root++, round++) {
                 const size_t n = counts[k];
                 fill_bits(want, dt, n, root, round);
-                if (rank == root)
+                /* every third round out of place (tsr_comm_broadcast_from):
+                 * the root's own recv gets the bytes too */
+                const bool from = round % 3 == 2;
+                if (rank == root && !from)
                     memcpy(buf, want, n * es);
                 else
                     memset(buf, 0xEE, MAX_COUNT * 4);
-                int st = (round & 1) ? tsr_comm_broadcast(c, buf, n, dt, root)
-                                     : tsr_comm_broadcast_async(c, buf, n, dt, root, NULL);
-                if (st == TSR_OK && !(round & 1))
+                if (rank == root && from)
+                    memcpy(src, want, n * es);
+                int st = from        ? tsr_comm_broadcast_from(c, rank == root ? src : NULL, buf,
+                                                               n, dt, root)
+                         : (round & 1) ? tsr_comm_broadcast(c, buf, n, dt, root)
+                                       : tsr_comm_broadcast_async(c, buf, n, dt, root, NULL);
+                if (st == TSR_OK && !from && !(round & 1))
                     st = tsr_comm_wait(c, NULL);
                 if (st != TSR_OK) {
                     fprintf(stderr, "rank %d: broadcast %s n=%zu root %d: %s\n", rank,
@@ -281,6 +289,7 @@ static int rank_broadcast(tsr_comm *c, rank_ctx *ctx)
 out:
     free(buf);
     free(want);
+    free(src);
     (void)ctx;
     return rc;
 }
@@ -664,6 +673,15 @@ static int test_self_ops(void)
     ASSERT_OK(tsr_comm_barrier(c));
     ASSERT_OK(tsr_comm_broadcast(c, NULL, 0, TSR_COMM_F32, 0));
     ASSERT_EQ(tsr_comm_broadcast(c, NULL, 1, TSR_COMM_F32, 1), TSR_ERR_INVALID);
+    /* out of place: a copy on one rank; the root needs its send, apart */
+    {
+        float s4[4] = {1, 2, 3, 4}, r4[4] = {0};
+        ASSERT_OK(tsr_comm_broadcast_from(c, s4, r4, 4, TSR_COMM_F32, 0));
+        ASSERT_TRUE(memcmp(s4, r4, sizeof s4) == 0);
+        ASSERT_EQ(tsr_comm_broadcast_from(c, NULL, r4, 4, TSR_COMM_F32, 0), TSR_ERR_INVALID);
+        ASSERT_STR_EQ(tsr_last_error(), "broadcast (rank 0 of 1): the root has no send buffer");
+        ASSERT_EQ(tsr_comm_broadcast_from(c, s4, s4 + 1, 2, TSR_COMM_F32, 0), TSR_ERR_INVALID);
+    }
     /* abort: every later op fails, naming the op and the reason */
     tsr_comm_abort(c, "device lost");
     const char *why = NULL;
