@@ -92,7 +92,10 @@ static int check_float(const char *op, const char *role, const tsr_tensor *t, ts
     return TSR_OK;
 }
 
-/* A parameter (weight, bias, affine, table): any float dtype. */
+/* Any float dtype: a parameter (weight, bias, affine, table), an output
+ * whose dtype the op leaves free (timestep_embedding, embedding), or the
+ * activation input whose dtype the op's other tensors must then share
+ * (check_act). */
 static int check_param(const char *op, const char *role, const tsr_tensor *t)
 {
     TSR_TRY(check_tensor(op, role, t));
@@ -100,6 +103,13 @@ static int check_param(const char *op, const char *role, const tsr_tensor *t)
         return tsr_errorf(TSR_ERR_INVALID, "%s: %s is %s, expected a float dtype", op, role,
                           tsr_dtype_name(t->dtype));
     return TSR_OK;
+}
+
+/* The activation input that sets the op's dtype (check_float's `want` for
+ * the rest). */
+static int check_act(const char *op, const char *role, const tsr_tensor *t)
+{
+    return check_param(op, role, t);
 }
 
 static int check_rank(const char *op, const char *role, const tsr_tensor *t, int lo, int hi)
@@ -235,8 +245,7 @@ int tsr_conv2d_fused(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w,
 {
     const char *op = "conv2d";
     char s1[SHAPE_BUF], s2[SHAPE_BUF];
-    TSR_TRY(check_tensor(op, "x", x));
-    TSR_TRY(check_float(op, "x", x, x->dtype));
+    TSR_TRY(check_act(op, "x", x));
     TSR_TRY(check_param(op, "weight", w));
     TSR_TRY(check_float(op, "y", y, x->dtype));
     TSR_TRY(check_rank(op, "x", x, 4, 4));
@@ -300,8 +309,7 @@ int tsr_linear_fused(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w,
 {
     const char *op = "linear";
     char s1[SHAPE_BUF], s2[SHAPE_BUF];
-    TSR_TRY(check_tensor(op, "x", x));
-    TSR_TRY(check_float(op, "x", x, x->dtype));
+    TSR_TRY(check_act(op, "x", x));
     TSR_TRY(check_param(op, "weight", w));
     TSR_TRY(check_float(op, "y", y, x->dtype));
     TSR_TRY(check_rank(op, "weight", w, 2, 2));
@@ -340,8 +348,7 @@ int tsr_matmul(tsr_backend *b, const tsr_tensor *a, const tsr_tensor *bm, bool t
 {
     const char *op = "matmul";
     char s1[SHAPE_BUF], s2[SHAPE_BUF];
-    TSR_TRY(check_tensor(op, "a", a));
-    TSR_TRY(check_float(op, "a", a, a->dtype));
+    TSR_TRY(check_act(op, "a", a));
     TSR_TRY(check_float(op, "b", bm, a->dtype));
     TSR_TRY(check_float(op, "y", y, a->dtype));
     TSR_TRY(check_rank(op, "a", a, 2, 3));
@@ -384,8 +391,7 @@ int tsr_group_norm(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *gamma,
 {
     const char *op = "group_norm";
     char s1[SHAPE_BUF];
-    TSR_TRY(check_tensor(op, "x", x));
-    TSR_TRY(check_float(op, "x", x, x->dtype));
+    TSR_TRY(check_act(op, "x", x));
     TSR_TRY(check_float(op, "y", y, x->dtype));
     TSR_TRY(check_rank(op, "x", x, 2, 4));
     int64_t c = x->ne[x->ndim - 1];
@@ -412,8 +418,7 @@ int tsr_layer_norm(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *gamma,
                    const tsr_tensor *beta, float eps, tsr_tensor *y)
 {
     const char *op = "layer_norm";
-    TSR_TRY(check_tensor(op, "x", x));
-    TSR_TRY(check_float(op, "x", x, x->dtype));
+    TSR_TRY(check_act(op, "x", x));
     TSR_TRY(check_float(op, "y", y, x->dtype));
     int64_t c = x->ne[x->ndim - 1];
     if (!(eps >= 0.0f) || !isfinite(eps))
@@ -433,8 +438,7 @@ int tsr_layer_norm(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *gamma,
 int tsr_softmax(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y)
 {
     const char *op = "softmax";
-    TSR_TRY(check_tensor(op, "x", x));
-    TSR_TRY(check_float(op, "x", x, x->dtype));
+    TSR_TRY(check_act(op, "x", x));
     TSR_TRY(check_float(op, "y", y, x->dtype));
     TSR_TRY(check_out(op, y, x->ndim, x->ne, "x", x));
     TSR_TRY(check_overlap(op, y, "x", x, true));
@@ -450,8 +454,7 @@ int tsr_attention(tsr_backend *b, const tsr_tensor *q, const tsr_tensor *k, cons
 {
     const char *op = "attention";
     char s1[SHAPE_BUF], s2[SHAPE_BUF];
-    TSR_TRY(check_tensor(op, "q", q));
-    TSR_TRY(check_float(op, "q", q, q->dtype));
+    TSR_TRY(check_act(op, "q", q));
     TSR_TRY(check_float(op, "k", k, q->dtype));
     TSR_TRY(check_float(op, "v", v, q->dtype));
     TSR_TRY(check_float(op, "y", y, q->dtype));
@@ -485,8 +488,7 @@ int tsr_attention(tsr_backend *b, const tsr_tensor *q, const tsr_tensor *k, cons
 int tsr_unary(tsr_backend *b, tsr_unary_kind kind, const tsr_tensor *x, tsr_tensor *y)
 {
     const char *op = "unary";
-    TSR_TRY(check_tensor(op, "x", x));
-    TSR_TRY(check_float(op, "x", x, x->dtype));
+    TSR_TRY(check_act(op, "x", x));
     TSR_TRY(check_float(op, "y", y, x->dtype));
     if ((unsigned)kind > (unsigned)TSR_UNARY_QUICK_GELU)
         return tsr_errorf(TSR_ERR_INVALID, "%s: unknown kind %d", op, (int)kind);
@@ -502,8 +504,7 @@ int tsr_geglu(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y)
 {
     const char *op = "geglu";
     char s1[SHAPE_BUF];
-    TSR_TRY(check_tensor(op, "x", x));
-    TSR_TRY(check_float(op, "x", x, x->dtype));
+    TSR_TRY(check_act(op, "x", x));
     TSR_TRY(check_float(op, "y", y, x->dtype));
     if (x->ne[x->ndim - 1] % 2)
         return tsr_errorf(TSR_ERR_INVALID, "%s: last dim of x %s is odd", op, SH(x, s1));
@@ -522,8 +523,7 @@ int tsr_binary(tsr_backend *b, tsr_binary_kind kind, const tsr_tensor *a, const 
                tsr_tensor *y)
 {
     const char *op = kind == TSR_BINARY_MUL ? "mul" : "add";
-    TSR_TRY(check_tensor(op, "a", a));
-    TSR_TRY(check_float(op, "a", a, a->dtype));
+    TSR_TRY(check_act(op, "a", a));
     TSR_TRY(check_param(op, "b", bt));
     TSR_TRY(check_float(op, "y", y, a->dtype));
     if ((unsigned)kind > (unsigned)TSR_BINARY_MUL)
@@ -541,8 +541,7 @@ int tsr_binary(tsr_backend *b, tsr_binary_kind kind, const tsr_tensor *a, const 
 int tsr_scale(tsr_backend *b, const tsr_tensor *x, float s, tsr_tensor *y)
 {
     const char *op = "scale";
-    TSR_TRY(check_tensor(op, "x", x));
-    TSR_TRY(check_float(op, "x", x, x->dtype));
+    TSR_TRY(check_act(op, "x", x));
     TSR_TRY(check_float(op, "y", y, x->dtype));
     TSR_TRY(check_out(op, y, x->ndim, x->ne, "x", x));
     TSR_TRY(check_overlap(op, y, "x", x, true));
@@ -556,8 +555,7 @@ int tsr_concat(tsr_backend *b, const tsr_tensor *a, const tsr_tensor *bt, tsr_te
 {
     const char *op = "concat";
     char s1[SHAPE_BUF], s2[SHAPE_BUF];
-    TSR_TRY(check_tensor(op, "a", a));
-    TSR_TRY(check_float(op, "a", a, a->dtype));
+    TSR_TRY(check_act(op, "a", a));
     TSR_TRY(check_float(op, "b", bt, a->dtype));
     TSR_TRY(check_float(op, "y", y, a->dtype));
     bool ok = a->ndim == bt->ndim;
@@ -586,9 +584,7 @@ int tsr_concat(tsr_backend *b, const tsr_tensor *a, const tsr_tensor *bt, tsr_te
 int tsr_upsample_nearest(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y)
 {
     const char *op = "upsample_nearest";
-    TSR_TRY(check_tensor(op, "x", x));
-    TSR_TRY(check_float(op, "x", x, x->dtype));
-    TSR_TRY(check_tensor(op, "y", y));
+    TSR_TRY(check_act(op, "x", x));
     TSR_TRY(check_float(op, "y", y, x->dtype));
     TSR_TRY(check_rank(op, "x", x, 4, 4));
     TSR_TRY(check_rank(op, "y", y, 4, 4));
@@ -620,10 +616,7 @@ int tsr_timestep_embedding(tsr_backend *b, const tsr_tensor *t, const tsr_timest
     const char *op = "timestep_embedding";
     TSR_TRY(check_float(op, "t", t, TSR_F32));
     TSR_TRY(check_rank(op, "t", t, 1, 1));
-    TSR_TRY(check_tensor(op, "y", y));
-    if (!is_float(y->dtype))
-        return tsr_errorf(TSR_ERR_INVALID, "%s: y is %s, expected a float dtype", op,
-                          tsr_dtype_name(y->dtype));
+    TSR_TRY(check_param(op, "y", y));
     if (!p)
         return tsr_errorf(TSR_ERR_INVALID, "%s: no parameters", op);
     if (p->dim < 2 || p->dim > (1 << 20))
@@ -649,13 +642,9 @@ int tsr_embedding(tsr_backend *b, const tsr_tensor *ids, const tsr_tensor *table
         return tsr_errorf(TSR_ERR_INVALID, "%s: ids are %s, expected i32", op,
                           tsr_dtype_name(ids->dtype));
     TSR_TRY(check_rank(op, "ids", ids, 1, TSR_MAX_DIMS - 1));
-    TSR_TRY(check_tensor(op, "table", table));
     TSR_TRY(check_param(op, "table", table));
     TSR_TRY(check_rank(op, "table", table, 2, 2));
-    TSR_TRY(check_tensor(op, "y", y));
-    if (!is_float(y->dtype))
-        return tsr_errorf(TSR_ERR_INVALID, "%s: y is %s, expected a float dtype", op,
-                          tsr_dtype_name(y->dtype));
+    TSR_TRY(check_param(op, "y", y));
     int64_t ne[TSR_MAX_DIMS];
     for (int i = 0; i < ids->ndim; i++)
         ne[i] = ids->ne[i];

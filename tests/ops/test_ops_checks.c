@@ -258,6 +258,11 @@ int test_reject_shapes(void)
     tsr_tensor lx16 = lx;
     lx16.dtype = TSR_F16;
     EXPECT_REJECT(tsr_linear(be, &lx16, &lw, NULL, &ly), "linear");
+    /* an activation that is no float says what was expected (once "x is
+     * i32, expected i32": its own dtype) */
+    tsr_tensor lxi = lx;
+    lxi.dtype = TSR_I32;
+    EXPECT_REJECT(tsr_linear(be, &lxi, &lw, NULL, &ly), "x is i32, expected a float dtype");
 
     /* matmul */
     tsr_tensor ma = tsr_tensor_3d(TSR_F32, 2, 3, 4, buf[0]), mb = tsr_tensor_3d(TSR_F32, 3, 4, 5, buf[1]);
