@@ -399,27 +399,59 @@ static int output_name(const char *out_png, int batch, int i, char *buf, size_t 
     return snprintf(buf, size, "%.*s-%d.png", (int)n, out_png, i) >= (int)size;
 }
 
+/* One run of the program for a case: its temporary folder, the output
+ * folder in it (which must then hold exactly the case's files), the name
+ * given to --output, the command and how it ended. */
+typedef struct case_run {
+    char tmp[32], outdir[PATH_MAX], out_png[PATH_MAX];
+    char *argv[MAX_ARGS];
+    run_result r;
+} case_run;
+
+static int prepare_error_case(const cJSON *c, const char *tmp);
+
+/* Make the folders (and an error case's files), build the command and run
+ * it; 0 when it ran, whatever its exit status.  case_end in every case. */
+static int case_start(case_run *x, const cJSON *c, const char *bin, bool error_case)
+{
+    memset(x, 0, sizeof *x);
+    snprintf(x->tmp, sizeof x->tmp, "/tmp/tsr_e2e_XXXXXX");
+    if (!mkdtemp(x->tmp)) {
+        fprintf(stderr, "mkdtemp: %s\n", strerror(errno));
+        x->tmp[0] = '\0';
+        return 1;
+    }
+    snprintf(x->outdir, sizeof x->outdir, "%s/out", x->tmp);
+    snprintf(x->out_png, sizeof x->out_png, "%s/out.png", x->outdir);
+    if (mkdir(x->outdir, 0755) != 0 || (error_case && prepare_error_case(c, x->tmp) != 0) ||
+        build_argv(bin, c, x->tmp, x->out_png, x->argv) < 0) {
+        fprintf(stderr, "cannot prepare the case\n");
+        return 1;
+    }
+    print_command(x->argv);
+    return run_binary(x->argv, x->tmp, &x->r) != 0;
+}
+
+/* Free and remove what case_start made; returns fail. */
+static int case_end(case_run *x, int fail)
+{
+    free_argv(x->argv);
+    free(x->r.err);
+    if (x->tmp[0])
+        remove_tree(x->tmp);
+    return fail;
+}
+
 static int run_golden(const cJSON *c, const char *bin)
 {
-    int fail = 1;
-    char tmp[] = "/tmp/tsr_e2e_XXXXXX", outdir[PATH_MAX], out_png[PATH_MAX];
-    char *argv[MAX_ARGS] = {0};
-    run_result r = {0};
-    if (!mkdtemp(tmp))
-        TSR_FAIL("mkdtemp: %s", strerror(errno));
-    snprintf(outdir, sizeof outdir, "%s/out", tmp);
-    snprintf(out_png, sizeof out_png, "%s/out.png", outdir);
-    if (mkdir(outdir, 0755) != 0 || build_argv(bin, c, tmp, out_png, argv) < 0) {
-        fprintf(stderr, "cannot prepare the case\n");
-        goto done;
-    }
-    print_command(argv);
-    if (run_binary(argv, tmp, &r) != 0)
-        goto done;
+    case_run x;
+    if (case_start(&x, c, bin, false) != 0)
+        return case_end(&x, 1);
+    const run_result r = x.r;
     if (!r.exited || r.status != 0) {
         fprintf(stderr, "tessera generate failed (%s %d):\n%s\n", r.exited ? "exit" : "signal",
                 r.status, r.err);
-        goto done;
+        return case_end(&x, 1);
     }
     const cJSON *outputs = cJSON_GetObjectItemCaseSensitive(c, "outputs");
     int batch = cJSON_GetArraySize(outputs);
@@ -428,8 +460,8 @@ static int run_golden(const cJSON *c, const char *bin)
     for (int i = 0; i < batch; i++) {
         char got[PATH_MAX], ref[PATH_MAX], rel[PATH_MAX];
         const cJSON *o = cJSON_GetArrayItem(outputs, i);
-        if (!cJSON_IsString(o) || output_name(out_png, batch, i, got, sizeof got))
-            goto done;
+        if (!cJSON_IsString(o) || output_name(x.out_png, batch, i, got, sizeof got))
+            return case_end(&x, 1);
         snprintf(rel, sizeof rel, "pipeline/%s", o->valuestring);
         tsr_test_path(rel, ref, sizeof ref);
         tsr_png_meta meta = {0};
@@ -449,18 +481,13 @@ static int run_golden(const cJSON *c, const char *bin)
         tsr_png_meta_free(&meta);
     }
     char first[256] = "";
-    int files = count_files(outdir, first, sizeof first);
+    int files = count_files(x.outdir, first, sizeof first);
     if (files != batch) {
         fprintf(stderr, "%d files in the output folder, expected %d (first: %s)\n", files, batch,
                 first);
         bad++;
     }
-    fail = bad != 0;
-done:
-    free_argv(argv);
-    free(r.err);
-    remove_tree(tmp);
-    return fail;
+    return case_end(&x, bad != 0);
 }
 
 /* ---- one error case ---- */
@@ -536,22 +563,10 @@ static int prepare_error_case(const cJSON *c, const char *tmp)
 
 static int run_error(const cJSON *c, const char *bin)
 {
-    int fail = 1;
-    char tmp[] = "/tmp/tsr_e2e_XXXXXX", outdir[PATH_MAX], out_png[PATH_MAX];
-    char *argv[MAX_ARGS] = {0};
-    run_result r = {0};
-    if (!mkdtemp(tmp))
-        TSR_FAIL("mkdtemp: %s", strerror(errno));
-    snprintf(outdir, sizeof outdir, "%s/out", tmp);
-    snprintf(out_png, sizeof out_png, "%s/out.png", outdir);
-    if (mkdir(outdir, 0755) != 0 || prepare_error_case(c, tmp) != 0 ||
-        build_argv(bin, c, tmp, out_png, argv) < 0) {
-        fprintf(stderr, "cannot prepare the case\n");
-        goto done;
-    }
-    print_command(argv);
-    if (run_binary(argv, tmp, &r) != 0)
-        goto done;
+    case_run x;
+    if (case_start(&x, c, bin, true) != 0)
+        return case_end(&x, 1);
+    const run_result r = x.r;
     printf("stderr: %s", r.err);
     int bad = 0;
     if (!r.exited) {
@@ -571,17 +586,12 @@ static int run_error(const cJSON *c, const char *bin)
         }
     }
     char first[256] = "";
-    int files = count_files(outdir, first, sizeof first);
+    int files = count_files(x.outdir, first, sizeof first);
     if (files != 0) {
         fprintf(stderr, "%d file(s) written despite the error (first: %s)\n", files, first);
         bad++;
     }
-    fail = bad != 0;
-done:
-    free_argv(argv);
-    free(r.err);
-    remove_tree(tmp);
-    return fail;
+    return case_end(&x, bad != 0);
 }
 
 /* ---- the fake generator and self checks ---- */

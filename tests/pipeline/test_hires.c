@@ -22,47 +22,8 @@
 
 #include "pipeline/hires.h"
 #include "tessera.h"
+#include "pipeline_test.h"
 #include "test.h"
-
-static int open_model(const char *rel, tsr_engine **e)
-{
-    char path[512];
-    tsr_engine_options o;
-    tsr_engine_options_init(&o);
-    o.model = tsr_test_path(rel, path, sizeof path);
-    o.device = "cpu";
-    o.threads = 2;
-    ASSERT_OK(tsr_engine_open(&o, e));
-    return 0;
-}
-
-/* Run p (and q when given) in one batch; *out gets p's result. */
-static int run(tsr_engine *e, const tsr_image_params *p, const tsr_image_params *q,
-               tsr_result *out, tsr_batch_stats *stats)
-{
-    tsr_batch *b;
-    ASSERT_OK(tsr_batch_create(e, NULL, &b));
-    int id = 0, id2 = 0;
-    ASSERT_OK(tsr_batch_submit(b, p, &id));
-    if (q)
-        ASSERT_OK(tsr_batch_submit(b, q, &id2));
-    for (int guard = 0; tsr_batch_active(b) > 0; guard++) {
-        ASSERT_TRUE(guard < 10000);
-        ASSERT_OK(tsr_batch_step(b, NULL));
-    }
-    ASSERT_OK(tsr_batch_take(b, id, out));
-    ASSERT_EQ(out->status, TSR_OK);
-    if (q) {
-        tsr_result r2;
-        ASSERT_OK(tsr_batch_take(b, id2, &r2));
-        ASSERT_EQ(r2.status, TSR_OK);
-        tsr_result_free(&r2);
-    }
-    if (stats)
-        tsr_batch_stats_get(b, stats);
-    tsr_batch_free(b);
-    return 0;
-}
 
 static tsr_image_params base(const char *sampler)
 {
@@ -92,13 +53,7 @@ static float *read_f32(const char *rel, size_t n)
 
 static int test_upscale_modes(void)
 {
-    char path[512];
-    size_t size = 0;
-    char *text = tsr_test_read_file(tsr_test_path("pipeline/hires/upscale.json", path,
-                                                  sizeof path), &size);
-    ASSERT_TRUE(text);
-    cJSON *j = cJSON_ParseWithLength(text, size);
-    free(text);
+    cJSON *j = pt_load_json("pipeline/hires/upscale.json");
     ASSERT_TRUE(j);
     const int C = 4, H = 5, W = 7;
     float *in = read_f32("pipeline/hires/upscale_in.f32", (size_t)C * H * W);
@@ -152,25 +107,13 @@ static int test_upscale_modes(void)
 
 /* ---- A1111's masking.fill against Pillow ---- */
 
-static int read_png(const char *rel, int channels, uint8_t **px, int *w, int *h)
-{
-    char path[512];
-    size_t size = 0;
-    void *data = tsr_test_read_file(tsr_test_path(rel, path, sizeof path), &size);
-    ASSERT_TRUE(data);
-    int rc = tsr_image_decode(data, size, channels, 0, px, w, h);
-    free(data);
-    ASSERT_OK(rc);
-    return 0;
-}
-
 static int test_fill_pixels(void)
 {
     uint8_t *img, *mask, *want;
     int w, h, w2, h2, w3, h3;
-    if (read_png("pipeline/hires/fill_image.png", 3, &img, &w, &h) ||
-        read_png("pipeline/hires/fill_mask.png", 1, &mask, &w2, &h2) ||
-        read_png("pipeline/hires/fill_out.png", 3, &want, &w3, &h3))
+    if (pt_read_png("pipeline/hires/fill_image.png", 3, &img, &w, &h) ||
+        pt_read_png("pipeline/hires/fill_mask.png", 1, &mask, &w2, &h2) ||
+        pt_read_png("pipeline/hires/fill_out.png", 3, &want, &w3, &h3))
         return 1;
     ASSERT_TRUE(w == w2 && w == w3 && h == h2 && h == h3);
     ASSERT_OK(tsr_mask_fill(img, mask, w, h));
@@ -229,7 +172,7 @@ static int test_fill_latent(void)
 static int test_fill_modes(void)
 {
     tsr_engine *e;
-    if (open_model("models/sd1", &e))
+    if (pt_open_model("models/sd1", NULL, 2, &e))
         return 1;
     static uint8_t rgb[64 * 64 * 3], gray[64 * 64];
     for (int i = 0; i < 64 * 64; i++) {
@@ -245,7 +188,7 @@ static int test_fill_modes(void)
         p.mask = gray;
         p.strength = 0.8;
         p.mask_fill = mode;
-        if (run(e, &p, NULL, &r[mode], NULL))
+        if (pt_run(e, &p, 1, &r[mode], NULL))
             return 1;
     }
     for (int mode = 0; mode < 4; mode++)
@@ -258,7 +201,7 @@ static int test_fill_modes(void)
     p.mask = gray;
     p.strength = 0.8;
     p.mask_fill = 2;
-    if (run(e, &p, NULL, &again, NULL))
+    if (pt_run(e, &p, 1, &again, NULL))
         return 1;
     ASSERT_TRUE(memcmp(again.rgb, r[2].rgb, 64 * 64 * 3) == 0);
     tsr_result_free(&again);
@@ -282,7 +225,7 @@ static int by_hand(tsr_engine *e, const char *sampler, int steps, int k, double 
     p.hires_strength = s;
     p.hires_upscaler = "Lanczos";
     tsr_result hires;
-    if (run(e, &p, NULL, &hires, NULL))
+    if (pt_run(e, &p, 1, &hires, NULL))
         return 1;
     ASSERT_EQ(hires.width, 128);
     ASSERT_EQ(hires.height, 128);
@@ -290,7 +233,7 @@ static int by_hand(tsr_engine *e, const char *sampler, int steps, int k, double 
     tsr_image_params first = base(sampler);
     first.steps = steps;
     tsr_result r1;
-    if (run(e, &first, NULL, &r1, NULL))
+    if (pt_run(e, &first, 1, &r1, NULL))
         return 1;
     uint8_t *big = NULL;
     ASSERT_OK(tsr_image_resample(r1.rgb, 64, 64, 3, 128, 128, 0, TSR_RESAMPLE_LANCZOS, &big));
@@ -302,7 +245,7 @@ static int by_hand(tsr_engine *e, const char *sampler, int steps, int k, double 
     q.strength = (kk + 0.5) / n > 1 ? 1 : (kk + 0.5) / n;
     q.init_image = big;
     tsr_result r2;
-    if (run(e, &q, NULL, &r2, NULL))
+    if (pt_run(e, &q, 1, &r2, NULL))
         return 1;
     if (memcmp(r2.rgb, hires.rgb, 128 * 128 * 3) != 0)
         TSR_FAIL("%s, %d steps, hires %d at %g: the hires image differs from the composition",
@@ -326,7 +269,7 @@ static int by_hand(tsr_engine *e, const char *sampler, int steps, int k, double 
 static int test_lanczos_by_hand(void)
 {
     tsr_engine *e;
-    if (open_model("models/sd1", &e))
+    if (pt_open_model("models/sd1", NULL, 2, &e))
         return 1;
     /* K of N: 3 of int(3 / 0.55) = 5; all steps (s = 1: N = int(4 / 0.999) = 4);
      * an ancestral sampler (its draws continue the fresh stream) */
@@ -358,7 +301,7 @@ static void on_step(void *user, const tsr_step_info *info)
 static int test_latent_pass(void)
 {
     tsr_engine *e;
-    if (open_model("models/sd1", &e))
+    if (pt_open_model("models/sd1", NULL, 2, &e))
         return 1;
     tsr_image_params p = base("euler_a");
     p.hires_scale = 2;
@@ -402,13 +345,13 @@ static int test_latent_pass(void)
                        "Denoising strength: 0.5, RNG: CPU, Hires upscale: 2, Hires steps: 3, "
                        "Hires upscaler: Latent (bicubic), Version"));
     tsr_result alone;
-    if (run(e, &p, NULL, &alone, NULL))
+    if (pt_run(e, &p, 1, &alone, NULL))
         return 1;
     ASSERT_TRUE(memcmp(alone.rgb, together.rgb, 128 * 128 * 3) == 0);
     /* and not the image without the upscale mode's difference */
     p.hires_upscaler = "Latent (nearest)";
     tsr_result nearest;
-    if (run(e, &p, NULL, &nearest, NULL))
+    if (pt_run(e, &p, 1, &nearest, NULL))
         return 1;
     ASSERT_TRUE(memcmp(nearest.rgb, together.rgb, 128 * 128 * 3) != 0);
     tsr_result_free(&together);
@@ -426,16 +369,10 @@ static int test_latent_pass(void)
  * the pipeline goldens' tolerance, and the upscale mode matters beyond it. */
 static int test_diffusers_latent(void)
 {
-    char path[512];
-    size_t size = 0;
-    char *text = tsr_test_read_file(tsr_test_path("pipeline/hires/diffusers.json", path,
-                                                  sizeof path), &size);
-    ASSERT_TRUE(text);
-    cJSON *j = cJSON_ParseWithLength(text, size);
-    free(text);
+    cJSON *j = pt_load_json("pipeline/hires/diffusers.json");
     ASSERT_TRUE(j);
     tsr_engine *e;
-    if (open_model("models/sd1_sharp", &e))
+    if (pt_open_model("models/sd1_sharp", NULL, 2, &e))
         return 1;
     const int tol = cJSON_GetObjectItem(j, "tolerance")->valueint;
     int n = 0;
@@ -456,34 +393,25 @@ static int test_diffusers_latent(void)
         p.hires_strength = cJSON_GetObjectItem(c, "hires_strength")->valuedouble;
         p.hires_upscaler = cJSON_GetObjectItem(c, "hires_upscaler")->valuestring;
         tsr_result r;
-        if (run(e, &p, NULL, &r, NULL))
+        if (pt_run(e, &p, 1, &r, NULL))
             return 1;
         char rel[256];
         snprintf(rel, sizeof rel, "pipeline/hires/diffusers_%s.png", name);
         uint8_t *want;
         int w, h;
-        if (read_png(rel, 3, &want, &w, &h))
+        if (pt_read_png(rel, 3, &want, &w, &h))
             return 1;
         ASSERT_TRUE(w == r.width && h == r.height);
-        int worst = 0;
-        for (int i = 0; i < w * h * 3; i++) {
-            int d = abs((int)r.rgb[i] - (int)want[i]);
-            worst = d > worst ? d : worst;
-        }
+        const int worst = pt_max_diff(r.rgb, want, (size_t)w * h * 3);
         if (worst > tol)
             TSR_FAIL("%s: differs from diffusers by up to %d (tolerance %d)", name, worst, tol);
         if (n == 0) {
             /* sensitivity: another upscale mode is far outside the tolerance */
             p.hires_upscaler = "Latent (nearest)";
             tsr_result other;
-            if (run(e, &p, NULL, &other, NULL))
+            if (pt_run(e, &p, 1, &other, NULL))
                 return 1;
-            int far = 0;
-            for (int i = 0; i < w * h * 3; i++) {
-                int d = abs((int)other.rgb[i] - (int)want[i]);
-                far = d > far ? d : far;
-            }
-            ASSERT_TRUE(far > 4 * tol);
+            ASSERT_TRUE(pt_max_diff(other.rgb, want, (size_t)w * h * 3) > 4 * tol);
             tsr_result_free(&other);
         }
         free(want);
@@ -500,7 +428,7 @@ static int test_diffusers_latent(void)
 static int test_checks(void)
 {
     tsr_engine *e;
-    if (open_model("models/sd1", &e))
+    if (pt_open_model("models/sd1", NULL, 2, &e))
         return 1;
     static uint8_t rgb[64 * 64 * 3];
     static const char *const fields[] = {"hires_strength", "hires_upscaler", "hires_scale",
@@ -551,7 +479,7 @@ static int test_checks(void)
     ASSERT_STR_EQ(field, "hires_scale");
     tsr_result r;
     p.steps = 2;
-    if (run(e, &p, NULL, &r, NULL))
+    if (pt_run(e, &p, 1, &r, NULL))
         return 1;
     ASSERT_EQ(r.width, 192);
     ASSERT_EQ(r.height, 128);

@@ -20,43 +20,10 @@
 
 #include "image/image.h"
 #include "tessera.h"
+#include "pipeline_test.h"
 #include "test.h"
 
 static char lora_dir[512];
-
-static int open_engine(const char *model_rel, const char *dir, tsr_engine **e)
-{
-    char path[512];
-    tsr_engine_options o;
-    tsr_engine_options_init(&o);
-    o.model = tsr_test_path(model_rel, path, sizeof path);
-    o.device = "cpu";
-    o.lora_dir = dir;
-    ASSERT_OK(tsr_engine_open(&o, e));
-    return 0;
-}
-
-static int run_all(tsr_batch *b)
-{
-    for (int guard = 0; tsr_batch_active(b) > 0; guard++) {
-        if (guard > 1000)
-            TSR_FAIL("batch never finished");
-        ASSERT_OK(tsr_batch_step(b, NULL));
-    }
-    return 0;
-}
-
-static cJSON *manifest(void)
-{
-    char path[512];
-    size_t n;
-    char *text = tsr_test_read_file(tsr_test_path("lora/manifest.json", path, sizeof path), &n);
-    if (!text)
-        return NULL;
-    cJSON *j = cJSON_ParseWithLength(text, n);
-    free(text);
-    return j;
-}
 
 /* Max channel difference between an RGB result and a PNG golden. */
 static int compare_png(const char *rel, const uint8_t *rgb, int w, int h, int *maxd)
@@ -67,13 +34,8 @@ static int compare_png(const char *rel, const uint8_t *rgb, int w, int h, int *m
     ASSERT_OK(tsr_image_read(tsr_test_path(full, path, sizeof path), 3, &img));
     ASSERT_EQ(img.width, w);
     ASSERT_EQ(img.height, h);
-    int m = 0;
-    for (size_t i = 0; i < (size_t)w * h * 3; i++) {
-        const int d = abs((int)rgb[i] - (int)img.data[i]);
-        m = d > m ? d : m;
-    }
+    *maxd = pt_max_diff(rgb, img.data, (size_t)w * h * 3);
     tsr_image_free(&img);
-    *maxd = m;
     return 0;
 }
 
@@ -83,7 +45,7 @@ static int run_case(const cJSON *c)
     char rel[256];
     snprintf(rel, sizeof rel, "%s", model + strlen("tests/data/"));
     tsr_engine *e = NULL;
-    if (open_engine(rel, lora_dir, &e))
+    if (pt_open_model(rel, lora_dir, 0, &e))
         return 1;
     tsr_batch *b = NULL;
     ASSERT_OK(tsr_batch_create(e, NULL, &b));
@@ -115,7 +77,7 @@ static int run_case(const cJSON *c)
         TSR_FAIL("check: %s (field %s)", tsr_last_error(), field ? field : "-");
     int id;
     ASSERT_OK(tsr_batch_submit(b, &p, &id));
-    if (run_all(b))
+    if (pt_run_all(b))
         return 1;
     tsr_result r;
     ASSERT_OK(tsr_batch_take(b, id, &r));
@@ -141,7 +103,7 @@ static int run_case(const cJSON *c)
 
 static int t_goldens(const char *only)
 {
-    cJSON *m = manifest();
+    cJSON *m = pt_load_json("lora/manifest.json");
     ASSERT_TRUE(m != NULL);
     const cJSON *c;
     int ran = 0;
@@ -183,7 +145,7 @@ static int t_sdxl(void)
 static int t_batch_vs_solo(void)
 {
     tsr_engine *e = NULL;
-    if (open_engine("models/sd1_sharp", lora_dir, &e))
+    if (pt_open_model("models/sd1_sharp", lora_dir, 0, &e))
         return 1;
     static const char *prompts[4] = {"a red cat<lora:k_sd1:0.8>", "a red cat", "a blue dog",
                                      "a red cat <lora:k_sd1_attn:1:0.5>"};
@@ -205,7 +167,7 @@ static int t_batch_vs_solo(void)
         ASSERT_OK(tsr_batch_create(e, NULL, &b));
         int id;
         ASSERT_OK(tsr_batch_submit(b, &p[i], &id));
-        if (run_all(b))
+        if (pt_run_all(b))
             return 1;
         tsr_result r;
         ASSERT_OK(tsr_batch_take(b, id, &r));
@@ -219,7 +181,7 @@ static int t_batch_vs_solo(void)
     int ids[4];
     for (int i = 0; i < 4; i++)
         ASSERT_OK(tsr_batch_submit(b, &p[i], &ids[i]));
-    if (run_all(b))
+    if (pt_run_all(b))
         return 1;
     tsr_batch_stats st;
     tsr_batch_stats_get(b, &st);
@@ -289,7 +251,7 @@ static int t_refusals(void)
     ASSERT_TRUE(symlink("sdxl.safetensors", alias) == 0); /* a link inside: allowed */
 
     tsr_engine *e = NULL;
-    if (open_engine("models/sd1_sharp", dir, &e))
+    if (pt_open_model("models/sd1_sharp", dir, 0, &e))
         return 1;
     const char *field;
     static const char *bad[] = {"../outside", "a/b", "/etc/passwd", ".hidden", "a\\b", "x..y",
@@ -326,7 +288,7 @@ static int t_refusals(void)
     tsr_batch_free(b);
     tsr_engine_close(e);
     /* no folder at all */
-    if (open_engine("models/sd1_sharp", NULL, &e))
+    if (pt_open_model("models/sd1_sharp", NULL, 0, &e))
         return 1;
     ASSERT_TRUE(submit_one(e, "a cat <lora:k_sd1:1>", NULL, 0, &field) < 0);
     ASSERT_TRUE(strstr(tsr_last_error(), "--lora-dir") != NULL);
@@ -364,11 +326,9 @@ static int t_self_pixels_move(void)
  * image; a name leaving the folder fails the run. */
 static int t_cli(void)
 {
-    const char *bin = getenv("TSR_BIN");
-    if (!bin || access(bin, X_OK) != 0) {
-        printf("no TSR_BIN: skipped\n");
+    const char *bin = pt_program();
+    if (!bin)
         return TSR_TEST_SKIP;
-    }
     char model[512], out[] = "/tmp/tsr_lora_cli_XXXXXX";
     ASSERT_TRUE(mkdtemp(out) != NULL);
     char png[600], log[600];

@@ -21,83 +21,20 @@
 #include <unistd.h>
 
 #include "tessera.h"
+#include "pipeline_test.h"
 #include "test.h"
-
-static int open_model(const char *rel, tsr_engine **e)
-{
-    char path[512];
-    tsr_engine_options o;
-    tsr_engine_options_init(&o);
-    o.model = tsr_test_path(rel, path, sizeof path);
-    o.device = "cpu";
-    o.threads = 2;
-    ASSERT_OK(tsr_engine_open(&o, e));
-    return 0;
-}
-
-/* Run n images in one batch; out[i] gets image i's result. */
-static int run(tsr_engine *e, const tsr_image_params *p, int n, tsr_result *out,
-               tsr_batch_stats *stats)
-{
-    tsr_batch *b;
-    ASSERT_OK(tsr_batch_create(e, NULL, &b));
-    int ids[4];
-    ASSERT_TRUE(n <= 4);
-    for (int i = 0; i < n; i++)
-        ASSERT_OK(tsr_batch_submit(b, &p[i], &ids[i]));
-    for (int guard = 0; tsr_batch_active(b) > 0; guard++) {
-        ASSERT_TRUE(guard < 10000);
-        ASSERT_OK(tsr_batch_step(b, NULL));
-    }
-    for (int i = 0; i < n; i++) {
-        ASSERT_OK(tsr_batch_take(b, ids[i], &out[i]));
-        ASSERT_EQ(out[i].status, TSR_OK);
-    }
-    if (stats)
-        tsr_batch_stats_get(b, stats);
-    tsr_batch_free(b);
-    return 0;
-}
-
-static int read_png(const char *rel, uint8_t **px, int *w, int *h)
-{
-    char path[512];
-    size_t size = 0;
-    void *data = tsr_test_read_file(tsr_test_path(rel, path, sizeof path), &size);
-    ASSERT_TRUE(data);
-    int rc = tsr_image_decode(data, size, 3, 0, px, w, h);
-    free(data);
-    ASSERT_OK(rc);
-    return 0;
-}
-
-static int max_diff(const uint8_t *a, const uint8_t *b, size_t n)
-{
-    int worst = 0;
-    for (size_t i = 0; i < n; i++) {
-        int d = abs((int)a[i] - (int)b[i]);
-        worst = d > worst ? d : worst;
-    }
-    return worst;
-}
 
 /* Each manifest case, tiled and plain, against diffusers' images. */
 static int test_diffusers(void)
 {
-    char path[512];
-    size_t size = 0;
-    char *text = tsr_test_read_file(tsr_test_path("pipeline/tiling/manifest.json", path,
-                                                  sizeof path), &size);
-    ASSERT_TRUE(text);
-    cJSON *j = cJSON_ParseWithLength(text, size);
-    free(text);
+    cJSON *j = pt_load_json("pipeline/tiling/manifest.json");
     ASSERT_TRUE(j);
     tsr_engine *e = NULL;
     char open_name[256] = "";
     const int tol = cJSON_GetObjectItem(j, "tolerance")->valueint;
     uint8_t *init = NULL;
     int iw = 0, ih = 0;
-    if (read_png("pipeline/tiling/init.png", &init, &iw, &ih))
+    if (pt_read_png("pipeline/tiling/init.png", 3, &init, &iw, &ih))
         return 1;
     int n = 0;
     const cJSON *c;
@@ -110,7 +47,7 @@ static int test_diffusers(void)
         if (strcmp(model, open_name) != 0) {
             if (e)
                 tsr_engine_close(e);
-            if (open_model(model, &e))
+            if (pt_open_model(model, NULL, 2, &e))
                 return 1;
             snprintf(open_name, sizeof open_name, "%s", model);
         }
@@ -131,20 +68,20 @@ static int test_diffusers(void)
             }
             p.tiling = tiled;
             tsr_result r;
-            if (run(e, &p, 1, &r, NULL))
+            if (pt_run(e, &p, 1, &r, NULL))
                 return 1;
             char rel[256];
             snprintf(rel, sizeof rel, "pipeline/tiling/%s%s.png", name, tiled ? "" : "_plain");
             uint8_t *want, *other;
             int w, h, w2, h2;
-            if (read_png(rel, &want, &w, &h))
+            if (pt_read_png(rel, 3, &want, &w, &h))
                 return 1;
             snprintf(rel, sizeof rel, "pipeline/tiling/%s%s.png", name, tiled ? "_plain" : "");
-            if (read_png(rel, &other, &w2, &h2))
+            if (pt_read_png(rel, 3, &other, &w2, &h2))
                 return 1;
             ASSERT_TRUE(w == r.width && h == r.height && w2 == w && h2 == h);
-            const int worst = max_diff(r.rgb, want, (size_t)w * h * 3);
-            const int far = max_diff(r.rgb, other, (size_t)w * h * 3);
+            const int worst = pt_max_diff(r.rgb, want, (size_t)w * h * 3);
+            const int far = pt_max_diff(r.rgb, other, (size_t)w * h * 3);
             printf("%s%s: %d/255 from diffusers' image, %d from the %s one\n", name,
                    tiled ? "" : " (plain)", worst, far, tiled ? "plain" : "tiled");
             if (worst > tol)
@@ -201,7 +138,7 @@ static double neighbours(const uint8_t *px, int w, int h, bool vertical)
 static int test_seamless(void)
 {
     tsr_engine *e;
-    if (open_model("../../models/demo", &e))
+    if (pt_open_model("../../models/demo", NULL, 2, &e))
         return 1;
     double plain_sum[2] = {0, 0}, tiled_sum[2] = {0, 0};
     for (int s = 5; s <= 7; s++) {
@@ -214,7 +151,7 @@ static int test_seamless(void)
             p.seed = (uint64_t)s;
             p.tiling = tiled;
             tsr_result r;
-            if (run(e, &p, 1, &r, NULL))
+            if (pt_run(e, &p, 1, &r, NULL))
                 return 1;
             for (int v = 0; v < 2; v++) {
                 const int at = v ? r.height - 1 : r.width - 1;
@@ -244,7 +181,7 @@ static int test_seamless(void)
 static int test_batched(void)
 {
     tsr_engine *e;
-    if (open_model("models/sd1_sharp", &e))
+    if (pt_open_model("models/sd1_sharp", NULL, 2, &e))
         return 1;
     tsr_image_params p[2];
     for (int i = 0; i < 2; i++) {
@@ -258,22 +195,22 @@ static int test_batched(void)
     }
     tsr_result both[2], solo[2];
     tsr_batch_stats st;
-    if (run(e, p, 2, both, &st))
+    if (pt_run(e, p, 2, both, &st))
         return 1;
     ASSERT_EQ(st.unet_calls, 8); /* 4 steps each, never shared */
     for (int i = 0; i < 2; i++) {
         tsr_batch_stats one;
-        if (run(e, &p[i], 1, &solo[i], &one))
+        if (pt_run(e, &p[i], 1, &solo[i], &one))
             return 1;
         ASSERT_EQ(one.unet_calls, 4);
         ASSERT_TRUE(memcmp(both[i].rgb, solo[i].rgb, (size_t)64 * 64 * 3) == 0);
     }
-    ASSERT_TRUE(max_diff(solo[0].rgb, solo[1].rgb, (size_t)64 * 64 * 3) > 8);
+    ASSERT_TRUE(pt_max_diff(solo[0].rgb, solo[1].rgb, (size_t)64 * 64 * 3) > 8);
     /* two tiled images of one shape do share calls */
     p[1].tiling = 1;
     p[1].seed = 78;
     tsr_result two[2];
-    if (run(e, p, 2, two, &st))
+    if (pt_run(e, p, 2, two, &st))
         return 1;
     ASSERT_EQ(st.unet_calls, 4);
     ASSERT_TRUE(memcmp(two[0].rgb, solo[0].rgb, (size_t)64 * 64 * 3) == 0);
@@ -295,11 +232,9 @@ static int test_batched(void)
  * manifest case) and says so in the PNG's infotext. */
 static int test_cli(void)
 {
-    const char *bin = getenv("TSR_BIN");
-    if (!bin || access(bin, X_OK) != 0) {
-        printf("no TSR_BIN: skipped\n");
+    const char *bin = pt_program();
+    if (!bin)
         return TSR_TEST_SKIP;
-    }
     char model[512], dir[] = "/tmp/tsr_tiling_cli_XXXXXX";
     ASSERT_TRUE(mkdtemp(dir) != NULL);
     char png[600], log[600];
@@ -322,10 +257,10 @@ static int test_cli(void)
     int w, h, w2, h2;
     ASSERT_OK(tsr_image_decode(file, size, 3, 0, &got, &w, &h));
     free(file);
-    if (read_png("pipeline/tiling/t2i_64x64.png", &want, &w2, &h2))
+    if (pt_read_png("pipeline/tiling/t2i_64x64.png", 3, &want, &w2, &h2))
         return 1;
     ASSERT_TRUE(w == w2 && h == h2);
-    const int d = max_diff(got, want, (size_t)w * h * 3);
+    const int d = pt_max_diff(got, want, (size_t)w * h * 3);
     printf("generate --tiling: %d/255 from diffusers' tiled image\n", d);
     ASSERT_TRUE(d <= 2);
     free(got);
