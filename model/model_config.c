@@ -51,6 +51,26 @@ static int check_class(const cJSON *j, const char *label, const char *want)
     return TSR_OK;
 }
 
+/* act_fn: SiLU is the only activation the UNet and VAE code has. */
+static int check_silu(const cJSON *j, const char *label)
+{
+    const char *act = NULL;
+    TSR_TRY(tsr_json_get_string(j, label, "act_fn", "silu", &act));
+    if (strcmp(act, "silu") != 0)
+        return tsr_errorf(TSR_ERR_UNSUPPORTED, "%s: act_fn \"%s\" is not supported", label, act);
+    return TSR_OK;
+}
+
+/* Group norm needs block i's channels divisible by its group count. */
+static int check_groups(const char *label, int i, int channels, int groups)
+{
+    if (channels % groups)
+        return tsr_errorf(TSR_ERR_RANGE,
+                          "%s: block_out_channels[%d] = %d is not divisible by norm_num_groups %d",
+                          label, i, channels, groups);
+    return TSR_OK;
+}
+
 /* String array of block types, each one of two accepted names. */
 static int get_block_types(const cJSON *j, const char *label, const char *key, int n,
                            const char *with, const char *without, bool def_with_last,
@@ -179,10 +199,7 @@ int tsr_unet_desc_parse(const cJSON *j, const char *label_in, tsr_unet_desc *out
     TSR_TRY(tsr_json_get_double(j, label, "norm_eps", 1e-5, 1e-12, 1.0, &c.norm_eps));
     TSR_TRY(tsr_json_get_bool(j, label, "flip_sin_to_cos", true, &c.flip_sin_to_cos));
     TSR_TRY(tsr_json_get_double(j, label, "freq_shift", 0.0, -16.0, 16.0, &c.freq_shift));
-    const char *act = NULL;
-    TSR_TRY(tsr_json_get_string(j, label, "act_fn", "silu", &act));
-    if (strcmp(act, "silu") != 0)
-        return tsr_errorf(TSR_ERR_UNSUPPORTED, "%s: act_fn \"%s\" is not supported", label, act);
+    TSR_TRY(check_silu(j, label));
     static const char *const unsupported[] = {"class_embed_type", "num_class_embeds",
                                               "time_cond_proj_dim", "encoder_hid_dim"};
     for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++)
@@ -207,10 +224,7 @@ int tsr_unet_desc_parse(const cJSON *j, const char *label_in, tsr_unet_desc *out
     /* cross-checks the model code relies on */
     for (int i = 0; i < n; i++) {
         int ch = c.block_out_channels[i];
-        if (ch % c.norm_num_groups)
-            return tsr_errorf(TSR_ERR_RANGE,
-                              "%s: block_out_channels[%d] = %d is not divisible by norm_num_groups %d",
-                              label, i, ch, c.norm_num_groups);
+        TSR_TRY(check_groups(label, i, ch, c.norm_num_groups));
         if (ch % c.heads[i])
             return tsr_errorf(TSR_ERR_RANGE,
                               "%s: block_out_channels[%d] = %d is not divisible by %d heads", label,
@@ -252,10 +266,7 @@ int tsr_vae_desc_parse(const cJSON *j, const char *label_in, tsr_vae_desc *out)
     TSR_TRY(tsr_json_get_double(j, label, "scaling_factor", 0.18215, 1e-6, 1e6, &c.scaling_factor));
     TSR_TRY(tsr_json_get_double(j, label, "shift_factor", 0.0, -1e6, 1e6, &c.shift_factor));
     TSR_TRY(tsr_json_get_bool(j, label, "force_upcast", true, &c.force_upcast));
-    const char *act = NULL;
-    TSR_TRY(tsr_json_get_string(j, label, "act_fn", "silu", &act));
-    if (strcmp(act, "silu") != 0)
-        return tsr_errorf(TSR_ERR_UNSUPPORTED, "%s: act_fn \"%s\" is not supported", label, act);
+    TSR_TRY(check_silu(j, label));
     static const char *const must_be_true[] = {"use_quant_conv", "use_post_quant_conv",
                                                "mid_block_add_attention"};
     for (size_t i = 0; i < sizeof must_be_true / sizeof must_be_true[0]; i++) {
@@ -266,10 +277,7 @@ int tsr_vae_desc_parse(const cJSON *j, const char *label_in, tsr_vae_desc *out)
                               must_be_true[i]);
     }
     for (int i = 0; i < c.n_blocks; i++)
-        if (c.block_out_channels[i] % c.norm_num_groups)
-            return tsr_errorf(TSR_ERR_RANGE,
-                              "%s: block_out_channels[%d] = %d is not divisible by norm_num_groups %d",
-                              label, i, c.block_out_channels[i], c.norm_num_groups);
+        TSR_TRY(check_groups(label, i, c.block_out_channels[i], c.norm_num_groups));
     *out = c;
     return TSR_OK;
 }
@@ -332,6 +340,15 @@ static bool add_str_array(cJSON *o, const char *key, const char *const *v, int n
     return a && cJSON_AddItemToObject(o, key, a);
 }
 
+/* What a diffusers UNet or VAE config.json starts with: the class, the
+ * diffusers version whose configs these are, and the activation. */
+static bool add_diffusers_head(cJSON *o, const char *class_name)
+{
+    return cJSON_AddStringToObject(o, "_class_name", class_name) &&
+           cJSON_AddStringToObject(o, "_diffusers_version", "0.35.2") &&
+           cJSON_AddStringToObject(o, "act_fn", "silu");
+}
+
 #define ADD_OK(expr)   \
     do {               \
         if (!(expr))   \
@@ -348,9 +365,7 @@ int tsr_unet_desc_emit(const tsr_unet_desc *c, cJSON **out)
         down[i] = c->down_attn[i] ? "CrossAttnDownBlock2D" : "DownBlock2D";
         up[i] = c->up_attn[i] ? "CrossAttnUpBlock2D" : "UpBlock2D";
     }
-    ADD_OK(cJSON_AddStringToObject(o, "_class_name", "UNet2DConditionModel"));
-    ADD_OK(cJSON_AddStringToObject(o, "_diffusers_version", "0.35.2"));
-    ADD_OK(cJSON_AddStringToObject(o, "act_fn", "silu"));
+    ADD_OK(add_diffusers_head(o, "UNet2DConditionModel"));
     if (c->text_time) {
         ADD_OK(cJSON_AddStringToObject(o, "addition_embed_type", "text_time"));
         ADD_OK(cJSON_AddNumberToObject(o, "addition_time_embed_dim", c->addition_time_embed_dim));
@@ -391,9 +406,7 @@ int tsr_vae_desc_emit(const tsr_vae_desc *c, cJSON **out)
         down[i] = "DownEncoderBlock2D";
         up[i] = "UpDecoderBlock2D";
     }
-    ADD_OK(cJSON_AddStringToObject(o, "_class_name", "AutoencoderKL"));
-    ADD_OK(cJSON_AddStringToObject(o, "_diffusers_version", "0.35.2"));
-    ADD_OK(cJSON_AddStringToObject(o, "act_fn", "silu"));
+    ADD_OK(add_diffusers_head(o, "AutoencoderKL"));
     ADD_OK(add_int_array(o, "block_out_channels", c->block_out_channels, c->n_blocks));
     ADD_OK(add_str_array(o, "down_block_types", down, c->n_blocks));
     ADD_OK(cJSON_AddBoolToObject(o, "force_upcast", c->force_upcast));
