@@ -227,6 +227,15 @@ static size_t put_utf8(char *o, uint32_t cp)
     return 4;
 }
 
+/* A refusal inside a string: the position at `at`, out freed; NULL. */
+static char *string_fail(reader *r, const char *at, const char *msg, char *out)
+{
+    r->p = at;
+    fail(r, msg);
+    cJSON_free(out);
+    return NULL;
+}
+
 /* Reads a string at r->p (on the opening quote); cJSON_malloc'd result.  A
  * \u0000 is kept as a NUL byte (the C string then ends early) and reported
  * through *has_nul; NULL has_nul refuses it (object keys). */
@@ -272,12 +281,8 @@ static char *read_string(reader *r, bool *has_nul)
             size_t n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3
                                    : (c & 0xF8) == 0xF0  ? 4
                                                          : 0;
-            if (n == 0 || (size_t)(s - q) < n || !svc_utf8_valid(q, n, NULL)) {
-                r->p = q;
-                fail(r, "invalid UTF-8");
-                cJSON_free(out);
-                return NULL;
-            }
+            if (n == 0 || (size_t)(s - q) < n || !svc_utf8_valid(q, n, NULL))
+                return string_fail(r, q, "invalid UTF-8", out);
             memcpy(out + o, q, n);
             o += n;
             q += n;
@@ -296,47 +301,29 @@ static char *read_string(reader *r, bool *has_nul)
         case 't': out[o++] = '\t'; break;
         case 'u': {
             uint32_t cp;
-            if (s - q < 4 || hex4(q, &cp) < 0) {
-                r->p = q;
-                fail(r, "bad \\u escape");
-                cJSON_free(out);
-                return NULL;
-            }
+            if (s - q < 4 || hex4(q, &cp) < 0)
+                return string_fail(r, q, "bad \\u escape", out);
             q += 4;
             if (cp >= 0xD800 && cp <= 0xDBFF) {
                 uint32_t lo;
                 if (s - q < 6 || q[0] != '\\' || q[1] != 'u' || hex4(q + 2, &lo) < 0 ||
-                    lo < 0xDC00 || lo > 0xDFFF) {
-                    r->p = q;
-                    fail(r, "unpaired UTF-16 surrogate (invalid UTF-8)");
-                    cJSON_free(out);
-                    return NULL;
-                }
+                    lo < 0xDC00 || lo > 0xDFFF)
+                    return string_fail(r, q, "unpaired UTF-16 surrogate (invalid UTF-8)", out);
                 q += 6;
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
             } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-                r->p = q;
-                fail(r, "unpaired UTF-16 surrogate (invalid UTF-8)");
-                cJSON_free(out);
-                return NULL;
+                return string_fail(r, q, "unpaired UTF-16 surrogate (invalid UTF-8)", out);
             }
             if (cp == 0) {
-                if (!has_nul) {
-                    r->p = q;
-                    fail(r, "a key contains U+0000");
-                    cJSON_free(out);
-                    return NULL;
-                }
+                if (!has_nul)
+                    return string_fail(r, q, "a key contains U+0000", out);
                 *has_nul = true;
             }
             o += put_utf8(out + o, cp);
             break;
         }
         default:
-            r->p = q - 1;
-            fail(r, "bad escape in string");
-            cJSON_free(out);
-            return NULL;
+            return string_fail(r, q - 1, "bad escape in string", out);
         }
     }
     out[o] = '\0';
@@ -345,6 +332,22 @@ static char *read_string(reader *r, bool *has_nul)
 }
 
 static cJSON *read_value(reader *r);
+
+/* The digits of a fraction or an exponent at *q: one at least (else the
+ * number is refused there), *q moved past them. */
+static bool digits(reader *r, const char **q)
+{
+    const char *p = *q;
+    if (p >= r->end || !(*p >= '0' && *p <= '9')) {
+        r->p = p;
+        fail(r, "invalid number");
+        return false;
+    }
+    while (p < r->end && *p >= '0' && *p <= '9')
+        p++;
+    *q = p;
+    return true;
+}
 
 static cJSON *read_number(reader *r)
 {
@@ -364,25 +367,15 @@ static cJSON *read_number(reader *r)
     }
     if (q < r->end && *q == '.') {
         q++;
-        if (q >= r->end || !(*q >= '0' && *q <= '9')) {
-            r->p = q;
-            fail(r, "invalid number");
+        if (!digits(r, &q))
             return NULL;
-        }
-        while (q < r->end && *q >= '0' && *q <= '9')
-            q++;
     }
     if (q < r->end && (*q == 'e' || *q == 'E')) {
         q++;
         if (q < r->end && (*q == '+' || *q == '-'))
             q++;
-        if (q >= r->end || !(*q >= '0' && *q <= '9')) {
-            r->p = q;
-            fail(r, "invalid number");
+        if (!digits(r, &q))
             return NULL;
-        }
-        while (q < r->end && *q >= '0' && *q <= '9')
-            q++;
     }
     size_t n = (size_t)(q - s);
     if (n > 256) {
