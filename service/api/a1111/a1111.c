@@ -608,18 +608,29 @@ static bool call_seen(const svc_req *r, const a1111_call *c)
     return svc_key_sees(r->key, c->n_jobs > 0 && c->jobs[0] ? c->jobs[0]->owner : "");
 }
 
+/* The A1111 state (*a) and the oldest call in flight that r's key may see
+ * (*c, NULL when none); false when out of memory, r answered. */
+static bool oldest_seen(svc_req *r, svc_a1111 **a, a1111_call **c)
+{
+    *a = svc_a1111_state(r->srv);
+    *c = NULL;
+    if (!*a) {
+        svc_a1111_reply_error(r, 500, "internal", NULL, "out of memory");
+        return false;
+    }
+    for (*c = (*a)->head; *c && !call_seen(r, *c);)
+        *c = (*c)->next;
+    return true;
+}
+
 void svc_a1111_progress(svc_req *r, const char *rest)
 {
     (void)rest;
     svc_server *s = r->srv;
-    svc_a1111 *a = svc_a1111_state(s);
-    if (!a) {
-        svc_a1111_reply_error(r, 500, "internal", NULL, "out of memory");
+    svc_a1111 *a;
+    a1111_call *c;
+    if (!oldest_seen(r, &a, &c))
         return;
-    }
-    a1111_call *c = a->head;
-    while (c && !call_seen(r, c))
-        c = c->next;
     long long done = 0, total = 0;
     int job_no = 0, step = 0, steps = 0;
     svc_job *cur_job = NULL;
@@ -677,15 +688,10 @@ void svc_a1111_progress(svc_req *r, const char *rest)
  * POST /skip: the oldest call's current job (up to 16 images) ends. */
 static void stop_calls(svc_req *r, bool skip)
 {
-    svc_server *s = r->srv;
-    svc_a1111 *a = svc_a1111_state(s);
-    if (!a) {
-        svc_a1111_reply_error(r, 500, "internal", NULL, "out of memory");
+    svc_a1111 *a;
+    a1111_call *c;
+    if (!oldest_seen(r, &a, &c))
         return;
-    }
-    a1111_call *c = a->head;
-    while (c && !call_seen(r, c))
-        c = c->next;
     if (c) {
         if (skip)
             a->skipped = true;

@@ -460,6 +460,15 @@ cJSON *svc_params_view(const svc_params *p)
     return o;
 }
 
+/* o[name] = the file's bytes in base64; false when out of memory. */
+static bool add_base64(cJSON *o, const char *name, const uint8_t *file, size_t len)
+{
+    char *b = svc_base64_encode(file, len);
+    bool ok = b && cJSON_AddStringToObject(o, name, b);
+    free(b);
+    return ok;
+}
+
 cJSON *svc_params_request(const svc_params *p)
 {
     cJSON *o = common(p);
@@ -467,25 +476,17 @@ cJSON *svc_params_request(const svc_params *p)
         return NULL;
     if (p->init_file) {
         svc_json_add_double(o, "strength", p->strength);
-        char *b = svc_base64_encode(p->init_file, p->init_file_len);
-        if (!b) {
+        if (!add_base64(o, "init_image", p->init_file, p->init_file_len)) {
             cJSON_Delete(o);
             return NULL;
         }
-        cJSON_AddStringToObject(o, "init_image", b);
-        free(b);
         /* width/height come from the image */
         cJSON_DeleteItemFromObjectCaseSensitive(o, "width");
         cJSON_DeleteItemFromObjectCaseSensitive(o, "height");
     }
-    if (p->mask_file) {
-        char *b = svc_base64_encode(p->mask_file, p->mask_file_len);
-        if (!b) {
-            cJSON_Delete(o);
-            return NULL;
-        }
-        cJSON_AddStringToObject(o, "mask", b);
-        free(b);
+    if (p->mask_file && !add_base64(o, "mask", p->mask_file, p->mask_file_len)) {
+        cJSON_Delete(o);
+        return NULL;
     }
     add_hires(o, p);
     return o;

@@ -158,6 +158,34 @@ static void immutable_cache(svc_req *r)
     svc_req_add_header(r, "Cache-Control", v);
 }
 
+/* The head of an immutable resource's answer (PNG, tile): its ETag and
+ * Cache-Control; true when If-None-Match has it and r got its 304. */
+static bool immutable_not_modified(svc_req *r, const char *etag_hex)
+{
+    char etag[40];
+    snprintf(etag, sizeof etag, "\"%s\"", etag_hex);
+    svc_req_add_header(r, "ETag", etag);
+    immutable_cache(r);
+    if (!etag_matches(svc_req_header(r, "If-None-Match"), etag))
+        return false;
+    svc_reply_buffer(r, 304, NULL, NULL);
+    return true;
+}
+
+/* 200 with a copy of data[0..len) as `type`; 500 when out of memory. */
+static void reply_bytes(svc_req *r, const char *type, const void *data, size_t len)
+{
+    struct evbuffer *buf = evbuffer_new();
+    if (!buf || evbuffer_add(buf, data, len) < 0) {
+        if (buf)
+            evbuffer_free(buf);
+        svc_reply_error(r, 500, "internal", NULL, "out of memory");
+        return;
+    }
+    svc_reply_buffer(r, 200, type, buf);
+    evbuffer_free(buf);
+}
+
 static void send_image(svc_req *r, svc_job *j, int index)
 {
     svc_server *s = r->srv;
@@ -167,14 +195,8 @@ static void send_image(svc_req *r, svc_job *j, int index)
                         j->ids, svc_state_name(img->state));
         return;
     }
-    char etag[40];
-    snprintf(etag, sizeof etag, "\"%s\"", img->etag);
-    svc_req_add_header(r, "ETag", etag);
-    immutable_cache(r);
-    if (etag_matches(svc_req_header(r, "If-None-Match"), etag)) {
-        svc_reply_buffer(r, 304, NULL, NULL);
+    if (immutable_not_modified(r, img->etag))
         return;
-    }
     char *data = NULL;
     size_t len = 0;
     if (svc_store_read_image(s->cfg.data_dir, j->ids, index, &data, &len) < 0) {
@@ -182,16 +204,7 @@ static void send_image(svc_req *r, svc_job *j, int index)
                         "directory", index, j->ids);
         return;
     }
-    struct evbuffer *buf = evbuffer_new();
-    if (!buf || evbuffer_add(buf, data, len) < 0) {
-        free(data);
-        if (buf)
-            evbuffer_free(buf);
-        svc_reply_error(r, 500, "internal", NULL, "out of memory");
-        return;
-    }
-    svc_reply_buffer(r, 200, "image/png", buf);
-    evbuffer_free(buf);
+    reply_bytes(r, "image/png", data, len);
     free(data);
 }
 
@@ -206,23 +219,8 @@ static void send_tile(svc_req *r, svc_job *j, int index, int version, int row, i
                         row, col, version, index, j->ids);
         return;
     }
-    char etag[40];
-    snprintf(etag, sizeof etag, "\"%s\"", b->etag);
-    svc_req_add_header(r, "ETag", etag);
-    immutable_cache(r);
-    if (etag_matches(svc_req_header(r, "If-None-Match"), etag)) {
-        svc_reply_buffer(r, 304, NULL, NULL);
-        return;
-    }
-    struct evbuffer *buf = evbuffer_new();
-    if (!buf || evbuffer_add(buf, b->jpeg, b->len) < 0) {
-        if (buf)
-            evbuffer_free(buf);
-        svc_reply_error(r, 500, "internal", NULL, "out of memory");
-        return;
-    }
-    svc_reply_buffer(r, 200, "image/jpeg", buf);
-    evbuffer_free(buf);
+    if (!immutable_not_modified(r, b->etag))
+        reply_bytes(r, "image/jpeg", b->jpeg, b->len);
 }
 
 static void send_manifest(svc_req *r, svc_job *j, int index)
