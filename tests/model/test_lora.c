@@ -52,80 +52,87 @@ static int t_parse(void)
     return 0;
 }
 
-static int load(const char *model_rel, tsr_model **m, tsr_backend **be, tsr_weights **w,
-                tsr_lora_names **names)
+/* A model's UNet weights on the CPU with their LoRA names, and the
+ * tsr_lora_model a LoRA file is loaded against. */
+typedef struct fixture {
+    tsr_model *m;
+    tsr_backend *be;
+    tsr_weights *w;
+    tsr_lora_names *names;
+    tsr_lora_model lm;
+} fixture;
+
+static int fixture_open(const char *model_rel, fixture *f)
 {
     char path[512];
-    ASSERT_OK(tsr_model_open(tsr_test_path(model_rel, path, sizeof path), m));
-    ASSERT_OK(tsr_backend_open("cpu", 1, be));
-    ASSERT_OK(tsr_weights_load(*m, TSR_COMP_UNET, *be, w));
-    const size_t n = tsr_weights_count(*w);
+    memset(f, 0, sizeof *f);
+    ASSERT_OK(tsr_model_open(tsr_test_path(model_rel, path, sizeof path), &f->m));
+    ASSERT_OK(tsr_backend_open("cpu", 1, &f->be));
+    ASSERT_OK(tsr_weights_load(f->m, TSR_COMP_UNET, f->be, &f->w));
+    const size_t n = tsr_weights_count(f->w);
     const char **nm = malloc(n * sizeof *nm);
     for (size_t i = 0; i < n; i++) {
         const tsr_tensor *t;
-        tsr_weights_at(*w, i, &nm[i], &t);
+        tsr_weights_at(f->w, i, &nm[i], &t);
     }
-    ASSERT_OK(tsr_lora_names_build(nm, n, tsr_model_unet_desc(*m), names));
+    ASSERT_OK(tsr_lora_names_build(nm, n, tsr_model_unet_desc(f->m), &f->names));
     free(nm);
+    f->lm.backend = f->be;
+    f->lm.weights[TSR_COMP_UNET] = f->w;
+    f->lm.names[TSR_COMP_UNET] = f->names;
     return 0;
+}
+
+static void fixture_close(fixture *f)
+{
+    tsr_lora_names_free(f->names);
+    tsr_weights_free(f->w);
+    tsr_backend_destroy(f->be);
+    tsr_model_close(f->m);
 }
 
 /* kohya's SDXL spelling (LDM names) and SD1's (diffusers names) both find
  * the same weight; PEFT's dotted name too. */
 static int t_names(void)
 {
-    tsr_model *m;
-    tsr_backend *be;
-    tsr_weights *w;
-    tsr_lora_names *names;
-    if (load("models/sd1", &m, &be, &w, &names))
+    fixture f;
+    if (fixture_open("models/sd1", &f))
         return 1;
     tsr_lora_key k;
     ASSERT_OK(tsr_lora_parse_key(
         "lora_unet_down_blocks_0_attentions_1_transformer_blocks_0_attn2_to_k.lora_down.weight", &k));
-    const char *a = tsr_lora_names_find(names, &k);
+    const char *a = tsr_lora_names_find(f.names, &k);
     ASSERT_TRUE(a != NULL);
     ASSERT_STR_EQ(a, "down_blocks.0.attentions.1.transformer_blocks.0.attn2.to_k.weight");
     /* LDM: input_blocks.2.1 is down block 0's second attention (2 layers per block) */
     ASSERT_OK(tsr_lora_parse_key(
         "lora_unet_input_blocks_2_1_transformer_blocks_0_attn2_to_k.lora_up.weight", &k));
-    const char *b = tsr_lora_names_find(names, &k);
+    const char *b = tsr_lora_names_find(f.names, &k);
     ASSERT_TRUE(b != NULL);
     ASSERT_STR_EQ(b, a);
     ASSERT_OK(tsr_lora_parse_key("lora_unet_input_blocks_1_0_in_layers_2.lora_up.weight", &k));
-    ASSERT_STR_EQ(tsr_lora_names_find(names, &k) ? tsr_lora_names_find(names, &k) : "",
+    ASSERT_STR_EQ(tsr_lora_names_find(f.names, &k) ? tsr_lora_names_find(f.names, &k) : "",
                   "down_blocks.0.resnets.0.conv1.weight");
     ASSERT_OK(tsr_lora_parse_key("unet.down_blocks.0.resnets.0.conv1.lora_A.weight", &k));
-    ASSERT_STR_EQ(tsr_lora_names_find(names, &k) ? tsr_lora_names_find(names, &k) : "",
+    ASSERT_STR_EQ(tsr_lora_names_find(f.names, &k) ? tsr_lora_names_find(f.names, &k) : "",
                   "down_blocks.0.resnets.0.conv1.weight");
     ASSERT_OK(tsr_lora_parse_key("unet.down_blocks.0.resnets.0.conv9.lora_A.weight", &k));
-    ASSERT_TRUE(tsr_lora_names_find(names, &k) == NULL);
-    tsr_lora_names_free(names);
-    tsr_weights_free(w);
-    tsr_backend_destroy(be);
-    tsr_model_close(m);
+    ASSERT_TRUE(tsr_lora_names_find(f.names, &k) == NULL);
+    fixture_close(&f);
     return 0;
 }
 
 /* LRU with holds: a held LoRA survives a full cache; an unheld one goes. */
 static int t_cache(void)
 {
-    tsr_model *m;
-    tsr_backend *be;
-    tsr_weights *w;
-    tsr_lora_names *names;
-    if (load("models/sd1_sharp", &m, &be, &w, &names))
+    fixture f;
+    if (fixture_open("models/sd1_sharp", &f))
         return 1;
-    tsr_lora_model lm;
-    memset(&lm, 0, sizeof lm);
-    lm.backend = be;
-    lm.weights[TSR_COMP_UNET] = w;
-    lm.names[TSR_COMP_UNET] = names;
     char dir[512];
     tsr_test_path("lora/loras", dir, sizeof dir);
     tsr_lora_cache *c;
     /* a 1-byte bound holds nothing unheld (k_sd1_attn is a few KB as f32) */
-    ASSERT_OK(tsr_lora_cache_create(dir, 1, &lm, &c));
+    ASSERT_OK(tsr_lora_cache_create(dir, 1, &f.lm, &c));
     const tsr_lora *a, *a2, *b;
     ASSERT_OK(tsr_lora_cache_acquire(c, "k_sd1_attn", &a));
     ASSERT_OK(tsr_lora_cache_acquire(c, "k_sd1_attn", &a2));
@@ -148,30 +155,19 @@ static int t_cache(void)
     ASSERT_TRUE(tsr_lora_cache_acquire(c, "k_sd1", &b) < 0);
     ASSERT_TRUE(strstr(tsr_last_error(), "lora_te_") != NULL);
     tsr_lora_cache_free(c);
-    tsr_lora_names_free(names);
-    tsr_weights_free(w);
-    tsr_backend_destroy(be);
-    tsr_model_close(m);
+    fixture_close(&f);
     return 0;
 }
 
 /* Files that do not fit: each refused naming the key. */
 static int t_misfit(void)
 {
-    tsr_model *m;
-    tsr_backend *be;
-    tsr_weights *w;
-    tsr_lora_names *names;
-    if (load("models/sd1", &m, &be, &w, &names))
+    fixture f;
+    if (fixture_open("models/sd1", &f))
         return 1;
-    tsr_lora_model lm;
-    memset(&lm, 0, sizeof lm);
-    lm.backend = be;
-    lm.weights[TSR_COMP_UNET] = w;
-    lm.names[TSR_COMP_UNET] = names;
     const char *mod = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q";
     const tsr_tensor *q;
-    ASSERT_OK(tsr_weights_get(w, "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q.weight",
+    ASSERT_OK(tsr_weights_get(f.w, "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q.weight",
                               &q));
     const int64_t C = q->ne[1];
     float buf[4096] = {0}, alpha = 0;
@@ -209,7 +205,7 @@ static int t_misfit(void)
         use[n++] = e[2];
         ASSERT_OK(tsr_st_write(path, use, n, NULL));
         tsr_lora *l = NULL;
-        ASSERT_TRUE(tsr_lora_load(path, &lm, &l) < 0);
+        ASSERT_TRUE(tsr_lora_load(path, &f.lm, &l) < 0);
         printf("case %zu: %s\n", i, tsr_last_error());
         ASSERT_TRUE(strstr(tsr_last_error(), cases[i].want) != NULL);
         ASSERT_TRUE(strstr(tsr_last_error(), "/tmp/") == NULL); /* no server path */
@@ -223,7 +219,7 @@ static int t_misfit(void)
     };
     ASSERT_OK(tsr_st_write(path, odd, 4, NULL));
     tsr_lora *lx = NULL;
-    ASSERT_TRUE(tsr_lora_load(path, &lm, &lx) < 0);
+    ASSERT_TRUE(tsr_lora_load(path, &f.lm, &lx) < 0);
     printf("unknown keys: %s\n", tsr_last_error());
     ASSERT_TRUE(strstr(tsr_last_error(), "2 keys fit nothing") != NULL);
     ASSERT_TRUE(strstr(tsr_last_error(), "lora_unet_down_blocks_0_nothing_here") != NULL);
@@ -232,14 +228,11 @@ static int t_misfit(void)
     tsr_st_write_entry ok[2] = {{kd, TSR_ST_F32, 2, {2, C}, buf}, {ku, TSR_ST_F32, 2, {C, 2}, buf}};
     ASSERT_OK(tsr_st_write(path, ok, 2, NULL));
     tsr_lora *l = NULL;
-    ASSERT_OK(tsr_lora_load(path, &lm, &l));
+    ASSERT_OK(tsr_lora_load(path, &f.lm, &l));
     ASSERT_EQ(tsr_lora_module_count(l, TSR_COMP_UNET), 1);
     tsr_lora_free(l);
     unlink(path);
-    tsr_lora_names_free(names);
-    tsr_weights_free(w);
-    tsr_backend_destroy(be);
-    tsr_model_close(m);
+    fixture_close(&f);
     return 0;
 }
 
