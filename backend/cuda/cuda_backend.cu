@@ -24,8 +24,9 @@
  * cleanly.
  *
  * A sticky CUDA error (an illegal address, a launch failure) poisons the
- * process's CUDA context: it is recorded once (tsr_cuda_mark_sticky) and
- * every later op of every CUDA backend fails fast with that message.
+ * CUDA context of the device it happened on: it is recorded for that device
+ * (tsr_cuda_mark_sticky, cuda_sticky.h) and every later op of every backend
+ * on that device fails fast with that message; other devices go on.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,24 +42,31 @@
 
 extern "C" {
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_sticky.h"
 }
 
-/* The first sticky error's text; empty while the device is usable. */
-static char sticky_error[160];
-
+/* The failing call ran on the calling thread's current device (ops run on
+ * the thread that made their backend, whose device it set; alloc, events
+ * and destroy set it again), so that device's context is the poisoned one.
+ * Should the runtime not say, every device is marked: failing too much
+ * beats running on a poisoned context. */
 extern "C" void tsr_cuda_mark_sticky(const char *what)
 {
-    if (!sticky_error[0])
-        snprintf(sticky_error, sizeof sticky_error, "%s", what ? what : "unknown CUDA error");
+    int device = -1;
+    if (cudaGetDevice(&device) != cudaSuccess)
+        device = -1;
+    tsr_cu_sticky_mark(device, what);
 }
 
-int tsr_cu_usable(const char *op)
+int tsr_cu_usable(tsr_backend *b, const char *op)
 {
-    if (sticky_error[0])
+    const int device = tsr_cu_ctx(b)->device;
+    const char *why = tsr_cu_sticky_error(device);
+    if (why)
         return tsr_errorf(TSR_ERR_BACKEND,
-                          "%s: the CUDA device is unusable after an earlier error (%s); "
+                          "%s: CUDA device %d is unusable after an earlier error (%s); "
                           "restart the process",
-                          op, sticky_error);
+                          op, device, why);
     return TSR_OK;
 }
 
@@ -220,13 +228,13 @@ static bool is_float(tsr_dtype dt) { return dt == TSR_F32 || dt == TSR_F16 || dt
  * weights loader stores them in tsr_backend_weight_dtype). */
 static bool cuda_supports_op(tsr_backend *b, const tsr_op_desc *op, char *why, size_t n)
 {
-    (void)b;
     if (!is_float(op->dtype)) {
         snprintf(why, n, "%s activations are not supported", tsr_dtype_name(op->dtype));
         return false;
     }
-    if (sticky_error[0]) {
-        snprintf(why, n, "the device is unusable after an earlier error (%s)", sticky_error);
+    const char *sticky = tsr_cu_sticky_error(tsr_cu_ctx(b)->device);
+    if (sticky) {
+        snprintf(why, n, "the device is unusable after an earlier error (%s)", sticky);
         return false;
     }
     if (!op->dst)

@@ -7,7 +7,8 @@
  *
  * A CUDA error that poisons the context (an illegal address, a launch
  * failure: "sticky" errors) cannot be recovered inside the process; the
- * backend records it (tsr_cuda_sticky) and every later op fails fast with a
+ * backend records it for the device it happened on (tsr_cuda_mark_sticky,
+ * cuda_sticky.h) and every later op on that device fails fast with a
  * message saying the device is unusable.
  */
 #ifndef TSR_CUDA_CHECK_CUH
@@ -62,7 +63,8 @@ static inline bool tsr_cuda_is_sticky(cudaError_t e)
 static inline bool tsr_cuda_is_sticky(cublasStatus_t) { return false; }
 static inline bool tsr_cuda_is_sticky(cudnnStatus_t) { return false; }
 
-/* Set by the backend (cuda_backend.cu) once a sticky error was seen. */
+/* Records a sticky error for the calling thread's current device
+ * (cuda_backend.cu). */
 extern "C" void tsr_cuda_mark_sticky(const char *what);
 
 #define TSR_CUDA_CHECK(call)                                                                  \

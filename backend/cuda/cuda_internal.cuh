@@ -60,9 +60,10 @@ static inline cuda_ctx *tsr_cu_ctx(tsr_backend *b) { return (cuda_ctx *)b->ctx; 
  * error.  Valid until the next call. */
 void *tsr_cu_scratch(tsr_backend *b, size_t bytes);
 
-/* Fails fast once a sticky error made the device unusable (op name in the
- * message); TSR_OK otherwise. */
-int tsr_cu_usable(const char *op);
+/* Fails fast once a sticky error made b's device unusable (op name and
+ * device in the message; other devices are unaffected: cuda_sticky.h);
+ * TSR_OK otherwise. */
+int tsr_cu_usable(tsr_backend *b, const char *op);
 
 /* Blocks of `threads` for n elements, capped (grid-stride loops do the rest). */
 static inline unsigned tsr_cu_blocks(int64_t n, int threads)

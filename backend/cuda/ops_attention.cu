@@ -473,7 +473,7 @@ static int att_gemm(tsr_backend *b, const tsr_tensor *q, const tsr_tensor *k, co
 int tsr_cu_attention(tsr_backend *b, const tsr_tensor *q, const tsr_tensor *k, const tsr_tensor *v,
                      const tsr_attention_params *p, tsr_tensor *y)
 {
-    int rc = tsr_cu_usable("attention");
+    int rc = tsr_cu_usable(b, "attention");
     if (rc < 0)
         return rc;
     const int64_t bsz = q->ne[0], lq = q->ne[1], lk = k->ne[1];

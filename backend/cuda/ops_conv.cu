@@ -190,7 +190,7 @@ static int conv_run(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w,
 int tsr_cu_conv2d(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, const tsr_tensor *bias,
                   const tsr_conv2d_params *p, const tsr_epilogue *e, tsr_tensor *y)
 {
-    int rc = tsr_cu_usable("conv2d");
+    int rc = tsr_cu_usable(b, "conv2d");
     if (rc < 0)
         return rc;
     if (w->ne[1] == 1 && w->ne[2] == 1 && p->stride_h == 1 && p->stride_w == 1 && p->pad_t == 0 &&

@@ -29,7 +29,7 @@ __global__ void k_unary(int kind, const void *x, void *y, int dt, int64_t n)
 
 int tsr_cu_unary(tsr_backend *b, tsr_unary_kind kind, const tsr_tensor *x, tsr_tensor *y)
 {
-    int rc = tsr_cu_usable("unary");
+    int rc = tsr_cu_usable(b, "unary");
     if (rc < 0)
         return rc;
     const int64_t n = tsr_tensor_numel(x);
@@ -51,7 +51,7 @@ __global__ void k_geglu(const void *x, void *y, int dt, int64_t rows, int64_t d)
 
 int tsr_cu_geglu(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y)
 {
-    int rc = tsr_cu_usable("geglu");
+    int rc = tsr_cu_usable(b, "geglu");
     if (rc < 0)
         return rc;
     const int64_t d = y->ne[y->ndim - 1], rows = tsr_tensor_numel(y) / d;
@@ -68,7 +68,7 @@ __global__ void k_scale(const void *x, void *y, int dt, float s, int64_t n)
 
 int tsr_cu_scale(tsr_backend *b, const tsr_tensor *x, float s, tsr_tensor *y)
 {
-    int rc = tsr_cu_usable("scale");
+    int rc = tsr_cu_usable(b, "scale");
     if (rc < 0)
         return rc;
     const int64_t n = tsr_tensor_numel(x);
@@ -85,7 +85,7 @@ __global__ void k_convert(const void *x, int xdt, void *y, int ydt, int64_t n)
 
 int tsr_cu_convert(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y)
 {
-    int rc = tsr_cu_usable("convert");
+    int rc = tsr_cu_usable(b, "convert");
     if (rc < 0)
         return rc;
     const int64_t n = tsr_tensor_numel(x);
@@ -128,7 +128,7 @@ __global__ void k_binary(int mul, const void *a, int adt, const void *bb, int bd
 int tsr_cu_binary(tsr_backend *b, tsr_binary_kind kind, const tsr_tensor *a, const tsr_tensor *bt,
                   tsr_tensor *y)
 {
-    int rc = tsr_cu_usable("binary");
+    int rc = tsr_cu_usable(b, "binary");
     if (rc < 0)
         return rc;
     const int64_t n = tsr_tensor_numel(a);
@@ -190,7 +190,7 @@ __global__ void k_concat(const void *a, const void *bb, void *y, int dt, int64_t
 
 int tsr_cu_concat(tsr_backend *b, const tsr_tensor *a, const tsr_tensor *bt, tsr_tensor *y)
 {
-    int rc = tsr_cu_usable("concat");
+    int rc = tsr_cu_usable(b, "concat");
     if (rc < 0)
         return rc;
     const int64_t n = tsr_tensor_numel(y);
@@ -216,7 +216,7 @@ __global__ void k_upsample(const void *x, void *y, int dt, int64_t h, int64_t w,
 
 int tsr_cu_upsample_nearest(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y)
 {
-    int rc = tsr_cu_usable("upsample_nearest");
+    int rc = tsr_cu_usable(b, "upsample_nearest");
     if (rc < 0)
         return rc;
     const int64_t n = tsr_tensor_numel(y);
@@ -250,7 +250,7 @@ __global__ void k_timestep(const float *t, void *y, int dt, int64_t dim, int fli
 int tsr_cu_timestep_embedding(tsr_backend *b, const tsr_tensor *t, const tsr_timestep_params *p,
                               tsr_tensor *y)
 {
-    int rc = tsr_cu_usable("timestep_embedding");
+    int rc = tsr_cu_usable(b, "timestep_embedding");
     if (rc < 0)
         return rc;
     const int64_t n = tsr_tensor_numel(y);
@@ -284,7 +284,7 @@ __global__ void k_embedding(const int32_t *ids, const void *table, int tdt, void
 int tsr_cu_embedding(tsr_backend *b, const tsr_tensor *ids, const tsr_tensor *table,
                      tsr_tensor *y)
 {
-    int rc = tsr_cu_usable("embedding");
+    int rc = tsr_cu_usable(b, "embedding");
     if (rc < 0)
         return rc;
     cuda_ctx *c = tsr_cu_ctx(b);

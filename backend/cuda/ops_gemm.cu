@@ -118,7 +118,7 @@ static int lt_linear(tsr_backend *bk, const tsr_tensor *x, const tsr_tensor *w,
 int tsr_cu_linear(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, const tsr_tensor *bias,
                   const tsr_epilogue *e, tsr_tensor *y)
 {
-    int rc = tsr_cu_usable("linear");
+    int rc = tsr_cu_usable(b, "linear");
     if (rc < 0)
         return rc;
     const bool fuse_bias = bias && bias->dtype == y->dtype;
@@ -143,7 +143,7 @@ int tsr_cu_gemm_rows(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *w, t
 int tsr_cu_matmul(tsr_backend *b, const tsr_tensor *a, const tsr_tensor *bm, bool trans_a,
                   bool trans_b, float alpha, tsr_tensor *y)
 {
-    int rc = tsr_cu_usable("matmul");
+    int rc = tsr_cu_usable(b, "matmul");
     if (rc < 0)
         return rc;
     cuda_ctx *c = tsr_cu_ctx(b);

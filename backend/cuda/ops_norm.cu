@@ -101,7 +101,7 @@ __global__ void k_gn_apply(const void *x, void *y, int dt, const void *gamma, in
 int tsr_cu_group_norm(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *gamma,
                       const tsr_tensor *beta, int groups, float eps, bool silu, tsr_tensor *y)
 {
-    int rc = tsr_cu_usable("group_norm");
+    int rc = tsr_cu_usable(b, "group_norm");
     if (rc < 0)
         return rc;
     cuda_ctx *c = tsr_cu_ctx(b);
@@ -155,7 +155,7 @@ __global__ void k_layer_norm(const void *x, void *y, int dt, const void *gamma, 
 int tsr_cu_layer_norm(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *gamma,
                       const tsr_tensor *beta, float eps, tsr_tensor *y)
 {
-    int rc = tsr_cu_usable("layer_norm");
+    int rc = tsr_cu_usable(b, "layer_norm");
     if (rc < 0)
         return rc;
     const int64_t c = x->ne[x->ndim - 1], rows = tsr_tensor_numel(x) / c;
@@ -209,7 +209,7 @@ __global__ void k_softmax(const void *x, void *y, int dt, int64_t c)
 
 int tsr_cu_softmax(tsr_backend *b, const tsr_tensor *x, tsr_tensor *y)
 {
-    int rc = tsr_cu_usable("softmax");
+    int rc = tsr_cu_usable(b, "softmax");
     if (rc < 0)
         return rc;
     const int64_t c = x->ne[x->ndim - 1], rows = tsr_tensor_numel(x) / c;
