@@ -32,6 +32,7 @@
 #include "a1111.h"
 #include "sse.h"
 #include "util.h"
+#include "weights.h"
 
 #define MAX_WORKERS 16
 
@@ -215,6 +216,8 @@ static int start_workers(svc_server *s)
         return -1;
     /* the fault switch (docs/multi-gpu.md): the environment only */
     const char *fault = getenv("TESSERA_FAULT_DEVICE");
+    svc_weights_plan wplan;
+    svc_weights_plan_make(names, n, getenv("TESSERA_SHARE_WEIGHTS"), &wplan);
     for (int i = 0; i < n; i++) {
         char err[256];
         if (svc_devices_fault_after(fault, s->devices.v[i].name, err, sizeof err) < -1) {
@@ -242,16 +245,12 @@ static int start_workers(svc_server *s)
         wc.tiles = s->tiles;
         wc.preview_every = s->cfg.preview_every;
         snprintf(wc.name, sizeof wc.name, "%s", s->devices.v[i].name);
-        /* CPU devices read the weights once: the later ones borrow the
-         * first's (docs/multi-gpu.md part 2; TESSERA_SHARE_WEIGHTS=0, for
-         * measuring, reads them per device as before) */
-        const char *share = getenv("TESSERA_SHARE_WEIGHTS");
-        const bool no_share = share && strcmp(share, "0") == 0;
-        for (int k = 0; k < i && !no_share && strcmp(names[i], "cpu") == 0; k++)
-            if (strcmp(names[k], "cpu") == 0) {
-                wc.share_from = s->workers[k];
-                break;
-            }
+        /* the weights read once per kind of device: borrowed or broadcast
+         * (weights.h, docs/multi-gpu.md part 2) */
+        if (wplan.source[i] >= 0)
+            wc.share_from = s->workers[wplan.source[i]];
+        wc.weights = wplan.group[i];
+        wc.weights_rank = wplan.rank[i];
         char err[256];
         wc.fault_after_calls = svc_devices_fault_after(fault, wc.name, err, sizeof err);
         if (wc.fault_after_calls >= 0)
@@ -260,6 +259,9 @@ static int start_workers(svc_server *s)
         s->workers[i] = svc_worker_start(&wc);
         if (!s->workers[i]) {
             SVC_ERROR("cannot start worker %d", i);
+            for (int k = i; k < n; k++) /* their broadcast peers must not wait */
+                if (wplan.group[k])
+                    svc_weights_leave(wplan.group[k], wplan.rank[k]);
             return -1;
         }
         s->n_workers++;

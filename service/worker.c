@@ -12,6 +12,7 @@
 
 #include "log.h"
 #include "util.h"
+#include "weights.h"
 
 #define MAX_SLOTS 64
 
@@ -359,7 +360,11 @@ static void *worker_main(void *arg)
     tsr_engine *engine = NULL;
     int rc = TSR_ERR_UNSUPPORTED;
     svc_worker *src = w->cfg.share_from;
-    if (src) {
+    svc_weights *wg = w->cfg.weights;
+    if (wg && w->cfg.weights_rank > 0) {
+        /* the first device's weights by broadcast (weights.h) */
+        rc = svc_weights_rank_open(wg, w->cfg.weights_rank, NULL, &eo, &w->abort, &engine);
+    } else if (src) {
         /* the first CPU worker's weights, once it has them (it may fail:
          * then read the model as usual) */
         const struct timespec tick = {0, 5 * 1000 * 1000};
@@ -374,6 +379,8 @@ static void *worker_main(void *arg)
     }
     if (rc != TSR_OK)
         rc = tsr_engine_open(&eo, &engine);
+    if (wg && w->cfg.weights_rank == 0) /* send (a failure costs the others a read) */
+        svc_weights_rank_open(wg, 0, rc == TSR_OK ? engine : NULL, &eo, &w->abort, NULL);
     if (rc == TSR_OK) {
         tsr_batch_options bo;
         tsr_batch_options_init(&bo);

@@ -59,6 +59,9 @@ typedef struct svc_worker_config {
     struct svc_worker *share_from; /* CPU devices: open a replica of this worker's engine
                                       (its weights, read once: docs/multi-gpu.md part 2);
                                       NULL: read the model */
+    struct svc_weights *weights;   /* or: rank weights_rank of this broadcast group
+                                      (weights.h; rank 0 reads and sends); NULL: none */
+    int weights_rank;
 } svc_worker_config;
 
 typedef struct svc_worker svc_worker;
