@@ -13,18 +13,15 @@ loopback port with a temporary data dir, runs one warm-up prompt, then the
 clients; it prints images/s over the whole run and the p50/p95/max of a
 prompt's latency (POST /prompt to its /history entry), and a markdown row.
 Each workflow is ComfyUI's default graph (euler, normal) with its own seed.
-Standard library only.
+The server is started and stopped by serve_client.py.  Standard library only.
 """
 import argparse
-import http.client
-import json
 import os
-import re
-import subprocess
 import sys
-import tempfile
 import threading
 import time
+
+import serve_client
 
 
 def workflow(ckpt, seed, steps, size):
@@ -45,55 +42,19 @@ def workflow(ckpt, seed, steps, size):
     }
 
 
-def call(port, method, path, body=None):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    try:
-        data = json.dumps(body).encode() if body is not None else None
-        c.request(method, path, body=data,
-                  headers={"Content-Type": "application/json"} if data else {})
-        r = c.getresponse()
-        return r.status, json.loads(r.read() or b"null")
-    finally:
-        c.close()
-
-
 def run_prompt(port, wf):
     t0 = time.time()
-    status, body = call(port, "POST", "/prompt", {"prompt": wf})
+    status, body = serve_client.call(port, "POST", "/prompt", {"prompt": wf})
     if status != 200:
         raise RuntimeError("POST /prompt -> %d %s" % (status, body))
     pid = body["prompt_id"]
     while True:
-        status, h = call(port, "GET", "/history/" + pid)
+        status, h = serve_client.call(port, "GET", "/history/" + pid)
         if status == 200 and pid in h:
             if h[pid]["status"]["status_str"] != "success":
                 raise RuntimeError("prompt %s: %s" % (pid, h[pid]["status"]))
             return time.time() - t0
         time.sleep(0.02)
-
-
-def start(a, max_batch):
-    tmp = tempfile.mkdtemp(prefix="tessera-bench-comfy-")
-    srv = subprocess.Popen([a.bin, "serve", "--model", a.model, "--listen", "127.0.0.1:0",
-                            "--data-dir", os.path.join(tmp, "data"), "--log-level", "warn",
-                            "--device", "cpu", "--max-batch", str(max_batch),
-                            "--max-queue", "1000"],
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    port = None
-    deadline = time.time() + 120
-    while port is None and time.time() < deadline:
-        line = srv.stdout.readline()
-        if not line:
-            break
-        m = re.search(r"127\.0\.0\.1:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-    if port is None:
-        srv.kill()
-        sys.exit("bench_comfy: the server did not start")
-    while call(port, "GET", "/readyz")[0] != 200:
-        time.sleep(0.1)
-    return srv, port
 
 
 def pct(v, p):
@@ -102,9 +63,11 @@ def pct(v, p):
 
 
 def bench(a, max_batch):
-    srv, port = start(a, max_batch)
+    srv, port = serve_client.start(a.bin, a.model, ["--device", "cpu", "--max-batch",
+                                                    str(max_batch), "--max-queue", "1000"],
+                                   "bench_comfy")
     try:
-        ckpt = call(port, "GET", "/models/checkpoints")[1][0]
+        ckpt = serve_client.call(port, "GET", "/models/checkpoints")[1][0]
         run_prompt(port, workflow(ckpt, 999, a.steps, a.size))  # warm-up
         lat, errors = [], []
         lock = threading.Lock()
@@ -129,8 +92,7 @@ def bench(a, max_batch):
             sys.exit("bench_comfy: %s" % errors[0])
         return len(lat) / wall, pct(lat, 50), pct(lat, 95), max(lat), wall
     finally:
-        srv.terminate()
-        srv.wait(60)
+        serve_client.stop(srv)
 
 
 def main():

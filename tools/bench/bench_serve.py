@@ -7,17 +7,13 @@ rounds each; wall time and the server's CPU time (from /proc).
         [--steps 30] [--size 128] [--rounds 3] [--max-batch 16]
 
 Starts its own server on a free loopback port with a temporary data dir and
-stops it at the end.  Standard library only.
+stops it at the end (serve_client.py).  Standard library only.
 """
 import argparse
-import http.client
-import json
 import os
-import re
-import subprocess
-import sys
-import tempfile
 import time
+
+import serve_client
 
 PROMPTS = [
     "a large red circle in the centre on a white background",
@@ -36,23 +32,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-batch", type=int, default=16)
     a = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="tessera-bench-")
-    srv = subprocess.Popen([a.bin, "serve", "--model", a.model, "--listen", "127.0.0.1:0",
-                            "--data-dir", os.path.join(tmp, "data"), "--log-level", "warn",
-                            "--max-batch", str(a.max_batch)],
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    srv, port = serve_client.start(a.bin, a.model, ["--max-batch", str(a.max_batch)],
+                                   "bench_serve")
     try:
-        port = None
-        deadline = time.time() + 120
-        while port is None and time.time() < deadline:
-            line = srv.stdout.readline()
-            if not line:
-                break
-            m = re.search(r"127\.0\.0\.1:(\d+)", line)
-            if m:
-                port = int(m.group(1))
-        if port is None:
-            sys.exit("bench_serve: the server did not start")
         tick = os.sysconf("SC_CLK_TCK")
 
         def cpu():
@@ -60,13 +42,7 @@ def main():
             return (int(f[11]) + int(f[12])) / tick
 
         def req(method, path, body=None):
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-            c.request(method, path, body=json.dumps(body) if body is not None else None,
-                      headers={"Content-Type": "application/json"})
-            r = c.getresponse()
-            d = r.read()
-            c.close()
-            return json.loads(d)
+            return serve_client.call(port, method, path, body)[1]
 
         def wait(job):
             while True:
@@ -98,11 +74,7 @@ def main():
             print("%-14s best %.2f img/s, median %.2f CPU-s per image  (%s)" % (
                 k, n / best, med_cpu / n, "; ".join("%.1f s wall, %.1f s CPU" % x for x in v)))
     finally:
-        srv.terminate()
-        try:
-            srv.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            srv.kill()
+        serve_client.stop(srv)
 
 
 if __name__ == "__main__":
