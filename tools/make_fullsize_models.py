@@ -40,24 +40,12 @@ from diffusers import (AutoencoderKL, EulerDiscreteScheduler, PNDMScheduler,
                        UNet2DConditionModel)
 from transformers import (CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection,
                           CLIPTokenizer)
+from transformers.models.clip.tokenization_clip import bytes_to_unicode
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # ---------------------------------------------------------------- tokenizer
-def bytes_to_unicode():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return [chr(c) for c in cs]
-
-
 def clip_vocab_files(outdir):
     """vocab.json + merges.txt of OpenAI CLIP, from open_clip's BPE file."""
     spec = importlib.util.find_spec("open_clip")
@@ -66,7 +54,7 @@ def clip_vocab_files(outdir):
     gz = os.path.join(os.path.dirname(spec.origin), "bpe_simple_vocab_16e6.txt.gz")
     lines = gzip.open(gz).read().decode("utf-8").split("\n")
     merges = [tuple(m.split()) for m in lines[1:49152 - 256 - 2 + 1]]
-    chars = bytes_to_unicode()
+    chars = list(bytes_to_unicode().values())  # the byte alphabet, in CLIP's order
     vocab = chars + [c + "</w>" for c in chars] + ["".join(m) for m in merges]
     vocab += ["<|startoftext|>", "<|endoftext|>"]
     assert len(vocab) == 49408

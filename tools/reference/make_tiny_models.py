@@ -39,28 +39,16 @@ from diffusers.loaders import single_file_utils as sfu
 from safetensors.torch import load_file, save_file
 from transformers import (CLIPTextConfig, CLIPTextModel,
                           CLIPTextModelWithProjection, CLIPTokenizer)
+from transformers.models.clip.tokenization_clip import bytes_to_unicode
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "tests", "data", "models")
 
 
 # ---------------------------------------------------------------- tokenizer
-def bytes_to_unicode():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return [chr(c) for c in cs]
-
-
 def write_tiny_tokenizer(path):
     """A CLIP BPE tokenizer with the byte alphabet and a few word merges."""
-    chars = bytes_to_unicode()
+    chars = list(bytes_to_unicode().values())  # the byte alphabet, in CLIP's order
     vocab = chars + [c + "</w>" for c in chars]
     merges = []
     for word in ["a", "photo", "of", "cat", "dog", "the", "an", "astronaut", "riding", "horse"]:
