@@ -26,6 +26,19 @@
 #include "tessera.h"
 #include "text/tokenizer.h"
 
+/* `tessera generate --model MODEL --prompt x ARGS...` exits `code` with
+ * `says` in its message; before_load: it refused before loading the model
+ * (the flags are checked first). */
+#define GENERATE_REFUSED(code, says, before_load, model, ...)                                 \
+    do {                                                                                      \
+        run_out r_;                                                                           \
+        RUN(&r_, "generate", "--model", (model), "--prompt", "x", __VA_ARGS__);               \
+        EXPECT(&r_, (code), (says));                                                          \
+        if (before_load)                                                                      \
+            ASSERT_NOT_LOADED(&r_);                                                           \
+        run_free(&r_);                                                                        \
+    } while (0)
+
 /* ---- exit codes and help ---- */
 
 static int test_exit_codes(void)
@@ -139,32 +152,20 @@ static int test_help_rules(void)
 
 static int test_int_range(void)
 {
-    run_out r;
     char m[PATH_MAX];
     model_path("demo", m);
     /* too large for 64 bits: a range message, not "expects an integer" */
-    RUN(&r, "generate", "--model", m, "--prompt", "x", "--steps", "99999999999999999999");
-    EXPECT(&r, 2, "--steps must be between 1 and 1000");
-    run_free(&r);
-    RUN(&r, "generate", "--model", m, "--prompt", "x", "--width", "-99999999999999999999");
-    EXPECT(&r, 2, "--width must be between 64 and 4096");
-    run_free(&r);
-    RUN(&r, "generate", "--model", m, "--prompt", "x", "--seed", "18446744073709551616");
-    EXPECT(&r, 2, "--seed must be between 0 and 18446744073709551615");
-    run_free(&r);
-    RUN(&r, "generate", "--model", m, "--prompt", "x", "--seed", "-2");
-    EXPECT(&r, 2, "--seed must be between 0 and 18446744073709551615");
-    run_free(&r);
-    RUN(&r, "generate", "--model", m, "--prompt", "x", "--threads", "1e3");
-    EXPECT(&r, 2, "--threads expects an integer");
-    run_free(&r);
-    RUN(&r, "generate", "--model", m, "--prompt", "x", "--batch-size", "65");
-    EXPECT(&r, 2, "--batch-size must be between 1 and 64");
-    ASSERT_NOT_LOADED(&r);
-    run_free(&r);
-    RUN(&r, "generate", "--model", m, "--prompt", "x", "--cfg-scale", "1e999");
-    EXPECT(&r, 2, "--cfg-scale must be between 0 and 100");
-    run_free(&r);
+    GENERATE_REFUSED(2, "--steps must be between 1 and 1000", false, m,
+                     "--steps", "99999999999999999999");
+    GENERATE_REFUSED(2, "--width must be between 64 and 4096", false, m,
+                     "--width", "-99999999999999999999");
+    GENERATE_REFUSED(2, "--seed must be between 0 and 18446744073709551615", false, m,
+                     "--seed", "18446744073709551616");
+    GENERATE_REFUSED(2, "--seed must be between 0 and 18446744073709551615", false, m, "--seed",
+                     "-2");
+    GENERATE_REFUSED(2, "--threads expects an integer", false, m, "--threads", "1e3");
+    GENERATE_REFUSED(2, "--batch-size must be between 1 and 64", true, m, "--batch-size", "65");
+    GENERATE_REFUSED(2, "--cfg-scale must be between 0 and 100", false, m, "--cfg-scale", "1e999");
     return 0;
 }
 
@@ -260,93 +261,51 @@ static int test_flag_errors(void)
     fputs("GIF89a not an image we read", f);
     fclose(f);
     /* after loading: a value this model cannot take (2), naming the flag */
-    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--steps", "1", "--clip-skip", "5");
-    EXPECT(&r, 2, "--clip-skip: clip skip must be within 1..3");
-    run_free(&r);
-    RUN(&r, "generate", "--model", inp, "--prompt", "x", "--steps", "1", "--width", "64",
-        "--height", "64", "--init-image", init, "--strength", "0.5");
-    EXPECT(&r, 2, "--mask");
-    run_free(&r);
+    GENERATE_REFUSED(2, "--clip-skip: clip skip must be within 1..3", false, demo,
+                     "--steps", "1", "--clip-skip", "5");
+    GENERATE_REFUSED(2, "--mask", false, inp, "--steps", "1", "--width", "64", "--height", "64",
+                     "--init-image", init, "--strength", "0.5");
     /* before loading */
-    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--taesd", "/nonexistent/taesd");
-    EXPECT(&r, 1, "--taesd /nonexistent/taesd");
-    ASSERT_NOT_LOADED(&r);
-    run_free(&r);
-    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--strength", "0.5");
-    EXPECT(&r, 2, "--strength needs --init-image");
-    ASSERT_NOT_LOADED(&r);
-    run_free(&r);
-    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--init-image", init, "--strength", "0");
-    EXPECT(&r, 2, "--strength must be in (0, 1], got 0");
-    run_free(&r);
+    GENERATE_REFUSED(1, "--taesd /nonexistent/taesd", true, demo, "--taesd", "/nonexistent/taesd");
+    GENERATE_REFUSED(2, "--strength needs --init-image", true, demo, "--strength", "0.5");
+    GENERATE_REFUSED(2, "--strength must be in (0, 1], got 0", false, demo,
+                     "--init-image", init, "--strength", "0");
     /* the hires fix and the fill modes (issue 58) */
-    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--hires-steps", "4");
-    EXPECT(&r, 2, "--hires-steps, --hires-strength and --hires-upscaler need --hires-scale");
-    ASSERT_NOT_LOADED(&r);
-    run_free(&r);
-    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--hires-scale", "2", "--init-image",
-        init);
-    EXPECT(&r, 2, "--hires-scale is a second pass after txt2img");
-    ASSERT_NOT_LOADED(&r);
-    run_free(&r);
-    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--inpainting-fill", "2");
-    EXPECT(&r, 2, "--inpainting-fill needs --mask");
-    ASSERT_NOT_LOADED(&r);
-    run_free(&r);
-    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--hires-scale", "1.3",
-        "--hires-upscaler", "Lanczos");
-    EXPECT(&r, 2, "--hires-scale: the hires fix upscales 128x128 to 166x166");
-    run_free(&r);
-    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--hires-scale", "2",
-        "--hires-upscaler", "ESRGAN_4x");
-    EXPECT(&r, 2, "--hires-upscaler: unknown hires upscaler \"ESRGAN_4x\"");
-    run_free(&r);
-    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--init-image", init, "--strength",
-        "1.5");
-    EXPECT(&r, 2, "--strength must be in (0, 1], got 1.5");
-    run_free(&r);
-    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--negative-prompt", "bad \xff");
-    EXPECT(&r, 2, "--negative-prompt");
-    run_free(&r);
-    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--init-image", "/nonexistent/i.png");
-    EXPECT(&r, 1, "--init-image /nonexistent/i.png");
-    ASSERT_NOT_LOADED(&r);
-    run_free(&r);
-    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--init-image", init, "--mask",
-        "/nonexistent/m.png");
-    EXPECT(&r, 1, "--mask /nonexistent/m.png");
-    ASSERT_NOT_LOADED(&r);
-    run_free(&r);
+    GENERATE_REFUSED(2, "--hires-steps, --hires-strength and --hires-upscaler need --hires-scale",
+                     true, demo, "--hires-steps", "4");
+    GENERATE_REFUSED(2, "--hires-scale is a second pass after txt2img", true, demo,
+                     "--hires-scale", "2", "--init-image", init);
+    GENERATE_REFUSED(2, "--inpainting-fill needs --mask", true, demo, "--inpainting-fill", "2");
+    GENERATE_REFUSED(2, "--hires-scale: the hires fix upscales 128x128 to 166x166", false, demo,
+                     "--hires-scale", "1.3", "--hires-upscaler", "Lanczos");
+    GENERATE_REFUSED(2, "--hires-upscaler: unknown hires upscaler \"ESRGAN_4x\"", false, demo,
+                     "--hires-scale", "2", "--hires-upscaler", "ESRGAN_4x");
+    GENERATE_REFUSED(2, "--strength must be in (0, 1], got 1.5", false, demo,
+                     "--init-image", init, "--strength", "1.5");
+    GENERATE_REFUSED(2, "--negative-prompt", false, demo, "--negative-prompt", "bad \xff");
+    GENERATE_REFUSED(1, "--init-image /nonexistent/i.png", true, demo,
+                     "--init-image", "/nonexistent/i.png");
+    GENERATE_REFUSED(1, "--mask /nonexistent/m.png", true, demo,
+                     "--init-image", init, "--mask", "/nonexistent/m.png");
     RUN(&r, "generate", "--model", demo, "--prompt", "x", "--init-image", junk);
     EXPECT(&r, 1, "--init-image", "not a PNG or JPEG");
     ASSERT_NOT_LOADED(&r);
     run_free(&r);
-    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--init-image", init, "--resize-mode",
-        "stretch");
-    EXPECT(&r, 2, "--resize-mode");
-    run_free(&r);
-    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--resize-mode", "crop-and-resize");
-    EXPECT(&r, 2, "--resize-mode needs --init-image");
-    run_free(&r);
-    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--device", "gpu");
-    EXPECT(&r, 2, "--device");
-    run_free(&r);
-    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--precision", "fp8");
-    EXPECT(&r, 2, "--precision");
-    run_free(&r);
-    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--steps", "1", "--precision", "bf16",
-        "--device", "cuda");
-    EXPECT(&r, 1, "precision bf16 is the CPU's fast mode");
-    run_free(&r);
+    GENERATE_REFUSED(2, "--resize-mode", false, demo,
+                     "--init-image", init, "--resize-mode", "stretch");
+    GENERATE_REFUSED(2, "--resize-mode needs --init-image", false, demo,
+                     "--resize-mode", "crop-and-resize");
+    GENERATE_REFUSED(2, "--device", false, demo, "--device", "gpu");
+    GENERATE_REFUSED(2, "--precision", false, demo, "--precision", "fp8");
+    GENERATE_REFUSED(1, "precision bf16 is the CPU's fast mode", false, demo,
+                     "--steps", "1", "--precision", "bf16", "--device", "cuda");
     /* a CPU (or a TESSERA_CPU_ISA cap) without AVX512_BF16 refuses the mode */
     setenv("TESSERA_CPU_ISA", "avx2", 1);
     RUN(&r, "generate", "--model", demo, "--prompt", "x", "--steps", "1", "--precision", "bf16");
     unsetenv("TESSERA_CPU_ISA");
     EXPECT(&r, 1, "needs a CPU with AVX512_BF16");
     run_free(&r);
-    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--prediction", "x0");
-    EXPECT(&r, 2, "--prediction");
-    run_free(&r);
+    GENERATE_REFUSED(2, "--prediction", false, demo, "--prediction", "x0");
     RUN(&r, "generate", "--model", demo);
     EXPECT(&r, 2, "--prompt");
     run_free(&r);
@@ -367,16 +326,10 @@ static int test_output_checks(void)
     EXPECT(&r, 1, "--output", "cannot write in /proc");
     ASSERT_NOT_LOADED(&r);
     run_free(&r);
-    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--output", tmp_path("x.webp", p));
-    EXPECT(&r, 2, "--output must end in .png, .jpg or .jpeg");
-    ASSERT_NOT_LOADED(&r);
-    run_free(&r);
-    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--output", tmp_path("noext", p));
-    EXPECT(&r, 2, "--output must end in");
-    run_free(&r);
-    RUN(&r, "generate", "--model", demo, "--prompt", "x", "--output", g_tmp);
-    EXPECT(&r, 2, "--output");
-    run_free(&r);
+    GENERATE_REFUSED(2, "--output must end in .png, .jpg or .jpeg", true, demo,
+                     "--output", tmp_path("x.webp", p));
+    GENERATE_REFUSED(2, "--output must end in", false, demo, "--output", tmp_path("noext", p));
+    GENERATE_REFUSED(2, "--output", false, demo, "--output", g_tmp);
     /* the probe leaves nothing behind */
     DIR *d = opendir(g_tmp);
     ASSERT_TRUE(d != NULL);
