@@ -386,6 +386,21 @@ int tsr_matmul(tsr_backend *b, const tsr_tensor *a, const tsr_tensor *bm, bool t
 
 /* ---- norms ---- */
 
+/* What group and layer norm share: eps finite and >= 0, gamma (and beta,
+ * when given) one value per channel (c), y of x's shape, y may be x. */
+static int check_norm(const char *op, const tsr_tensor *x, const tsr_tensor *gamma,
+                      const tsr_tensor *beta, int64_t c, float eps, const tsr_tensor *y)
+{
+    if (!(eps >= 0.0f) || !isfinite(eps))
+        return tsr_errorf(TSR_ERR_INVALID, "%s: eps %g is not a finite non-negative number", op,
+                          (double)eps);
+    TSR_TRY(check_vec(op, "gamma", gamma, c));
+    if (beta)
+        TSR_TRY(check_vec(op, "beta", beta, c));
+    TSR_TRY(check_out(op, y, x->ndim, x->ne, "x", x));
+    return check_overlap(op, y, "x", x, true);
+}
+
 int tsr_group_norm(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *gamma,
                    const tsr_tensor *beta, int groups, float eps, bool silu, tsr_tensor *y)
 {
@@ -398,14 +413,7 @@ int tsr_group_norm(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *gamma,
     if (groups < 1 || c % groups != 0)
         return tsr_errorf(TSR_ERR_INVALID, "%s: %d groups do not divide %lld channels of x %s", op,
                           groups, (long long)c, SH(x, s1));
-    if (!(eps >= 0.0f) || !isfinite(eps))
-        return tsr_errorf(TSR_ERR_INVALID, "%s: eps %g is not a finite non-negative number", op,
-                          (double)eps);
-    TSR_TRY(check_vec(op, "gamma", gamma, c));
-    if (beta)
-        TSR_TRY(check_vec(op, "beta", beta, c));
-    TSR_TRY(check_out(op, y, x->ndim, x->ne, "x", x));
-    TSR_TRY(check_overlap(op, y, "x", x, true));
+    TSR_TRY(check_norm(op, x, gamma, beta, c, eps, y));
     tsr_op_desc d = desc_make(TSR_OP_GROUP_NORM, x->dtype, x, gamma, beta, y);
     d.p.group_norm.groups = groups;
     d.p.group_norm.eps = eps;
@@ -420,15 +428,7 @@ int tsr_layer_norm(tsr_backend *b, const tsr_tensor *x, const tsr_tensor *gamma,
     const char *op = "layer_norm";
     TSR_TRY(check_act(op, "x", x));
     TSR_TRY(check_float(op, "y", y, x->dtype));
-    int64_t c = x->ne[x->ndim - 1];
-    if (!(eps >= 0.0f) || !isfinite(eps))
-        return tsr_errorf(TSR_ERR_INVALID, "%s: eps %g is not a finite non-negative number", op,
-                          (double)eps);
-    TSR_TRY(check_vec(op, "gamma", gamma, c));
-    if (beta)
-        TSR_TRY(check_vec(op, "beta", beta, c));
-    TSR_TRY(check_out(op, y, x->ndim, x->ne, "x", x));
-    TSR_TRY(check_overlap(op, y, "x", x, true));
+    TSR_TRY(check_norm(op, x, gamma, beta, x->ne[x->ndim - 1], eps, y));
     tsr_op_desc d = desc_make(TSR_OP_LAYER_NORM, x->dtype, x, gamma, beta, y);
     d.p.eps = eps;
     TSR_TRY(dispatch_check(b, &d, FN_PTR(b, layer_norm)));
