@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -93,12 +94,26 @@ int pt_max_diff(const uint8_t *a, const uint8_t *b, size_t n)
     return worst;
 }
 
-const char *pt_program(void)
+int pt_cli_open(pt_cli *c, const char *name, const char *model_rel)
 {
-    const char *bin = getenv("TSR_BIN");
-    if (!bin || access(bin, X_OK) != 0) {
+    memset(c, 0, sizeof *c);
+    c->bin = getenv("TSR_BIN");
+    if (!c->bin || access(c->bin, X_OK) != 0) {
         printf("no TSR_BIN: skipped\n");
-        return NULL;
+        return TSR_TEST_SKIP;
     }
-    return bin;
+    snprintf(c->dir, sizeof c->dir, "/tmp/tsr_%s_XXXXXX", name);
+    if (!mkdtemp(c->dir))
+        TSR_FAIL("mkdtemp %s failed", c->dir);
+    snprintf(c->png, sizeof c->png, "%s/out.png", c->dir);
+    snprintf(c->log, sizeof c->log, "%s/log.txt", c->dir);
+    tsr_test_path(model_rel, c->model, sizeof c->model);
+    return 0;
+}
+
+void pt_cli_close(const pt_cli *c)
+{
+    unlink(c->png);
+    unlink(c->log);
+    rmdir(c->dir);
 }

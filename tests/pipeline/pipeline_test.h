@@ -2,8 +2,8 @@
  * tests/pipeline/pipeline_test.h - what the engine-level pipeline tests
  * (test_hires.c, test_tiling.c, test_lora.c) share: opening a test model,
  * running images through one batch to the end, reading goldens (JSON
- * manifests, PNGs) from tests/data, comparing pixels, and finding the
- * program for the cases that run `tessera generate`.
+ * manifests, PNGs) from tests/data, comparing pixels, and the program,
+ * folder and files of the cases that run `tessera generate`.
  *
  * Why one file: each test had its own copy of these, and the copies had
  * begun to differ in small ways (one batch loop gave up after 1,000 steps,
@@ -41,8 +41,19 @@ int pt_read_png(const char *rel, int channels, uint8_t **px, int *w, int *h);
 /* The largest difference between two byte arrays of n values. */
 int pt_max_diff(const uint8_t *a, const uint8_t *b, size_t n);
 
-/* $TSR_BIN when it can be run, else NULL after printing "skipped" (the
- * case then returns TSR_TEST_SKIP). */
-const char *pt_program(void);
+/* A case that runs `tessera generate`: the program ($TSR_BIN), a fresh
+ * folder under /tmp, the paths of out.png and log.txt in it, and the test
+ * model's folder. */
+typedef struct pt_cli {
+    const char *bin;
+    char dir[64], png[600], log[600], model[512];
+} pt_cli;
+
+/* 0 when ready; TSR_TEST_SKIP (printed) when $TSR_BIN cannot be run; 1 on
+ * failure.  model_rel is under tests/data. */
+int pt_cli_open(pt_cli *c, const char *name, const char *model_rel);
+
+/* Removes out.png, log.txt and the folder. */
+void pt_cli_close(const pt_cli *c);
 
 #endif

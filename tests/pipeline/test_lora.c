@@ -326,25 +326,20 @@ static int t_self_pixels_move(void)
  * image; a name leaving the folder fails the run. */
 static int t_cli(void)
 {
-    const char *bin = pt_program();
-    if (!bin)
-        return TSR_TEST_SKIP;
-    char model[512], out[] = "/tmp/tsr_lora_cli_XXXXXX";
-    ASSERT_TRUE(mkdtemp(out) != NULL);
-    char png[600], log[600];
-    snprintf(png, sizeof png, "%s/out.png", out);
-    snprintf(log, sizeof log, "%s/log.txt", out);
-    tsr_test_path("models/sd1_sharp", model, sizeof model);
-    char *argv[] = {(char *)bin, "--log-level", "warn", "generate", "--model", model, "--lora-dir",
-                    lora_dir, "--lora", "k_sd1:0.8", "--prompt",
+    pt_cli cli;
+    int rc = pt_cli_open(&cli, "lora_cli", "models/sd1_sharp");
+    if (rc)
+        return rc;
+    char *argv[] = {(char *)cli.bin, "--log-level", "warn", "generate", "--model", cli.model,
+                    "--lora-dir", lora_dir, "--lora", "k_sd1:0.8", "--prompt",
                     "a photo of a red cat on a green sofa", "--seed", "11", "--steps", "4",
                     "--width", "64", "--height", "64", "--sampler", "euler", "--quiet",
-                    "--output", png, NULL};
+                    "--output", cli.png, NULL};
     tsr_test_child r;
-    ASSERT_TRUE(tsr_test_spawn(argv, log, NULL, 300, &r) == 0);
+    ASSERT_TRUE(tsr_test_spawn(argv, cli.log, NULL, 300, &r) == 0);
     ASSERT_TRUE(r.exited && r.status == 0);
     tsr_image img;
-    ASSERT_OK(tsr_image_read(png, 3, &img));
+    ASSERT_OK(tsr_image_read(cli.png, 3, &img));
     int d = 0;
     if (compare_png("sd1_kohya_tag.png", img.data, img.width, img.height, &d))
         return 1;
@@ -352,14 +347,12 @@ static int t_cli(void)
     ASSERT_TRUE(d <= 1);
     tsr_image_free(&img);
     argv[9] = "../loras/k_sd1:0.8";
-    ASSERT_TRUE(tsr_test_spawn(argv, log, NULL, 300, &r) == 0);
+    ASSERT_TRUE(tsr_test_spawn(argv, cli.log, NULL, 300, &r) == 0);
     ASSERT_TRUE(r.exited && r.status != 0);
     argv[9] = "k_sd1:x";
-    ASSERT_TRUE(tsr_test_spawn(argv, log, NULL, 300, &r) == 0);
+    ASSERT_TRUE(tsr_test_spawn(argv, cli.log, NULL, 300, &r) == 0);
     ASSERT_TRUE(r.exited && r.status == 2);
-    unlink(png);
-    unlink(log);
-    rmdir(out);
+    pt_cli_close(&cli);
     return 0;
 }
 

@@ -232,25 +232,20 @@ static int test_batched(void)
  * manifest case) and says so in the PNG's infotext. */
 static int test_cli(void)
 {
-    const char *bin = pt_program();
-    if (!bin)
-        return TSR_TEST_SKIP;
-    char model[512], dir[] = "/tmp/tsr_tiling_cli_XXXXXX";
-    ASSERT_TRUE(mkdtemp(dir) != NULL);
-    char png[600], log[600];
-    snprintf(png, sizeof png, "%s/out.png", dir);
-    snprintf(log, sizeof log, "%s/log.txt", dir);
-    tsr_test_path("models/sd1_sharp", model, sizeof model);
+    pt_cli cli;
+    int rc = pt_cli_open(&cli, "tiling_cli", "models/sd1_sharp");
+    if (rc)
+        return rc;
     /* t2i_64x64 of tests/data/pipeline/tiling/manifest.json */
-    char *argv[] = {(char *)bin, "--log-level", "warn", "generate", "--model", model, "--prompt",
-                    "a photo of a red cat on a green sofa", "--seed", "6301", "--steps", "6",
-                    "--cfg-scale", "7.5", "--width", "64", "--height", "64", "--sampler", "euler",
-                    "--quiet", "--output", png, "--tiling", NULL};
+    char *argv[] = {(char *)cli.bin, "--log-level", "warn", "generate", "--model", cli.model,
+                    "--prompt", "a photo of a red cat on a green sofa", "--seed", "6301",
+                    "--steps", "6", "--cfg-scale", "7.5", "--width", "64", "--height", "64",
+                    "--sampler", "euler", "--quiet", "--output", cli.png, "--tiling", NULL};
     tsr_test_child r;
-    ASSERT_TRUE(tsr_test_spawn(argv, log, NULL, 300, &r) == 0);
+    ASSERT_TRUE(tsr_test_spawn(argv, cli.log, NULL, 300, &r) == 0);
     ASSERT_TRUE(r.exited && r.status == 0);
     size_t size = 0;
-    void *file = tsr_test_read_file(png, &size);
+    void *file = tsr_test_read_file(cli.png, &size);
     ASSERT_TRUE(file);
     ASSERT_TRUE(memmem(file, size, "Tiling: True", 12) != NULL);
     uint8_t *got, *want;
@@ -265,9 +260,7 @@ static int test_cli(void)
     ASSERT_TRUE(d <= 2);
     free(got);
     free(want);
-    unlink(png);
-    unlink(log);
-    rmdir(dir);
+    pt_cli_close(&cli);
     return 0;
 }
 
