@@ -86,6 +86,18 @@ int tsr_test_check_close(const char *what, const float *got, const float *want, 
                      tsr_strerror(rc_), tsr_last_error());             \
     } while (0)
 
+/* expr returns `code` and tsr_last_error() holds `substr`. */
+#define ASSERT_ERR(expr, code, substr)                                 \
+    do {                                                               \
+        int rc__ = (expr);                                             \
+        if (rc__ != (code))                                            \
+            TSR_FAIL("%s: got %d (%s), want %d; %s", #expr, rc__,      \
+                     tsr_strerror(rc__), (code), tsr_last_error());    \
+        if (!strstr(tsr_last_error(), (substr)))                       \
+            TSR_FAIL("%s: message \"%s\" lacks \"%s\"", #expr,        \
+                     tsr_last_error(), (substr));                      \
+    } while (0)
+
 #define ASSERT_STR_EQ(a, b)                                            \
     do {                                                               \
         const char *a_ = (a), *b_ = (b);                               \

@@ -15,17 +15,6 @@
 #include "image/image.h"
 #include "test.h"
 
-#define ASSERT_ERR(expr, code, substr)                                          \
-    do {                                                                        \
-        int rc__ = (expr);                                                      \
-        if (rc__ != (code))                                                     \
-            TSR_FAIL("%s: got %d (%s), want %d; %s", #expr, rc__,               \
-                     tsr_strerror(rc__), (code), tsr_last_error());             \
-        if (!strstr(tsr_last_error(), (substr)))                                \
-            TSR_FAIL("%s: message \"%s\" lacks \"%s\"", #expr, tsr_last_error(), \
-                     (substr));                                                 \
-    } while (0)
-
 /* ---- JPEG ---- */
 
 /* A smooth image (JPEG's favourite) with some texture. */

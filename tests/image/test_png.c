@@ -89,17 +89,6 @@ static bool file_exists(const char *path)
     return stat(path, &st) == 0;
 }
 
-#define ASSERT_ERR(expr, code, substr)                                          \
-    do {                                                                        \
-        int rc__ = (expr);                                                      \
-        if (rc__ != (code))                                                     \
-            TSR_FAIL("%s: got %d (%s), want %d; %s", #expr, rc__,               \
-                     tsr_strerror(rc__), (code), tsr_last_error());             \
-        if (!strstr(tsr_last_error(), (substr)))                                \
-            TSR_FAIL("%s: message \"%s\" lacks \"%s\"", #expr, tsr_last_error(), \
-                     (substr));                                                 \
-    } while (0)
-
 /* ---- round trips ---- */
 
 static int round_trip(uint32_t ch)
