@@ -14,15 +14,19 @@
  *
  * A patch is a JSON object: a key "<id>" sets or (null) removes a node; a
  * key "<id>/inputs/<name>" (or "<id>/class_type") sets or removes that
- * member.
+ * member.  Graphs of more than one chain, and ImageScale(By) around them:
+ * test_comfy_chains.c (the same executable; helpers in test_comfy.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec.h"
 #include "comfy.h"
+#include "images.h"
 #include "json.h"
 #include "test.h"
+#include "test_comfy.h"
 
 static const char *k_base =
     "{\"3\": {\"class_type\": \"KSampler\", \"inputs\": {\"seed\": 42, \"steps\": 4, \"cfg\": 7.5,"
@@ -37,9 +41,30 @@ static const char *k_base =
     " \"9\": {\"class_type\": \"SaveImage\", \"inputs\": {\"filename_prefix\": \"ComfyUI\","
     " \"images\": [\"8\", 0]}}}";
 
+/* real.png: a 20x12 RGB PNG, pixel (x, y) = (12 x, 20 y, x + y) */
+static char *real_png(void)
+{
+    uint8_t rgb[20 * 12 * 3], *png = NULL;
+    for (int y = 0; y < 12; y++)
+        for (int x = 0; x < 20; x++) {
+            rgb[(y * 20 + x) * 3] = (uint8_t)(12 * x);
+            rgb[(y * 20 + x) * 3 + 1] = (uint8_t)(20 * y);
+            rgb[(y * 20 + x) * 3 + 2] = (uint8_t)(x + y);
+        }
+    size_t len = 0;
+    char err[128];
+    if (svc_png_encode(rgb, 20, 12, NULL, &png, &len, err, sizeof err) < 0)
+        return NULL;
+    char *b64 = svc_base64_encode(png, len);
+    free(png);
+    return b64;
+}
+
 static char *load(void *user, const char *name, char *err, size_t err_size)
 {
     (void)user;
+    if (strcmp(name, "real.png") == 0)
+        return real_png();
     if (strcmp(name, "in.png") != 0) {
         snprintf(err, err_size, "no such image");
         return NULL;
@@ -49,7 +74,7 @@ static char *load(void *user, const char *name, char *err, size_t err_size)
 
 static const char *const k_ckpt[] = {"demo", NULL};
 static const char *const k_loras[] = {"a.safetensors", "b.safetensors", NULL};
-static const char *const k_images[] = {"in.png", NULL};
+static const char *const k_images[] = {"in.png", "real.png", NULL};
 
 static cJSON *parse(const char *text)
 {
@@ -61,7 +86,7 @@ static cJSON *parse(const char *text)
 }
 
 /* The base workflow with a patch applied (see the head comment). */
-static cJSON *patched(const char *patch)
+cJSON *patched(const char *patch)
 {
     cJSON *w = parse(k_base);
     cJSON *p = patch ? parse(patch) : NULL;
@@ -91,7 +116,7 @@ static cJSON *patched(const char *patch)
     return w;
 }
 
-static int compile_it(const cJSON *w, comfy_plan *plan, cJSON **err)
+int compile_it(const cJSON *w, comfy_plan *plan, cJSON **err)
 {
     comfy_context ctx = {.checkpoints = k_ckpt, .loras = k_loras, .images = k_images,
                          .load_image = load,
@@ -99,16 +124,6 @@ static int compile_it(const cJSON *w, comfy_plan *plan, cJSON **err)
     return comfy_compile(w, &ctx, plan, err);
 }
 
-typedef struct bad_case {
-    const char *name;
-    const char *patch;       /* NULL: see `raw` */
-    const char *raw;         /* the whole prompt, when not a patch */
-    const char *type;        /* the top-level error type */
-    const char *node;        /* a node that must be in node_errors (NULL: none checked) */
-    const char *node_type;   /* an error type that node must carry */
-} bad_case;
-
-#define NODE_FAILED "prompt_outputs_failed_validation"
 
 static const bad_case k_bad[] = {
     {"not_an_object", NULL, "[1, 2]", "invalid_prompt", NULL, NULL},
@@ -164,13 +179,29 @@ static const bad_case k_bad[] = {
      " \"stop_at_clip_layer\": -1}}, \"21\": {\"class_type\": \"CLIPSetLastLayer\", \"inputs\":"
      " {\"clip\": [\"20\", 0], \"stop_at_clip_layer\": -1}}, \"6/inputs/clip\": [\"20\", 0]}",
      NULL, NODE_FAILED, NULL, "dependency_cycle"},
-    {"two_chains",
-     "{\"30\": {\"class_type\": \"KSampler\", \"inputs\": {\"seed\": 1, \"steps\": 4, \"cfg\": 7,"
+    /* five sampled chains: the fifth (output 9 sorts last) is over the bound */
+    {"five_chains",
+     "{ \"30\": {\"class_type\": \"KSampler\", \"inputs\": {\"seed\": 1, \"steps\": 4, \"cfg\": 7,"
      " \"sampler_name\": \"euler\", \"scheduler\": \"normal\", \"denoise\": 1.0, \"model\": [\"4\", 0],"
      " \"positive\": [\"6\", 0], \"negative\": [\"7\", 0], \"latent_image\": [\"5\", 0]}},"
      " \"31\": {\"class_type\": \"VAEDecode\", \"inputs\": {\"samples\": [\"30\", 0], \"vae\": [\"4\", 2]}},"
-     " \"32\": {\"class_type\": \"PreviewImage\", \"inputs\": {\"images\": [\"31\", 0]}}}",
-     NULL, NODE_FAILED, NULL, "unsupported_graph"},
+     " \"32\": {\"class_type\": \"PreviewImage\", \"inputs\": {\"images\": [\"31\", 0]}},"
+     " \"33\": {\"class_type\": \"KSampler\", \"inputs\": {\"seed\": 2, \"steps\": 4, \"cfg\": 7,"
+     " \"sampler_name\": \"euler\", \"scheduler\": \"normal\", \"denoise\": 1.0, \"model\": [\"4\", 0],"
+     " \"positive\": [\"6\", 0], \"negative\": [\"7\", 0], \"latent_image\": [\"5\", 0]}},"
+     " \"34\": {\"class_type\": \"VAEDecode\", \"inputs\": {\"samples\": [\"33\", 0], \"vae\": [\"4\", 2]}},"
+     " \"35\": {\"class_type\": \"PreviewImage\", \"inputs\": {\"images\": [\"34\", 0]}},"
+     " \"36\": {\"class_type\": \"KSampler\", \"inputs\": {\"seed\": 3, \"steps\": 4, \"cfg\": 7,"
+     " \"sampler_name\": \"euler\", \"scheduler\": \"normal\", \"denoise\": 1.0, \"model\": [\"4\", 0],"
+     " \"positive\": [\"6\", 0], \"negative\": [\"7\", 0], \"latent_image\": [\"5\", 0]}},"
+     " \"37\": {\"class_type\": \"VAEDecode\", \"inputs\": {\"samples\": [\"36\", 0], \"vae\": [\"4\", 2]}},"
+     " \"38\": {\"class_type\": \"PreviewImage\", \"inputs\": {\"images\": [\"37\", 0]}},"
+     " \"39\": {\"class_type\": \"KSampler\", \"inputs\": {\"seed\": 4, \"steps\": 4, \"cfg\": 7,"
+     " \"sampler_name\": \"euler\", \"scheduler\": \"normal\", \"denoise\": 1.0, \"model\": [\"4\", 0],"
+     " \"positive\": [\"6\", 0], \"negative\": [\"7\", 0], \"latent_image\": [\"5\", 0]}},"
+     " \"40\": {\"class_type\": \"VAEDecode\", \"inputs\": {\"samples\": [\"39\", 0], \"vae\": [\"4\", 2]}},"
+     " \"41\": {\"class_type\": \"PreviewImage\", \"inputs\": {\"images\": [\"40\", 0]}}}",
+     NULL, NODE_FAILED, "3", "unsupported_graph"},
     {"save_loaded_image",
      "{\"40\": {\"class_type\": \"LoadImage\", \"inputs\": {\"image\": \"in.png\"}},"
      " \"9/inputs/images\": [\"40\", 0]}", NULL, NODE_FAILED, "9", "unsupported_graph"},
@@ -215,7 +246,7 @@ static const bad_case k_bad[] = {
 };
 
 /* The error body's shape, and that it names what the case expects. */
-static int check_bad(const bad_case *c)
+int check_bad(const bad_case *c)
 {
     cJSON *w = c->raw ? parse(c->raw) : patched(c->patch);
     ASSERT_TRUE(w != NULL);
@@ -361,7 +392,7 @@ static int test_all_errors(void)
 }
 
 /* Compile a patch of the base; the job's JSON text (owned). */
-static char *job_text(const char *patch, comfy_plan *plan)
+char *job_text(const char *patch, comfy_plan *plan)
 {
     cJSON *w = patched(patch);
     cJSON *err = NULL;
@@ -374,7 +405,7 @@ static char *job_text(const char *patch, comfy_plan *plan)
         cJSON_Delete(err);
         return NULL;
     }
-    return cJSON_PrintUnformatted(plan->job);
+    return cJSON_PrintUnformatted(plan->chains[0].job);
 }
 
 static int test_txt2img(void)
@@ -384,17 +415,18 @@ static int test_txt2img(void)
                        &plan);
     ASSERT_TRUE(t != NULL);
     /* the seed keeps its 64 bits as the literal the native reader takes */
-    ASSERT_STR_EQ(svc_json_literal(cJSON_GetObjectItem(plan.job, "seed")), "18446744073709551615");
-    cJSON_DeleteItemFromObject(plan.job, "seed");
+    ASSERT_STR_EQ(svc_json_literal(cJSON_GetObjectItem(plan.chains[0].job, "seed")), "18446744073709551615");
+    cJSON_DeleteItemFromObject(plan.chains[0].job, "seed");
     free(t);
-    t = cJSON_PrintUnformatted(plan.job);
+    t = cJSON_PrintUnformatted(plan.chains[0].job);
     ASSERT_STR_EQ(t, "{\"prompt\":\"a red apple\",\"negative_prompt\":\"blurry\",\"clip_skip\":1,"
                      "\"steps\":4,\"cfg_scale\":7.5,"
                      "\"sampler\":\"euler\",\"scheduler\":\"comfy_normal\",\"rng\":\"cpu\","
                      "\"width\":64,\"height\":64,\"n\":2,\"comfy_batch_noise\":true}");
     ASSERT_EQ(plan.n_outputs, 1);
-    ASSERT_STR_EQ(plan.outputs[0], "9");
-    ASSERT_STR_EQ(plan.sampler_node, "3");
+    ASSERT_STR_EQ(plan.outputs[0].node, "9");
+    ASSERT_EQ(plan.n_chains, 1);
+    ASSERT_STR_EQ(plan.chains[0].sampler_node, "3");
     /* dependencies first, the output last; all seven nodes */
     ASSERT_EQ(plan.n_order, 7);
     ASSERT_STR_EQ(plan.order[plan.n_order - 1], "9");
@@ -452,7 +484,7 @@ static int test_hires(void)
     ASSERT_TRUE(strstr(t, "\"hires_upscaler\":\"Latent (nearest-exact)\"") != NULL);
     ASSERT_TRUE(strstr(t, "\"hires_steps\":3,\"hires_strength\":0.5") != NULL);
     ASSERT_TRUE(strstr(t, "\"steps\":4,") != NULL);
-    ASSERT_STR_EQ(plan.sampler_node, "11");
+    ASSERT_STR_EQ(plan.chains[0].sampler_node, "11");
     free(t);
     comfy_plan_free(&plan);
     return 0;
@@ -485,7 +517,7 @@ static int image_scale_job(const char *method, const char *crop, int w, int h, c
     cJSON_Delete(jw);
     if (rc < 0)
         return -1;
-    *text = cJSON_PrintUnformatted(plan->job);
+    *text = cJSON_PrintUnformatted(plan->chains[0].job);
     return 0;
 }
 
@@ -499,7 +531,7 @@ static int test_image_scale(void)
     ASSERT_TRUE(strstr(t, "\"hires_steps\":3,\"hires_strength\":0.5") != NULL);
     ASSERT_TRUE(strstr(t, "\"scheduler\":\"comfy_normal\"") != NULL);
     ASSERT_TRUE(strstr(t, "init_image") == NULL);
-    ASSERT_STR_EQ(plan.sampler_node, "11");
+    ASSERT_STR_EQ(plan.chains[0].sampler_node, "11");
     free(t);
     comfy_plan_free(&plan);
     ASSERT_TRUE(image_scale_job("nearest-exact", "disabled", 0, 128, &plan, &t, &err) == 0);
@@ -655,6 +687,8 @@ static const tsr_test_entry k_tests[] = {
     {"hires", test_hires},           {"lora_clip_skip", test_lora_clip_skip},
     {"img2img", test_img2img},       {"inpaint", test_inpaint},
     {"unreachable", test_unreachable},
+    {"two_chains", test_two_chains}, {"scaled_output", test_scaled_output},
+    {"img2img_scaled", test_img2img_scaled},
     {"object_info", test_object_info},
 };
 

@@ -7,11 +7,11 @@
  * Tessera runs images, step-batched with every other request.  A workflow
  * ("API format": {"<id>": {"class_type", "inputs": {name: value |
  * ["<id>", output_index]}}}) is therefore validated as a whole and
- * compiled into ONE native job object (the body POST /v1/jobs takes),
- * which then goes through the same submit gate, journal, queue and
- * store as every other dialect's work.  Nothing runs half a graph: a
- * workflow is refused before anything is queued, with ComfyUI's error
- * shape naming the node id and class.
+ * compiled into native job objects (the body POST /v1/jobs takes), one
+ * per sampled chain, which then go through the same submit gate, journal,
+ * queue and store as every other dialect's work, accepted together.
+ * Nothing runs half a graph: a workflow is refused before anything is
+ * queued, with ComfyUI's error shape naming the node id and class.
  *
  * The node classes are data (comfy_nodes.c): one table of classes with
  * their inputs, types, defaults and ranges, which the validator checks
@@ -22,6 +22,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cjson/cJSON.h>
 
@@ -41,7 +42,7 @@ typedef enum comfy_type {
 /* Where a COMBO's choices come from. */
 typedef enum comfy_choices {
     CC_NONE, CC_CHECKPOINTS, CC_SAMPLERS, CC_SCHEDULERS, CC_UPSCALE, CC_IMAGE_UPSCALE, CC_CROP,
-    CC_ENABLE,
+    CC_IMAGE_CROP, CC_ENABLE,
     CC_IMAGES, CC_LORAS,
 } comfy_choices;
 
@@ -106,16 +107,43 @@ const char *comfy_image_upscale_to_tessera(const char *comfy);
 /* GET /object_info[/{class}]: every class (name NULL) or one (NULL if unknown). */
 cJSON *comfy_object_info(const comfy_context *ctx, const char *name);
 
-/* A compiled workflow. */
-typedef struct comfy_plan {
+/* ImageScale / ImageScaleBy (comfy_scale.c): ComfyUI's common_upscale. */
+#define COMFY_SCALE_MAX 4096     /* a scaled side, at most */
+#define COMFY_MAX_SCALES 4       /* ImageScale(By) nodes in a row */
+typedef enum comfy_scale_method {
+    CS_NEAREST_EXACT, CS_BILINEAR, CS_AREA, CS_BICUBIC, CS_LANCZOS
+} comfy_scale_method;
+typedef struct comfy_scale {
+    comfy_scale_method method;
+    int width, height;          /* ImageScale (0 = from the other side's ratio; both 0: as is) */
+    double scale_by;            /* ImageScaleBy when > 0 (width, height unused) */
+    bool crop_center;           /* ImageScale's crop "center" */
+    char node[COMFY_MAX_ID + 1]; /* the node, for errors */
+} comfy_scale;
+/* The method named `name` (ComfyUI's upscale_method), or -1. */
+int comfy_scale_method_of(const char *name);
+const char *comfy_scale_method_name(comfy_scale_method m);
+/* The size op gives a w x h image (ComfyUI's rounding); false outside
+ * 1..COMFY_SCALE_MAX. */
+bool comfy_scale_size(const comfy_scale *op, int w, int h, int *ow, int *oh);
+/* One op on a float image (channels last, c channels): *out malloc'd. */
+int comfy_scale_apply(const float *in, int w, int h, int c, const comfy_scale *op, float **out,
+                      int *ow, int *oh, char *err, size_t err_size);
+/* An 8-bit RGB image through ops, read as ComfyUI's LoadImage reads it;
+ * out as SaveImage writes it (save: truncated) or rounded (VAEEncode's
+ * pixels).  *out malloc'd. */
+int comfy_scale_rgb(const uint8_t *rgb, int w, int h, const comfy_scale *ops, int n, bool save,
+                    uint8_t **out, int *ow, int *oh, char *err, size_t err_size);
+
+/* A compiled workflow: one native job per sampled chain (KSampler ->
+ * VAEDecode -> [ImageScale...] -> SaveImage/PreviewImage), all accepted
+ * together or none. */
+#define COMFY_MAX_CHAINS 4       /* sampled chains (native jobs) in one prompt */
+#define COMFY_MAX_OUT_NODES 8    /* SaveImage / PreviewImage nodes in one prompt */
+
+typedef struct comfy_chain {
     cJSON *job;                 /* the native job object (owned) */
-    char outputs[8][COMFY_MAX_ID + 1]; /* the output nodes (SaveImage/PreviewImage), in id order */
-    bool temp[8];               /* PreviewImage: type "temp" */
-    int n_outputs;
-    char sampler_node[COMFY_MAX_ID + 1]; /* the (last) KSampler: `progress` names it */
-    char *order[COMFY_MAX_NODES];        /* the executed nodes, dependencies first (owned) */
-    const char *order_class[COMFY_MAX_NODES]; /* their class names (static) */
-    int n_order;
+    char sampler_node[COMFY_MAX_ID + 1]; /* its (last) KSampler: `progress` names it */
     /* which node set each native field, so an engine refusal names it */
     struct {
         const char *field;
@@ -124,6 +152,25 @@ typedef struct comfy_plan {
         const char *input;
     } fields[24];
     int n_fields;
+} comfy_chain;
+
+typedef struct comfy_output {
+    char node[COMFY_MAX_ID + 1]; /* the SaveImage / PreviewImage node */
+    bool temp;                  /* PreviewImage: type "temp" */
+    int chain;                  /* the chain (job) whose images it saves */
+    comfy_scale scales[COMFY_MAX_SCALES]; /* ImageScale(By) between VAEDecode and it, in order */
+    int n_scales;
+} comfy_output;
+
+typedef struct comfy_plan {
+    comfy_chain chains[COMFY_MAX_CHAINS];
+    int n_chains;
+    comfy_output outputs[COMFY_MAX_OUT_NODES]; /* in id order */
+    int n_outputs;
+    char *order[COMFY_MAX_NODES];        /* the executed nodes, dependencies first (owned) */
+    const char *order_class[COMFY_MAX_NODES]; /* their class names (static) */
+    unsigned char order_chains[COMFY_MAX_NODES]; /* bit c: chain c needs the node */
+    int n_order;
 } comfy_plan;
 
 void comfy_plan_free(comfy_plan *p);
@@ -134,9 +181,12 @@ void comfy_plan_free(comfy_plan *p);
 int comfy_compile(const cJSON *prompt, const comfy_context *ctx, comfy_plan *plan,
                   cJSON **error);
 
-/* The 400 body for a native field the engine refused (svc_gate_parse's
- * field and message), naming the node that set it (owned). */
-cJSON *comfy_field_error(const comfy_plan *p, const char *field, const char *message);
+/* The 400 body for a native field the engine refused in chain c's job
+ * (svc_gate_parse's field and message), naming the node that set it (owned). */
+cJSON *comfy_field_error(const comfy_plan *p, int c, const char *field, const char *message);
+/* The 400 body when an output of chain c scales its width x height image
+ * past 1..COMFY_SCALE_MAX on a side (naming the ImageScale node), else NULL. */
+cJSON *comfy_check_output_sizes(const comfy_plan *p, int c, int width, int height);
 /* A ComfyUI error body with no node errors: {"error": {type, message,
  * details, extra_info: {}}, "node_errors": {}} (owned). */
 cJSON *comfy_error_body(const char *type, const char *message, const char *details);
@@ -167,6 +217,40 @@ void svc_comfy_models(struct svc_req *r, const char *rest);
 void svc_comfy_upload_image(struct svc_req *r, const char *rest);
 void svc_comfy_ws(struct svc_req *r, const char *rest);
 
+/* ---- a prompt's file, jobs, state and names (comfy_prompt.c) ---- */
+/* <data-dir>/comfy/prompts/<jobs[0]>.json: the workflow, client_id (NULL:
+ * none), the plan's outputs and order, the jobs' ids, number.  0 or -1. */
+int comfy_prompt_write(struct svc_server *s, struct svc_job *const *jobs, int n,
+                       const cJSON *prompt, const char *client_id, const comfy_plan *plan,
+                       double number);
+/* The prompt file of prompt id `ids` (owned), NULL if none. */
+cJSON *comfy_prompt_read(struct svc_server *s, const char *ids);
+int comfy_prompt_remove(struct svc_server *s, const char *ids);
+/* Between the file's write and the accept's end: the prompt's file stays
+ * while its job is not in the table yet. */
+void comfy_prompt_inflight(uint64_t id, bool on);
+/* Output k of a prompt file (false: none, or a damaged entry). */
+bool comfy_prompt_output(const cJSON *pf, int k, comfy_output *out);
+/* The prompt's jobs, chain by chain, into jobs[COMFY_MAX_CHAINS] (NULL: a
+ * job that is gone); returns how many.  first: the prompt id's job. */
+int comfy_prompt_jobs(struct svc_server *s, struct svc_job *first, const cJSON *pf,
+                      struct svc_job **jobs);
+/* The prompt's state from its jobs' (an svc_state). */
+int comfy_prompt_state(struct svc_job *const *jobs, int n);
+/* Output k's images as ComfyUI lists them ({filename, subfolder, type}),
+ * from its chain's job j (the done images). */
+cJSON *comfy_output_images(const char *prompt_id, int k, const comfy_output *out,
+                           const struct svc_job *j);
+/* An output image's name: the job id (ids), the image index, and the
+ * output's place for a scaled output (else -1). */
+bool comfy_output_name_parse(const char *name, char ids[20], int *index, int *output);
+/* Each prompt whose first job r's key sees, oldest first, with its jobs
+ * and file; fn says whether to go on.  Files whose job is gone are removed
+ * on the way (see comfy_prompt.c). */
+typedef bool (*comfy_prompt_fn)(struct svc_req *r, struct svc_job **jobs, int n, cJSON *pf,
+                                void *u);
+void comfy_prompts_each(struct svc_req *r, comfy_prompt_fn fn, void *u);
+
 /* ---- the websocket (comfy_ws.c) and the runs it reports (comfy_run.c) ---- */
 struct svc_server;
 struct svc_job;
@@ -192,10 +276,10 @@ void svc_comfy_ws_close_all(struct svc_server *s);
  * previews: send binary preview frames (extra_data.preview_method). */
 typedef struct comfy_run comfy_run;
 comfy_run *comfy_run_new(const comfy_plan *plan, const char *sid, bool previews);
-/* Accepted: follow the job and tell its client id's sockets
- * (execution_start ... execution_success); the run frees itself when the
- * job ends. */
-void comfy_run_attach(struct svc_server *s, comfy_run *run, struct svc_job *j);
+/* Accepted: follow the jobs (one per chain, in the plan's order) and tell
+ * the client id's sockets (execution_start ... execution_success); the run
+ * frees itself when the prompt ends. */
+void comfy_run_attach(struct svc_server *s, comfy_run *run, struct svc_job *const *jobs, int n);
 /* Not accepted. */
 void comfy_run_free(comfy_run *run);
 /* Prompts accepted here and not final yet (queue_remaining). */

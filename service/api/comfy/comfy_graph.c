@@ -11,7 +11,7 @@
  * errors instead of stopping at the first.  Only a graph with none reaches
  * the second pass (comfy_plan.c), which walks the output chain backwards (SaveImage <-
  * VAEDecode <- KSampler <- latent source) and writes the native fields;
- * a graph Tessera cannot run as one job (two sampled chains, a hires pass
+ * a graph Tessera cannot run as native jobs (too many chains, a hires pass
  * with other settings than the first) is refused there, again as a node
  * error naming the node and input.  Nothing is queued before both passes
  * succeed, so nothing runs half a graph.
@@ -350,7 +350,8 @@ void comfy_plan_free(comfy_plan *p)
 {
     if (!p)
         return;
-    cJSON_Delete(p->job);
+    for (int c = 0; c < p->n_chains; c++)
+        cJSON_Delete(p->chains[c].job);
     for (int i = 0; i < p->n_order; i++)
         free(p->order[i]);
     memset(p, 0, sizeof *p);
@@ -436,24 +437,30 @@ int comfy_compile(const cJSON *prompt, const comfy_context *ctx, comfy_plan *pla
         *error = failed_body(g);
         goto fail;
     }
-    for (int i = 0; i < n_outs; i++) {
-        snprintf(plan->outputs[i], sizeof plan->outputs[i], "%s", outs[i]->id);
-        plan->temp[i] = strcmp(outs[i]->cls->name, "PreviewImage") == 0;
+    /* which chains need each executed node (the websocket's messages) */
+    for (int i = 0; i < plan->n_order; i++) {
+        const gnode *nd = comfy_find(g, plan->order[i]);
+        const cJSON *deps = nd ? nd->dependents : NULL, *dep;
+        cJSON_ArrayForEach(dep, deps)
+            for (int k = 0; k < plan->n_outputs; k++)
+                if (strcmp(dep->valuestring, plan->outputs[k].node) == 0)
+                    plan->order_chains[i] |= (unsigned char)(1u << plan->outputs[k].chain);
     }
-    plan->n_outputs = n_outs;
-    /* the job as the text POST /v1/jobs would get, read back by the strict
+    /* each job as the text POST /v1/jobs would get, read back by the strict
      * reader: numbers then carry their literals (integers stay integers,
      * a seed keeps all 64 bits), exactly as a native body's do */
-    char *text = cJSON_PrintUnformatted(plan->job);
-    char perr[128];
-    cJSON *reread = text ? svc_json_parse(text, strlen(text), perr, sizeof perr) : NULL;
-    free(text);
-    if (!reread) {
-        *error = comfy_error_body("internal", "the compiled job could not be written", "");
-        goto fail;
+    for (int c = 0; c < plan->n_chains; c++) {
+        char *text = cJSON_PrintUnformatted(plan->chains[c].job);
+        char perr[128];
+        cJSON *reread = text ? svc_json_parse(text, strlen(text), perr, sizeof perr) : NULL;
+        free(text);
+        if (!reread) {
+            *error = comfy_error_body("internal", "the compiled job could not be written", "");
+            goto fail;
+        }
+        cJSON_Delete(plan->chains[c].job);
+        plan->chains[c].job = reread;
     }
-    cJSON_Delete(plan->job);
-    plan->job = reread;
     for (int i = 0; i < g->n; i++) {
         cJSON_Delete(g->nodes[i].errors);
         cJSON_Delete(g->nodes[i].dependents);

@@ -23,6 +23,7 @@ typedef struct comfy_graph {
     int n;
     const comfy_context *ctx;
     comfy_plan *plan;
+    int chain;                  /* the chain being compiled (comfy_plan.c) */
     int n_errors;
 } comfy_graph;
 
@@ -36,8 +37,9 @@ gnode *comfy_find(graph *g, const char *id);
 const comfy_input *comfy_class_input(const comfy_class *c, const char *name);
 /* A link's shape: ["<id>", <index >= 0>]. */
 bool comfy_link_shape(const cJSON *v, const char **id, int *index);
-/* The second pass (comfy_plan.c): the outputs' chain into g->plan->job;
- * false after node errors. */
+/* The second pass (comfy_plan.c): the outputs' chains into
+ * g->plan->chains[].job, the outputs into g->plan->outputs; false after
+ * node errors. */
 bool comfy_emit(graph *g, gnode **outs, int n_outs);
 
 #endif

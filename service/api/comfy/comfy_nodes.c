@@ -85,11 +85,19 @@ static const comfy_class k_classes[] = {
                 FLT("scale_by", 1.5, 0.01, 8.0, 0.01)},
      .outputs = {CT_LATENT}, .output_names = {"LATENT"}, .n_outputs = 1},
     {.name = "ImageScale", .display = "Upscale Image", .category = "image/upscaling",
-     .description = "Between VAEDecode of a first KSampler and VAEEncode into a second: the "
-                    "hires fix in image space (lanczos -> Lanczos, nearest-exact -> Nearest; "
-                    "0 = from the other side's ratio).",
+     .description = "ComfyUI's resize (comfy_scale.c): of LoadImage into VAEEncode (img2img), "
+                    "of VAEDecode into SaveImage / PreviewImage, or between VAEDecode of a first "
+                    "KSampler and VAEEncode into a second (the hires fix in image space: "
+                    "lanczos and nearest-exact, crop disabled).  0 = from the other side's ratio.",
      .inputs = {LINK("image", CT_IMAGE), COMBO("upscale_method", CC_IMAGE_UPSCALE),
-                INT("width", 512, 0, 4096), INT("height", 512, 0, 4096), COMBO("crop", CC_CROP)},
+                INT("width", 512, 0, COMFY_SCALE_MAX), INT("height", 512, 0, COMFY_SCALE_MAX),
+                COMBO("crop", CC_IMAGE_CROP)},
+     .outputs = {CT_IMAGE}, .output_names = {"IMAGE"}, .n_outputs = 1},
+    {.name = "ImageScaleBy", .display = "Upscale Image By", .category = "image/upscaling",
+     .description = "ImageScale by a factor (each side round(side * scale_by)): of LoadImage "
+                    "into VAEEncode, or of VAEDecode into SaveImage / PreviewImage.",
+     .inputs = {LINK("image", CT_IMAGE), COMBO("upscale_method", CC_IMAGE_UPSCALE),
+                FLT("scale_by", 1.0, 0.01, 8.0, 0.01)},
      .outputs = {CT_IMAGE}, .output_names = {"IMAGE"}, .n_outputs = 1},
     {.name = "VAEDecode", .display = "VAE Decode", .category = "latent",
      .inputs = {LINK("samples", CT_LATENT), LINK("vae", CT_VAE)},
@@ -172,9 +180,10 @@ static const char *const k_upscale[][2] = {
     {"bicubic", "Latent (bicubic)"},
 };
 
-/* ImageScale's methods (ComfyUI's list) -> the engine's image-space hires
- * upscalers: Pillow's Lanczos, and Pillow's nearest (which samples pixel
- * centres, as nearest-exact does); NULL = no engine path. */
+/* ImageScale's methods (ComfyUI's list, comfy_scale.c runs them all) -> the
+ * engine's image-space hires upscalers, for ImageScale between two
+ * KSamplers: Pillow's Lanczos, and Pillow's nearest (which samples pixel
+ * centres, as nearest-exact does); NULL = no hires path. */
 static const char *const k_image_upscale[][2] = {
     {"nearest-exact", "Nearest"}, {"bilinear", NULL}, {"area", NULL}, {"bicubic", NULL},
     {"lanczos", "Lanczos"},
@@ -223,6 +232,7 @@ const char *const *comfy_choice_list(comfy_choices c, const comfy_context *ctx)
     static const char *samplers[N(k_samplers) + 1], *schedulers[N(k_schedulers) + 1],
         *upscale[N(k_upscale) + 1], *image_upscale[N(k_image_upscale) + 1];
     static const char *const crop[] = {"disabled", NULL};
+    static const char *const image_crop[] = {"disabled", "center", NULL};
     static const char *const enable[] = {"enable", "disable", NULL};
     static const char *const none[] = {NULL};
     switch (c) {
@@ -243,6 +253,7 @@ const char *const *comfy_choice_list(comfy_choices c, const comfy_context *ctx)
             image_upscale[i] = k_image_upscale[i][0];
         return image_upscale;
     case CC_CROP: return crop;
+    case CC_IMAGE_CROP: return image_crop;
     case CC_ENABLE: return enable;
     case CC_CHECKPOINTS: return ctx && ctx->checkpoints ? ctx->checkpoints : none;
     case CC_LORAS: return ctx && ctx->loras ? ctx->loras : none;

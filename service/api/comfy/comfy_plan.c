@@ -1,18 +1,25 @@
 /*
  * service/api/comfy/comfy_plan.c - the compiler's second pass: a validated
- * workflow's output chain into one native job object.
+ * workflow's output chains into native job objects, one per chain.
  *
  * Why backwards from the outputs: a native job is one sampled chain, so the
- * walk starts at SaveImage / PreviewImage and follows VAEDecode to the
- * KSampler, then its latent (EmptyLatentImage: txt2img; VAEEncode of
- * LoadImage: img2img; LatentUpscale(By) of a first KSampler: the hires
- * fix), its conditioning (CLIPTextEncode, through CLIPSetLastLayer and
+ * walk starts at each SaveImage / PreviewImage, through any ImageScale /
+ * ImageScaleBy (kept on the output, applied to the stored image when /view
+ * sends it: comfy_scale.c) to VAEDecode and its KSampler.  Outputs of one
+ * KSampler share a chain; each distinct KSampler is one chain, one job
+ * (at most COMFY_MAX_CHAINS, all accepted together by the route).  Then
+ * each chain's KSampler is followed to its latent (EmptyLatentImage:
+ * txt2img; VAEEncode of LoadImage, through ImageScale(By) if any: img2img;
+ * LatentUpscale(By) of a first KSampler: the hires fix), its conditioning (CLIPTextEncode, through CLIPSetLastLayer and
  * LoraLoader to the checkpoint) and its model (through LoraLoader).  Each
  * native field written records the node and input that set it
  * (plan->fields), so an engine refusal later names the node.  A graph that
- * is valid ComfyUI but not one native job (two sampled chains, a hires
- * pass with other settings than the first) is refused here as a node
- * error; docs/compat-comfyui.md has the table of fields.
+ * is valid ComfyUI but not native jobs (more than COMFY_MAX_CHAINS chains,
+ * a hires pass with other settings than the first) is refused here as a
+ * node error; docs/compat-comfyui.md has the table of fields.  Two chains may
+ * share nodes (a checkpoint, a prompt, even a first KSampler whose image
+ * one chain saves and another upscales): each job carries its own copy of
+ * the settings and samples what it needs.
  */
 #include "comfy_int.h"
 
@@ -20,6 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec.h"
+#include "images.h"
 #include "json.h"
 
 
@@ -62,7 +71,7 @@ static bool is(const gnode *nd, const char *cls) { return nd && strcmp(nd->cls->
 
 static void note_field(graph *g, const char *field, const gnode *nd, const char *input_name)
 {
-    comfy_plan *p = g->plan;
+    comfy_chain *p = &g->plan->chains[g->chain];
     for (int i = 0; i < p->n_fields; i++)
         if (strcmp(p->fields[i].field, field) == 0)
             return; /* the first (outermost) setter names it */
@@ -73,6 +82,21 @@ static void note_field(graph *g, const char *field, const gnode *nd, const char 
     p->fields[p->n_fields].class_type = nd->cls->name;
     p->fields[p->n_fields].input = input_name;
     p->n_fields++;
+}
+
+/* A native field, and the node and input that set it. */
+static void put_num(graph *g, cJSON *job, const char *field, double v, const gnode *nd,
+                    const char *input_name)
+{
+    cJSON_AddNumberToObject(job, field, v);
+    note_field(g, field, nd, input_name);
+}
+
+static void put_str(graph *g, cJSON *job, const char *field, const char *v, const gnode *nd,
+                    const char *input_name)
+{
+    cJSON_AddStringToObject(job, field, v);
+    note_field(g, field, nd, input_name);
 }
 
 /* A sampler node's settings (KSampler or KSamplerAdvanced). */
@@ -225,12 +249,9 @@ static bool compile_sampler(graph *g, const sampling *s, cJSON *job)
                     "the negative prompt's CLIP (clip skip, LoRAs) must be the positive's");
         return false;
     }
-    cJSON_AddStringToObject(job, "prompt", str(pos, "text"));
-    note_field(g, "prompt", pos, "text");
-    cJSON_AddStringToObject(job, "negative_prompt", str(neg, "text"));
-    note_field(g, "negative_prompt", neg, "text");
-    cJSON_AddNumberToObject(job, "clip_skip", pc.clip_skip);
-    note_field(g, "clip_skip", pos, "clip");
+    put_str(g, job, "prompt", str(pos, "text"), pos, "text");
+    put_str(g, job, "negative_prompt", str(neg, "text"), neg, "text");
+    put_num(g, job, "clip_skip", pc.clip_skip, pos, "clip");
     add_loras(job, &mc, &pc);
     note_field(g, "loras", k, "model");
     unsigned long long seed = s->seed ? strtoull(svc_json_literal(s->seed) ?
@@ -240,16 +261,12 @@ static bool compile_sampler(graph *g, const sampling *s, cJSON *job)
         seed = (unsigned long long)s->seed->valuedouble;
     cJSON_AddItemToObject(job, "seed", svc_json_u64(seed));
     note_field(g, "seed", k, is(k, "KSamplerAdvanced") ? "noise_seed" : "seed");
-    cJSON_AddNumberToObject(job, "steps", s->steps);
-    note_field(g, "steps", k, "steps");
-    cJSON_AddNumberToObject(job, "cfg_scale", s->cfg);
-    note_field(g, "cfg_scale", k, "cfg");
-    cJSON_AddStringToObject(job, "sampler", comfy_sampler_to_tessera(s->sampler));
-    note_field(g, "sampler", k, "sampler_name");
-    cJSON_AddStringToObject(job, "scheduler",
-                            comfy_scheduler_to_tessera(comfy_sampler_to_tessera(s->sampler),
-                                                       s->scheduler));
-    note_field(g, "scheduler", k, "scheduler");
+    put_num(g, job, "steps", s->steps, k, "steps");
+    put_num(g, job, "cfg_scale", s->cfg, k, "cfg");
+    put_str(g, job, "sampler", comfy_sampler_to_tessera(s->sampler), k, "sampler_name");
+    put_str(g, job, "scheduler",
+            comfy_scheduler_to_tessera(comfy_sampler_to_tessera(s->sampler), s->scheduler), k,
+            "scheduler");
     cJSON_AddStringToObject(job, "rng", "cpu");
     return true;
 }
@@ -270,6 +287,112 @@ static bool load_into(graph *g, gnode *img, bool mask, cJSON *job, const char *f
     free(b64);
     note_field(g, field, img, "image");
     return true;
+}
+
+/* An ImageScale / ImageScaleBy node's operation. */
+static void read_scale(gnode *nd, comfy_scale *op)
+{
+    memset(op, 0, sizeof *op);
+    int m = comfy_scale_method_of(str(nd, "upscale_method"));
+    op->method = m < 0 ? CS_NEAREST_EXACT : (comfy_scale_method)m; /* validated: in the list */
+    if (is(nd, "ImageScaleBy")) {
+        op->scale_by = num(nd, "scale_by");
+    } else {
+        op->width = (int)num(nd, "width");
+        op->height = (int)num(nd, "height");
+        op->crop_center = strcmp(str(nd, "crop"), "center") == 0;
+    }
+    snprintf(op->node, sizeof op->node, "%s", nd->id);
+}
+
+/* The ImageScale(By) nodes from `from`'s input `name` back to the first
+ * node that is not one (*end), as ops in the order they apply. */
+static bool walk_scales(graph *g, gnode *from, const char *name, comfy_scale *ops, int *n,
+                        gnode **end)
+{
+    gnode *nd = src(g, from, name, NULL), *seen[COMFY_MAX_SCALES];
+    int k = 0;
+    while (is(nd, "ImageScale") || is(nd, "ImageScaleBy")) {
+        if (k == COMFY_MAX_SCALES) {
+            unsupported(g, nd, "image", "at most 4 ImageScale / ImageScaleBy nodes in a row");
+            return false;
+        }
+        seen[k++] = nd;
+        nd = src(g, nd, "image", NULL);
+    }
+    for (int i = 0; i < k; i++)
+        read_scale(seen[k - 1 - i], &ops[i]);
+    *n = k;
+    *end = nd;
+    return true;
+}
+
+/* LoadImage -> ImageScale(By)... -> VAEEncode: the upload scaled as ComfyUI
+ * scales it (comfy_scale.c), rounded to 8 bits, then cut to multiples of 8
+ * as ComfyUI's VAE encode cuts its pixels (centred), as the init image. */
+static bool load_scaled(graph *g, gnode *img, const comfy_scale *ops, int n, cJSON *job)
+{
+    char err[256] = "no image store";
+    gnode *last = comfy_find(g, ops[n - 1].node);
+    char *b64 = g->ctx->load_image ? g->ctx->load_image(g->ctx->user, str(img, "image"), err,
+                                                        sizeof err)
+                                   : NULL;
+    uint8_t *file = NULL, *rgb = NULL, *scaled = NULL, *png = NULL;
+    size_t flen = 0, plen = 0;
+    int w = 0, h = 0, sw = 0, sh = 0;
+    bool ok = false;
+    if (!b64 || !svc_base64_decode(b64, strlen(b64), &file, &flen, err, sizeof err) ||
+        svc_image_decode(file, flen, 3, &rgb, &w, &h, err, sizeof err) < 0) {
+        comfy_node_error(g, img, "invalid_input_type", "The image cannot be loaded", "image",
+                         NULL, "image: %s", err);
+        goto out;
+    }
+    sw = w, sh = h;
+    for (int i = 0; i < n; i++) {
+        if (!comfy_scale_size(&ops[i], sw, sh, &sw, &sh)) {
+            comfy_node_error(g, comfy_find(g, ops[i].node), "value_not_accepted",
+                             "Tessera refused the value",
+                             ops[i].scale_by > 0 ? "scale_by" : "width",
+                             NULL, "scaling the %dx%d image gives a side outside 1..%d", sw, sh,
+                             COMFY_SCALE_MAX);
+            goto out;
+        }
+    }
+    if (comfy_scale_rgb(rgb, w, h, ops, n, false, &scaled, &sw, &sh, err, sizeof err) < 0) {
+        comfy_node_error(g, last, "value_not_accepted", "Tessera refused the value", "image", NULL,
+                         "%s", err);
+        goto out;
+    }
+    const int cw = sw / 8 * 8, chh = sh / 8 * 8, x0 = sw % 8 / 2, y0 = sh % 8 / 2;
+    if (cw < 8 || chh < 8) {
+        comfy_node_error(g, last, "value_not_accepted", "Tessera refused the value", "width", NULL,
+                         "the scaled image (%dx%d) is smaller than the VAE's 8x8", sw, sh);
+        goto out;
+    }
+    for (int y = 0; y < chh; y++) /* in place: rows only move towards the start */
+        memmove(scaled + (size_t)y * cw * 3, scaled + ((size_t)(y + y0) * sw + x0) * 3,
+                (size_t)cw * 3);
+    if (svc_png_encode(scaled, cw, chh, NULL, &png, &plen, err, sizeof err) < 0) {
+        comfy_node_error(g, last, "value_not_accepted", "Tessera refused the value", "image", NULL,
+                         "%s", err);
+        goto out;
+    }
+    free(b64);
+    b64 = svc_base64_encode(png, plen);
+    if (!b64) {
+        comfy_node_error(g, last, "value_not_accepted", "Tessera refused the value", "image", NULL,
+                         "out of memory");
+        goto out;
+    }
+    put_str(g, job, "init_image", b64, last, ops[n - 1].scale_by > 0 ? "scale_by" : "width");
+    ok = true;
+out:
+    free(b64);
+    free(file);
+    free(rgb);
+    free(scaled);
+    free(png);
+    return ok;
 }
 
 /* Inpainting: SetLatentNoiseMask(VAEEncode(LoadImage), LoadImage's MASK), or
@@ -304,10 +427,8 @@ static bool compile_inpaint(graph *g, const sampling *s, gnode *lat, cJSON *job)
     if (!load_into(g, img, false, job, "init_image") || !load_into(g, mimg, true, job, "mask"))
         return false;
     note_field(g, "mask", lat, "mask");
-    cJSON_AddNumberToObject(job, "strength", s->denoise);
-    note_field(g, "strength", s->node, "denoise");
-    cJSON_AddNumberToObject(job, "mask_fill", for_inpaint ? 0 : 1);
-    note_field(g, "mask_fill", lat, for_inpaint ? "pixels" : "samples");
+    put_num(g, job, "strength", s->denoise, s->node, "denoise");
+    put_num(g, job, "mask_fill", for_inpaint ? 0 : 1, lat, for_inpaint ? "pixels" : "samples");
     return true;
 }
 
@@ -322,38 +443,30 @@ static bool compile_latent(graph *g, const sampling *s, cJSON *job)
                         "for img2img)");
             return false;
         }
-        cJSON_AddNumberToObject(job, "width", num(lat, "width"));
-        note_field(g, "width", lat, "width");
-        cJSON_AddNumberToObject(job, "height", num(lat, "height"));
-        note_field(g, "height", lat, "height");
-        cJSON_AddNumberToObject(job, "n", num(lat, "batch_size"));
-        note_field(g, "n", lat, "batch_size");
+        put_num(g, job, "width", num(lat, "width"), lat, "width");
+        put_num(g, job, "height", num(lat, "height"), lat, "height");
+        put_num(g, job, "n", num(lat, "batch_size"), lat, "batch_size");
         /* ComfyUI's noise: one randn over the batch from the seed */
         if (num(lat, "batch_size") > 1)
             cJSON_AddTrueToObject(job, "comfy_batch_noise");
         return true;
     }
     if (is(lat, "VAEEncode")) {
-        int ix = 0;
-        gnode *img = src(g, lat, "pixels", &ix);
+        comfy_scale ops[COMFY_MAX_SCALES];
+        int n_ops = 0;
+        gnode *img = NULL;
+        if (!walk_scales(g, lat, "pixels", ops, &n_ops, &img))
+            return false;
         if (!is(img, "LoadImage")) {
-            unsupported(g, lat, "pixels", "VAEEncode's pixels must come from LoadImage");
+            unsupported(g, lat, "pixels",
+                        "VAEEncode's pixels must come from LoadImage (or ImageScale / "
+                        "ImageScaleBy of it)");
             return false;
         }
-        char err[256] = "no image store";
-        char *b64 = g->ctx->load_image ? g->ctx->load_image(g->ctx->user, str(img, "image"),
-                                                            err, sizeof err)
-                                       : NULL;
-        if (!b64) {
-            comfy_node_error(g, img, "invalid_input_type", "The image cannot be loaded", "image", NULL,
-                       "image: %s", err);
+        if (n_ops ? !load_scaled(g, img, ops, n_ops, job) : !load_into(g, img, false, job,
+                                                                        "init_image"))
             return false;
-        }
-        cJSON_AddStringToObject(job, "init_image", b64);
-        free(b64);
-        note_field(g, "init_image", img, "image");
-        cJSON_AddNumberToObject(job, "strength", s->denoise);
-        note_field(g, "strength", s->node, "denoise");
+        put_num(g, job, "strength", s->denoise, s->node, "denoise");
         return true;
     }
     if (is(lat, "SetLatentNoiseMask") || is(lat, "VAEEncodeForInpaint"))
@@ -384,12 +497,9 @@ static bool compile_image_scale(graph *g, gnode *up, cJSON *job)
         unsupported(g, up, "width", "width and height 0: the image would not be scaled");
         return false;
     }
-    cJSON_AddNumberToObject(job, "hires_width", w);
-    note_field(g, "hires_width", up, "width");
-    cJSON_AddNumberToObject(job, "hires_height", h);
-    note_field(g, "hires_height", up, "height");
-    cJSON_AddStringToObject(job, "hires_upscaler", up_name);
-    note_field(g, "hires_upscaler", up, "upscale_method");
+    put_num(g, job, "hires_width", w, up, "width");
+    put_num(g, job, "hires_height", h, up, "height");
+    put_str(g, job, "hires_upscaler", up_name, up, "upscale_method");
     return true;
 }
 
@@ -456,41 +566,62 @@ static bool compile_hires(graph *g, const sampling *second, gnode *up, cJSON *jo
         if (!compile_image_scale(g, up, job))
             return false;
     } else if (is(up, "LatentUpscaleBy")) {
-        cJSON_AddNumberToObject(job, "hires_scale", num(up, "scale_by"));
-        note_field(g, "hires_scale", up, "scale_by");
+        put_num(g, job, "hires_scale", num(up, "scale_by"), up, "scale_by");
     } else {
         if (strcmp(str(up, "crop"), "disabled") != 0) {
             unsupported(g, up, "crop", "crop: only 'disabled'");
             return false;
         }
-        cJSON_AddNumberToObject(job, "hires_width", num(up, "width"));
-        note_field(g, "hires_width", up, "width");
-        cJSON_AddNumberToObject(job, "hires_height", num(up, "height"));
-        note_field(g, "hires_height", up, "height");
+        put_num(g, job, "hires_width", num(up, "width"), up, "width");
+        put_num(g, job, "hires_height", num(up, "height"), up, "height");
     }
     if (!image) {
-        cJSON_AddStringToObject(job, "hires_upscaler",
-                                comfy_upscale_to_tessera(str(up, "upscale_method")));
-        note_field(g, "hires_upscaler", up, "upscale_method");
+        put_str(g, job, "hires_upscaler", comfy_upscale_to_tessera(str(up, "upscale_method")), up,
+                "upscale_method");
     }
-    cJSON_AddNumberToObject(job, "hires_steps", second->steps);
-    note_field(g, "hires_steps", k2, "steps");
-    cJSON_AddNumberToObject(job, "hires_strength", second->denoise);
-    note_field(g, "hires_strength", k2, "denoise");
+    put_num(g, job, "hires_steps", second->steps, k2, "steps");
+    put_num(g, job, "hires_strength", second->denoise, k2, "denoise");
     return true;
 }
 
-/* The outputs' one chain into the native job. */
+/* One chain's job: its KSampler k and what k's latent comes from. */
+static bool compile_chain(graph *g, gnode *k)
+{
+    comfy_chain *ch = &g->plan->chains[g->chain];
+    sampling s;
+    if (!read_sampler(g, k, &s))
+        return false;
+    snprintf(ch->sampler_node, sizeof ch->sampler_node, "%s", k->id);
+    cJSON *job = cJSON_CreateObject();
+    ch->job = job;
+    gnode *lat = src(g, k, "latent_image", NULL);
+    if (is(lat, "LatentUpscale") || is(lat, "LatentUpscaleBy"))
+        return compile_hires(g, &s, lat, job);
+    if (is(lat, "VAEEncode")) {
+        gnode *px = src(g, lat, "pixels", NULL);
+        if (is(px, "ImageScale") && is(src(g, px, "image", NULL), "VAEDecode"))
+            return compile_hires(g, &s, px, job);
+    }
+    return compile_sampler(g, &s, job) && compile_latent(g, &s, job);
+}
+
+/* Each output's chain (through its ImageScale(By)s, VAEDecode, KSampler),
+ * one job per distinct KSampler. */
 bool comfy_emit(graph *g, gnode **outs, int n_outs)
 {
     comfy_plan *p = g->plan;
-    gnode *final = NULL;
+    gnode *finals[COMFY_MAX_CHAINS];
     for (int i = 0; i < n_outs; i++) {
-        gnode *dec = src(g, outs[i], "images", NULL);
+        comfy_output *o = &p->outputs[i];
+        snprintf(o->node, sizeof o->node, "%s", outs[i]->id);
+        o->temp = is(outs[i], "PreviewImage");
+        gnode *dec = NULL;
+        if (!walk_scales(g, outs[i], "images", o->scales, &o->n_scales, &dec))
+            return false;
         if (!is(dec, "VAEDecode")) {
             unsupported(g, outs[i], "images",
-                        "images must come from VAEDecode of a KSampler (Tessera saves sampled "
-                        "images)");
+                        "images must come from VAEDecode of a KSampler, directly or through "
+                        "ImageScale / ImageScaleBy (Tessera saves sampled images)");
             return false;
         }
         gnode *k = src(g, dec, "samples", NULL);
@@ -498,54 +629,79 @@ bool comfy_emit(graph *g, gnode **outs, int n_outs)
             unsupported(g, dec, "samples", "VAEDecode's samples must come from a KSampler");
             return false;
         }
-        if (final && k != final) {
-            unsupported(g, outs[i], "images",
-                        "more than one sampled chain in one prompt is not supported yet "
-                        "(send one prompt per KSampler output)");
-            return false;
+        int c = 0;
+        while (c < p->n_chains && finals[c] != k)
+            c++;
+        if (c == p->n_chains) {
+            if (p->n_chains == COMFY_MAX_CHAINS) {
+                comfy_node_error(g, k, "unsupported_graph", "Too many sampled chains", NULL, NULL,
+                                 "at most %d sampled chains (KSampler -> VAEDecode -> SaveImage or "
+                                 "PreviewImage) in one prompt; send the others as another prompt",
+                                 COMFY_MAX_CHAINS);
+                return false;
+            }
+            finals[p->n_chains++] = k;
         }
-        final = k;
+        o->chain = c;
     }
-    sampling s;
-    if (!read_sampler(g, final, &s))
-        return false;
-    snprintf(p->sampler_node, sizeof p->sampler_node, "%s", final->id);
-    cJSON *job = cJSON_CreateObject();
-    p->job = job;
-    gnode *lat = src(g, final, "latent_image", NULL);
-    if (is(lat, "LatentUpscale") || is(lat, "LatentUpscaleBy"))
-        return compile_hires(g, &s, lat, job);
-    if (is(lat, "VAEEncode")) {
-        gnode *px = src(g, lat, "pixels", NULL);
-        if (is(px, "ImageScale"))
-            return compile_hires(g, &s, px, job);
+    p->n_outputs = n_outs;
+    bool ok = true;
+    for (int c = 0; c < p->n_chains; c++) {
+        g->chain = c;
+        ok &= compile_chain(g, finals[c]);
     }
-    return compile_sampler(g, &s, job) && compile_latent(g, &s, job);
+    g->chain = 0;
+    return ok;
 }
 
-cJSON *comfy_field_error(const comfy_plan *p, const char *field, const char *message)
+/* A 400 body with one node error (value_not_accepted) on node `node`. */
+static cJSON *one_node_error(const comfy_plan *p, const char *node, const char *class_type,
+                             const char *input_name, const char *message)
 {
-    for (int i = 0; field && i < p->n_fields; i++) {
-        if (strcmp(p->fields[i].field, field) != 0)
-            continue;
-        cJSON *o = comfy_error_body("prompt_outputs_failed_validation",
-                                    "Prompt outputs failed validation", message);
-        cJSON *entry = cJSON_AddObjectToObject(cJSON_GetObjectItem(o, "node_errors"),
-                                               p->fields[i].node);
-        cJSON *errs = cJSON_AddArrayToObject(entry, "errors");
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "type", "value_not_accepted");
-        cJSON_AddStringToObject(e, "message", "Tessera refused the value");
-        cJSON_AddStringToObject(e, "details", message);
-        cJSON *x = cJSON_AddObjectToObject(e, "extra_info");
-        cJSON_AddStringToObject(x, "input_name", p->fields[i].input);
-        cJSON_AddItemToArray(errs, e);
-        cJSON *deps = cJSON_AddArrayToObject(entry, "dependent_outputs");
-        for (int k = 0; k < p->n_outputs; k++)
-            cJSON_AddItemToArray(deps, cJSON_CreateString(p->outputs[k]));
-        cJSON_AddStringToObject(entry, "class_type", p->fields[i].class_type);
-        return o;
+    cJSON *o = comfy_error_body("prompt_outputs_failed_validation",
+                                "Prompt outputs failed validation", message);
+    cJSON *entry = cJSON_AddObjectToObject(cJSON_GetObjectItem(o, "node_errors"), node);
+    cJSON *errs = cJSON_AddArrayToObject(entry, "errors");
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "type", "value_not_accepted");
+    cJSON_AddStringToObject(e, "message", "Tessera refused the value");
+    cJSON_AddStringToObject(e, "details", message);
+    cJSON *x = cJSON_AddObjectToObject(e, "extra_info");
+    cJSON_AddStringToObject(x, "input_name", input_name);
+    cJSON_AddItemToArray(errs, e);
+    cJSON *deps = cJSON_AddArrayToObject(entry, "dependent_outputs");
+    for (int k = 0; k < p->n_outputs; k++)
+        cJSON_AddItemToArray(deps, cJSON_CreateString(p->outputs[k].node));
+    cJSON_AddStringToObject(entry, "class_type", class_type);
+    return o;
+}
+
+cJSON *comfy_check_output_sizes(const comfy_plan *p, int c, int width, int height)
+{
+    for (int k = 0; k < p->n_outputs; k++) {
+        const comfy_output *o = &p->outputs[k];
+        int w = width, h = height;
+        for (int i = 0; o->chain == c && i < o->n_scales; i++) {
+            const comfy_scale *op = &o->scales[i];
+            if (comfy_scale_size(op, w, h, &w, &h))
+                continue;
+            char msg[200];
+            snprintf(msg, sizeof msg, "scaling the %dx%d image gives a side outside 1..%d", w, h,
+                     COMFY_SCALE_MAX);
+            return one_node_error(p, op->node, op->scale_by > 0 ? "ImageScaleBy" : "ImageScale",
+                                  op->scale_by > 0 ? "scale_by" : "width", msg);
+        }
     }
+    return NULL;
+}
+
+cJSON *comfy_field_error(const comfy_plan *p, int c, const char *field, const char *message)
+{
+    const comfy_chain *ch = &p->chains[c];
+    for (int i = 0; field && i < ch->n_fields; i++)
+        if (strcmp(ch->fields[i].field, field) == 0)
+            return one_node_error(p, ch->fields[i].node, ch->fields[i].class_type,
+                                  ch->fields[i].input, message);
     return comfy_error_body("prompt_outputs_failed_validation", "Prompt outputs failed validation",
                             message);
 }

@@ -4,9 +4,11 @@
  *
  * Why so strict: a ComfyUI client names a file with three query values,
  * and ComfyUI itself joins them into a path.  Here no value becomes a path
- * as given: an output is "<prompt_id>_<index:05>_.png" with no subfolder,
+ * as given: an output is "<job-id>_<index:05>_.png" with no subfolder,
  * parsed into a job id (which the asking key must see) and an image index,
- * and read through the store like the native PNG route; an input is a name
+ * and read through the store like the native PNG route, or, for an output
+ * behind ImageScale(By), "<prompt_id>_<index:05>_<output>_.png", the
+ * stored image scaled as the prompt file says (comfy_prompt.c); an input is a name
  * (and optional subfolder) of [A-Za-z0-9._-] not starting with '.', under
  * <data-dir>/comfy/input.  Anything else is 404, so a "../" never reaches
  * the file system (docs/security.md).
@@ -22,10 +24,12 @@
 
 #include "files.h"
 #include "http.h"
+#include "images.h"
 #include "ids.h"
 #include "jobs.h"
 #include "server.h"
 #include "store.h"
+#include "tessera.h"
 
 #define INPUT_MAX (32u << 20)
 
@@ -76,6 +80,53 @@ static void send_file_bytes(svc_req *r, const char *type, char *data, size_t len
     evbuffer_free(b);
 }
 
+/* An output behind ImageScale(By): image `index` of the output's chain's
+ * job, scaled as the prompt file says (comfy_scale.c, SaveImage's 8 bits),
+ * with the stored image's infotext.  Computed on each request, on the loop
+ * (the store keeps the sampled image only): bounded by COMFY_SCALE_MAX. */
+static void send_scaled(svc_req *r, svc_job *first, int index, int k)
+{
+    svc_server *s = r->srv;
+    cJSON *pf = comfy_prompt_read(s, first->ids);
+    comfy_output out;
+    svc_job *jobs[COMFY_MAX_CHAINS];
+    int n = pf ? comfy_prompt_jobs(s, first, pf, jobs) : 0;
+    const bool found = pf && comfy_prompt_output(pf, k, &out) && out.n_scales > 0 &&
+                       out.chain < n && jobs[out.chain];
+    cJSON_Delete(pf);
+    svc_job *j = found ? jobs[out.chain] : NULL;
+    if (!j || index >= j->n || j->images[index].state != SVC_DONE) {
+        svc_reply_errorf(r, r->dialect, 404, "not_found", "filename", "no such file");
+        return;
+    }
+    char *data = NULL, *text = NULL, err[256] = "";
+    size_t len = 0;
+    uint8_t *rgb = NULL, *scaled = NULL, *png = NULL;
+    int w = 0, h = 0, sw = 0, sh = 0;
+    size_t plen = 0;
+    if (svc_store_read_image(s->cfg.data_dir, j->ids, index, &data, &len) < 0) {
+        svc_reply_errorf(r, r->dialect, 404, "not_found", "filename",
+                         "the image is missing from the data directory");
+        return;
+    }
+    if (tsr_image_png_parameters(data, len, &text) != TSR_OK)
+        text = NULL;
+    if (svc_image_decode((const uint8_t *)data, len, 3, &rgb, &w, &h, err, sizeof err) < 0 ||
+        comfy_scale_rgb(rgb, w, h, out.scales, out.n_scales, true, &scaled, &sw, &sh, err,
+                        sizeof err) < 0 ||
+        svc_png_encode(scaled, sw, sh, text, &png, &plen, err, sizeof err) < 0) {
+        svc_reply_json(r, 500, comfy_error_body("internal", "the image cannot be scaled", err));
+    } else {
+        send_file_bytes(r, "image/png", (char *)png, plen);
+        png = NULL; /* sent and freed */
+    }
+    free(data);
+    free(text);
+    free(rgb);
+    free(scaled);
+    free(png);
+}
+
 /* GET /view?filename=<job-id>_<index>_.png&subfolder=&type=output|temp|input */
 void svc_comfy_view(svc_req *r, const char *rest)
 {
@@ -117,19 +168,15 @@ void svc_comfy_view(svc_req *r, const char *rest)
                          "type must be output, temp or input");
         return;
     }
-    /* "<job-id>_<5 digits>_.png", nothing else */
-    char ids[24];
-    int index = -1;
-    const char *us = strchr(filename, '_') ? strchr(strchr(filename, '_') + 1, '_') : NULL;
-    if (us && (size_t)(us - filename) < sizeof ids && strlen(us) == 11 &&
-        strcmp(us + 6, "_.png") == 0) {
-        memcpy(ids, filename, (size_t)(us - filename));
-        ids[us - filename] = '\0';
-        index = 0;
-        for (int i = 1; i <= 5; i++)
-            index = us[i] >= '0' && us[i] <= '9' && index >= 0 ? index * 10 + (us[i] - '0') : -1;
+    /* "<job-id>_<5 digits>_.png" or "<prompt_id>_<5 digits>_<output>_.png" */
+    char ids[20];
+    int index = -1, output = -1;
+    svc_job *j = comfy_output_name_parse(filename, ids, &index, &output) ? comfy_find_job(r, ids)
+                                                                         : NULL;
+    if (j && output >= 0) {
+        send_scaled(r, j, index, output);
+        return;
     }
-    svc_job *j = index >= 0 ? comfy_find_job(r, ids) : NULL;
     if (!j || index >= j->n || j->images[index].state != SVC_DONE) {
         svc_reply_errorf(r, r->dialect, 404, "not_found", "filename", "no such file");
         return;
