@@ -22,6 +22,9 @@ store keeps them.  It reuses test_comfy_api.py's helpers.
   ImageScaleBy (area 0.5) -> SaveImage equals generate's image averaged
   over 2x2 blocks in float32 and truncated as SaveImage truncates; a method
   ComfyUI does not have and a size past the bound are node errors.
+- keep_jobs: with --keep-jobs 1 the first prompt's job is dropped once the
+  second is done; the next /history removes its prompt file (it used to stay
+  on disk, skipped) and lists only the second.
 
 Run one case: python3 tests/compat/test_comfy_graph.py test_two_chains
 """
@@ -223,5 +226,23 @@ def test_image_scale():
     s.stop()
 
 
+def test_keep_jobs():
+    s = svc.Server(["--keep-jobs", "1"]).start()
+    ckpt = checkpoint(s)
+    prompts = os.path.join(s.data_dir, "comfy", "prompts")
+    first = queue_prompt(s, default_workflow(ckpt, seed=1))
+    wait_history(s, first)
+    assert os.path.exists(os.path.join(prompts, first + ".json"))
+    second = queue_prompt(s, default_workflow(ckpt, seed=2))
+    wait_history(s, second)
+    # the first job goes (--keep-jobs 1); a listing then removes its file
+    svc.wait_until(lambda: s.get("/v1/jobs/" + first).status == 404, 30, "the first job dropped")
+    assert set(get(s, "/history").json) == {second}
+    assert sorted(os.listdir(prompts)) == [second + ".json"], os.listdir(prompts)
+    assert get(s, "/history/" + first).json == {}
+    s.stop()
+
+
 if __name__ == "__main__":
-    sys.exit(svc.run_tests([test_two_chains, test_interrupt_two_chains, test_image_scale]))
+    sys.exit(svc.run_tests([test_two_chains, test_interrupt_two_chains, test_image_scale,
+                            test_keep_jobs]))
