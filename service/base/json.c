@@ -333,49 +333,56 @@ static char *read_string(reader *r, bool *has_nul)
 
 static cJSON *read_value(reader *r);
 
-/* The digits of a fraction or an exponent at *q: one at least (else the
- * number is refused there), *q moved past them. */
-static bool digits(reader *r, const char **q)
+/* The end of the digits from p on. */
+static const char *skip_digits(const char *p, const char *end)
 {
-    const char *p = *q;
-    if (p >= r->end || !(*p >= '0' && *p <= '9')) {
-        r->p = p;
-        fail(r, "invalid number");
-        return false;
-    }
-    while (p < r->end && *p >= '0' && *p <= '9')
+    while (p < end && *p >= '0' && *p <= '9')
         p++;
-    *q = p;
-    return true;
+    return p;
+}
+
+const char *svc_json_scan_number(const char *s, const char *end, const char **bad)
+{
+    const char *q = s < end && *s == '-' ? s + 1 : s;
+    const char *e = skip_digits(q, end);
+    if (e == q) {
+        if (bad)
+            *bad = s;
+        return NULL;
+    }
+    q = *q == '0' ? q + 1 : e; /* no leading zeros: "01" is the number 0, then '1' */
+    if (q < end && *q == '.') {
+        e = skip_digits(++q, end);
+        if (e == q) {
+            if (bad)
+                *bad = q;
+            return NULL;
+        }
+        q = e;
+    }
+    if (q < end && (*q == 'e' || *q == 'E')) {
+        q++;
+        if (q < end && (*q == '+' || *q == '-'))
+            q++;
+        e = skip_digits(q, end);
+        if (e == q) {
+            if (bad)
+                *bad = q;
+            return NULL;
+        }
+        q = e;
+    }
+    return q;
 }
 
 static cJSON *read_number(reader *r)
 {
-    const char *s = r->p;
-    const char *q = s;
-    if (q < r->end && *q == '-')
-        q++;
-    if (q >= r->end || !(*q >= '0' && *q <= '9')) {
+    const char *s = r->p, *bad = NULL;
+    const char *q = svc_json_scan_number(s, r->end, &bad);
+    if (!q) {
+        r->p = bad;
         fail(r, "invalid number");
         return NULL;
-    }
-    if (*q == '0') {
-        q++;
-    } else {
-        while (q < r->end && *q >= '0' && *q <= '9')
-            q++;
-    }
-    if (q < r->end && *q == '.') {
-        q++;
-        if (!digits(r, &q))
-            return NULL;
-    }
-    if (q < r->end && (*q == 'e' || *q == 'E')) {
-        q++;
-        if (q < r->end && (*q == '+' || *q == '-'))
-            q++;
-        if (!digits(r, &q))
-            return NULL;
     }
     size_t n = (size_t)(q - s);
     if (n > 256) {

@@ -68,6 +68,12 @@
  * message ("invalid UTF-8 at byte 12", "duplicate key \"steps\"", ...). */
 cJSON *svc_json_parse(const char *buf, size_t len, char *err, size_t err_size);
 
+/* The end of the JSON number (RFC 8259's grammar) that starts at s, within
+ * [s, end); NULL when s does not start one, with *bad (may be NULL) where
+ * a digit was wanted.  The one statement of the grammar: the parser and
+ * the OpenAI form fields (openai_edits.c) both use it. */
+const char *svc_json_scan_number(const char *s, const char *end, const char **bad);
+
 /* The literal of a number item parsed by svc_json_parse, or NULL. */
 const char *svc_json_literal(const cJSON *item);
 

@@ -36,36 +36,10 @@ static bool in_list(const char *const *l, const char *s)
     return false;
 }
 
-/* JSON number grammar (RFC 8259), whole string. */
+/* A whole string that is a JSON number (RFC 8259), of at most 64 bytes. */
 static bool json_number(const char *s, size_t n)
 {
-    size_t i = 0;
-    if (i < n && s[i] == '-')
-        i++;
-    if (i >= n || s[i] < '0' || s[i] > '9')
-        return false;
-    if (s[i] == '0')
-        i++;
-    else
-        while (i < n && s[i] >= '0' && s[i] <= '9')
-            i++;
-    if (i < n && s[i] == '.') {
-        i++;
-        if (i >= n || s[i] < '0' || s[i] > '9')
-            return false;
-        while (i < n && s[i] >= '0' && s[i] <= '9')
-            i++;
-    }
-    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
-        i++;
-        if (i < n && (s[i] == '+' || s[i] == '-'))
-            i++;
-        if (i >= n || s[i] < '0' || s[i] > '9')
-            return false;
-        while (i < n && s[i] >= '0' && s[i] <= '9')
-            i++;
-    }
-    return i == n && n <= 64;
+    return n <= 64 && svc_json_scan_number(s, s + n, NULL) == s + n;
 }
 
 static bool is_image_part(const char *name)
