@@ -81,11 +81,9 @@ struct comfy_run {
     int n_order;
     comfy_output outputs[COMFY_MAX_OUT_NODES];
     int n_outputs;
-    struct comfy_run *prev, *next;
 };
 
-static comfy_run *runs;
-static int n_runs;
+static int n_runs; /* attached and not over: queue_remaining */
 
 int comfy_runs_pending(void) { return n_runs; }
 
@@ -290,12 +288,6 @@ static void finish(comfy_run *run)
 {
     executing(run, NULL);
     run->over = true;
-    if (run->prev)
-        run->prev->next = run->next;
-    else if (runs == run)
-        runs = run->next;
-    if (run->next)
-        run->next->prev = run->prev;
     n_runs--;
     comfy_ws_send(NULL, NULL, "status", comfy_status_data(NULL));
     struct timeval zero = {0, 0};
@@ -387,10 +379,6 @@ void comfy_run_attach(svc_server *s, comfy_run *run, svc_job *const *jobs, int n
         svc_job_watch(jobs[c], &ch->watch);
         ch->watching = true;
     }
-    run->next = runs;
-    if (runs)
-        runs->prev = run;
-    runs = run;
     n_runs++;
     comfy_ws_send(NULL, NULL, "status", comfy_status_data(NULL));
 }
