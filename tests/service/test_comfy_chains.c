@@ -62,6 +62,29 @@ int test_two_chains(void)
             TSR_FAIL("node %s: chains %d, want %d", id, plan.order_chains[i], want);
     }
     comfy_plan_free(&plan);
+    /* both chains' models through LoraLoader 12, which takes LoraLoader 14's:
+     * 14, reached only through 12, is needed by both, though the
+     * validator's walk checks it once */
+    t = job_text(
+        "{\"14\": {\"class_type\": \"LoraLoader\", \"inputs\": {\"model\": [\"4\", 0], \"clip\":"
+        " [\"4\", 1], \"lora_name\": \"b.safetensors\", \"strength_model\": 1, \"strength_clip\":"
+        " 1}}, \"12\": {\"class_type\": \"LoraLoader\", \"inputs\": {\"model\": [\"14\", 0],"
+        " \"clip\": [\"14\", 1], \"lora_name\": \"a.safetensors\", \"strength_model\": 1,"
+        " \"strength_clip\": 1}}, \"3/inputs/model\": [\"12\", 0], \"30\": {\"class_type\": \"KSampler\", \"inputs\":"
+        " {\"seed\": 7, \"steps\": 3, \"cfg\": 6, \"sampler_name\": \"euler\", \"scheduler\":"
+        " \"normal\", \"denoise\": 1.0, \"model\": [\"12\", 0], \"positive\": [\"6\", 0],"
+        " \"negative\": [\"7\", 0], \"latent_image\": [\"5\", 0]}}, \"31\": {\"class_type\":"
+        " \"VAEDecode\", \"inputs\": {\"samples\": [\"30\", 0], \"vae\": [\"4\", 2]}},"
+        " \"10\": {\"class_type\": \"PreviewImage\", \"inputs\": {\"images\": [\"31\", 0]}}}",
+        &plan);
+    ASSERT_TRUE(t != NULL);
+    free(t);
+    ASSERT_EQ(plan.n_chains, 2);
+    for (int i = 0; i < plan.n_order; i++)
+        if ((!strcmp(plan.order[i], "14") || !strcmp(plan.order[i], "12")) &&
+            plan.order_chains[i] != 3)
+            TSR_FAIL("node %s: chains %d, want both", plan.order[i], plan.order_chains[i]);
+    comfy_plan_free(&plan);
     return 0;
 }
 

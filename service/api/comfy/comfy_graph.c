@@ -357,6 +357,22 @@ void comfy_plan_free(comfy_plan *p)
     memset(p, 0, sizeof *p);
 }
 
+/* bit on nd and everything it links to (a validated graph: no cycles,
+ * COMFY_MAX_DEPTH deep); each node is entered once per bit */
+static void mark_chain(graph *g, gnode *nd, unsigned char bit, unsigned char *marks, int depth)
+{
+    if (!nd || (marks[nd - g->nodes] & bit) || depth > COMFY_MAX_DEPTH)
+        return;
+    marks[nd - g->nodes] |= bit;
+    for (int i = 0; i < COMFY_MAX_INPUTS && nd->cls->inputs[i].name; i++) {
+        const char *id;
+        int index;
+        if (comfy_link_shape(cJSON_GetObjectItemCaseSensitive(nd->inputs, nd->cls->inputs[i].name),
+                             &id, &index))
+            mark_chain(g, comfy_find(g, id), bit, marks, depth + 1);
+    }
+}
+
 static int cmp_ids(const void *a, const void *b)
 {
     const gnode *x = *(gnode *const *)a, *y = *(gnode *const *)b;
@@ -438,13 +454,13 @@ int comfy_compile(const cJSON *prompt, const comfy_context *ctx, comfy_plan *pla
         goto fail;
     }
     /* which chains need each executed node (the websocket's messages) */
+    unsigned char marks[COMFY_MAX_NODES] = {0};
+    for (int k = 0; k < plan->n_outputs; k++)
+        mark_chain(g, comfy_find(g, plan->outputs[k].node),
+                   (unsigned char)(1u << plan->outputs[k].chain), marks, 0);
     for (int i = 0; i < plan->n_order; i++) {
         const gnode *nd = comfy_find(g, plan->order[i]);
-        const cJSON *deps = nd ? nd->dependents : NULL, *dep;
-        cJSON_ArrayForEach(dep, deps)
-            for (int k = 0; k < plan->n_outputs; k++)
-                if (strcmp(dep->valuestring, plan->outputs[k].node) == 0)
-                    plan->order_chains[i] |= (unsigned char)(1u << plan->outputs[k].chain);
+        plan->order_chains[i] = nd ? marks[nd - g->nodes] : 0;
     }
     /* each job as the text POST /v1/jobs would get, read back by the strict
      * reader: numbers then carry their literals (integers stay integers,
