@@ -123,6 +123,11 @@ static int test_nccl_one_rank(void)
     EXPECT_RECV("broadcast_async + all_reduce_async + wait", host);
     STEP(tsr_comm_barrier(c));
     printf("ok barrier\n");
+    /* out of place (tsr_comm_broadcast_from): a device copy through NCCL,
+     * what a one-rank weight broadcast (a replica on this GPU) runs */
+    CLEAR_RECV();
+    STEP(tsr_comm_broadcast_from(c, d_send, d_recv, 4 * (size_t)N, TSR_COMM_BYTES, 0));
+    EXPECT_RECV("broadcast_from bytes", host);
 
     /* what NCCL cannot do on one GPU is refused with a reason */
     {

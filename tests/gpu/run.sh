@@ -13,6 +13,13 @@
 #   gpu_unit ctest -L gpu: memory/events/auto, and every op at SD1.5/SD2.x/
 #            SDXL shapes against the CPU backend (gpu_ops_*, 3e-3, NaN fails);
 #            the nccl comm on one rank (gpu_comm_nccl_one_rank, tests/comm)
+#   replica  weights by broadcast (docs/multi-gpu.md part 2): a replica of a
+#            cuda:0 engine on cuda:0 through a one-rank NCCL group (NCCL
+#            refuses two ranks on one GPU, so rank 0 is the replica and its
+#            broadcast an NCCL copy from the source's arenas), its images
+#            against the source's (>= 45 dB; byte-identical expected), again
+#            with the source closed; with a second GPU also cuda:1 by two
+#            ranks (engine_replica_gpu_one_rank, tests/pipeline/test_replica.c)
 #   ops      the op golden cases of tests/ops with TSR_TEST_DEVICE=cuda
 #   golden   tiny models of tests/data end to end on the GPU against their
 #            goldens (PSNR >= 35 dB)
@@ -246,13 +253,24 @@ fi
 
 # ---- gpu_unit: memory, events, every op at SD shapes ----
 if ! skipped gpu_unit 120; then
-    timeout 240 ctest --test-dir "$BUILD" -L gpu -j4 --output-on-failure >"$LOGS/gpu_unit.log" 2>&1
+    timeout 240 ctest --test-dir "$BUILD" -L gpu -E '^engine_replica_gpu_' -j4 --output-on-failure \
+        >"$LOGS/gpu_unit.log" 2>&1
     fails=$(grep -E '^[a-z_ ]+ .+ FAIL$' "$LOGS/gpu_unit.log" | sed -E 's/ +/ /g' | head -8 | paste -sd ';')
     line=$(grep -E 'tests passed' "$LOGS/gpu_unit.log" | tail -1)
     case "$line" in *"100% tests passed"*) st=ok ;; *) st=FAIL ;; esac
     # on a GPU nothing may skip: a skip means the device could not be opened
     [ $st = ok ] && grep -q '(Skipped)' "$LOGS/gpu_unit.log" && st=FAIL
     result gpu_unit "$st" "${line:-timeout} ${fails:+; failing shapes: $fails}"
+fi
+
+# ---- replica: weights by broadcast, one NCCL rank on cuda:0 ----
+if ! skipped replica 30; then
+    timeout 120 ctest --test-dir "$BUILD" -R '^engine_replica_gpu_one_rank$' -V >"$LOGS/replica.log" 2>&1
+    line=$(grep -E 'tests passed' "$LOGS/replica.log" | tail -1)
+    case "$line" in *"100% tests passed"*) st=ok ;; *) st=FAIL ;; esac
+    grep -q '(Skipped)' "$LOGS/replica.log" && st=FAIL # a GPU is here: nothing may skip
+    worst=$(grep -oE 'psnr [0-9.inf]+ dB, max diff [0-9]+' "$LOGS/replica.log" | sort -t' ' -k6 -n | tail -1)
+    result replica "$st" "${line:-timeout}; worst image: ${worst:-none}; $(grep -c 'byte-identical' "$LOGS/replica.log") byte-identical"
 fi
 
 # ---- ops: the op golden cases on the GPU ----

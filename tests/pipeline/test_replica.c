@@ -21,7 +21,10 @@
  * too; (6) a failed broadcast fails the open cleanly with the comm's error,
  * naming op and rank: the source leaves, the source never comes (timeout),
  * a replica gives up (the source's send fails); (7) the group's refusals.
+ * (8) gpu_one_rank (label gpu, tests/gpu/run.sh's "replica" stage): the
+ * same on a GPU, where tsr_engine_open_replica broadcasts through NCCL.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -407,6 +410,98 @@ static int test_broadcast_refusals(void)
     return 0;
 }
 
+/* ------------------------------------------------------- on a GPU (label gpu) */
+
+/* PSNR (dB) of two SIDE x SIDE RGB images; INFINITY when equal. */
+static double psnr(const unsigned char *a, const unsigned char *b, int *maxdiff)
+{
+    double se = 0;
+    *maxdiff = 0;
+    const size_t n = (size_t)SIDE * SIDE * 3;
+    for (size_t i = 0; i < n; i++) {
+        const int d = (int)a[i] - (int)b[i];
+        se += (double)d * d;
+        if (abs(d) > *maxdiff)
+            *maxdiff = abs(d);
+    }
+    return se == 0 ? INFINITY : 10.0 * log10(255.0 * 255.0 / (se / (double)n));
+}
+
+/* want: the source's images; the replica's must match within 45 dB (one
+ * GPU, the same kernels and weights: byte-identical expected). */
+static int close_to(const char *what, run_arg *want, run_arg *got)
+{
+    ASSERT_OK(got->rc);
+    for (int i = 0; i < N; i++) {
+        int md = 0;
+        ASSERT_EQ(got->out[i].status, TSR_OK);
+        const double db = psnr(want->out[i].rgb, got->out[i].rgb, &md);
+        printf("%s image %d: psnr %.2f dB, max diff %d%s\n", what, i, db, md,
+               md == 0 ? " (byte-identical)" : "");
+        ASSERT_TRUE(db >= 45.0);
+    }
+    return 0;
+}
+
+/* tests/gpu/run.sh's "replica" stage: tsr_engine_open_replica on the GPU,
+ * which broadcasts (one GPU: rank 0 of a one-rank NCCL group, its
+ * broadcast an NCCL device copy from the source's arenas; NCCL refuses two
+ * ranks on one GPU); with a second GPU also a two-rank group to cuda:1. */
+static int test_gpu_one_rank(void)
+{
+    char path[512];
+    tsr_engine_options o;
+    demo_options(&o, path, sizeof path);
+    o.device = "cuda:0";
+    tsr_engine *src = NULL, *rep = NULL, *rep2 = NULL;
+    if (tsr_engine_open(&o, &src) != TSR_OK) {
+        printf("skip: no CUDA device: %s\n", tsr_last_error());
+        return TSR_TEST_SKIP;
+    }
+    static run_arg a, b, c;
+    memset(&a, 0, sizeof a);
+    a.e = src;
+    run_images(&a);
+    ASSERT_OK(a.rc);
+    if (tsr_engine_open_replica(src, &o, &rep) != TSR_OK)
+        TSR_FAIL("a replica on %s: %s", tsr_engine_device(src), tsr_last_error());
+    memset(&b, 0, sizeof b);
+    b.e = rep;
+    run_images(&b);
+    ASSERT_EQ(close_to("cuda:0 replica (one-rank nccl)", &a, &b), 0);
+    /* the source closed first: the replica's weights are its own */
+    tsr_engine_close(src);
+    memset(&c, 0, sizeof c);
+    c.e = rep;
+    run_images(&c);
+    ASSERT_EQ(close_to("cuda:0 replica, source closed", &b, &c), 0);
+    free_results(&c);
+    /* a second GPU: the two-rank NCCL group (rank 0 sends on a thread) */
+    o.device = "cuda:1";
+    tsr_engine *probe = NULL;
+    if (tsr_engine_open(&o, &probe) == TSR_OK) {
+        tsr_engine_close(probe);
+        o.device = "cuda:0";
+        ASSERT_OK(tsr_engine_open(&o, &src));
+        o.device = "cuda:1";
+        if (tsr_engine_open_replica(src, &o, &rep2) != TSR_OK)
+            TSR_FAIL("a replica on cuda:1: %s", tsr_last_error());
+        memset(&c, 0, sizeof c);
+        c.e = rep2;
+        run_images(&c);
+        ASSERT_EQ(close_to("cuda:1 replica (two-rank nccl)", &a, &c), 0);
+        free_results(&c);
+        tsr_engine_close(rep2);
+        tsr_engine_close(src);
+    } else {
+        printf("one GPU: the two-rank broadcast needs a second (%s)\n", tsr_last_error());
+    }
+    free_results(&a);
+    free_results(&b);
+    tsr_engine_close(rep);
+    return 0;
+}
+
 static const tsr_test_entry k_tests[] = {
     {"same_images", test_same_images},
     {"no_second_copy", test_no_second_copy},
@@ -414,5 +509,6 @@ static const tsr_test_entry k_tests[] = {
     {"broadcast_images", test_broadcast_images},
     {"broadcast_fails", test_broadcast_fails},
     {"broadcast_refusals", test_broadcast_refusals},
+    {"gpu_one_rank", test_gpu_one_rank},
 };
 TSR_TEST_TABLE_MAIN(k_tests)
