@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """tools/multi/load_once.py - what reading the weights once saves (issue 57
 part 2, docs/multi-gpu.md section 5): `tessera serve` on N CPU devices,
-with the weights shared (the default) and read per device
-(TESSERA_SHARE_WEIGHTS=0).
+with the weights shared (the default), read once and broadcast to each
+device's own copy (TESSERA_SHARE_WEIGHTS=broadcast: the path GPUs take, here
+over the host comm) and read per device (TESSERA_SHARE_WEIGHTS=0).
 
 For each run: seconds from the process start to its "listening on" line
 (every engine open), and the process's resident memory then (VmRSS) and
@@ -10,7 +11,7 @@ its peak (VmHWM), from /proc.  The server is killed right after; nothing is
 generated.  One run at a time (the machine's cores are shared).
 
 Usage: python3 tools/multi/load_once.py --bin build/bin/tessera
-           --model models/demo [--devices 1,2,4] [--modes shared,separate]
+           --model models/demo [--devices 1,2,4] [--modes shared,broadcast,separate]
 """
 import argparse
 import os
@@ -29,9 +30,13 @@ def status_kb(pid, key):
     return 0
 
 
-def run(binary, model, n, shared, threads):
+MODES = {"shared": "1", "broadcast": "broadcast", "separate": "0"}
+LABELS = {"shared": "read once", "broadcast": "read once, broadcast", "separate": "read per device"}
+
+
+def run(binary, model, n, mode, threads):
     env = dict(os.environ)
-    env["TESSERA_SHARE_WEIGHTS"] = "1" if shared else "0"
+    env["TESSERA_SHARE_WEIGHTS"] = MODES[mode]
     data = tempfile.mkdtemp(prefix="tsr-load-")
     argv = [binary, "serve", "--model", model, "--host", "127.0.0.1", "--port", "0",
             "--data-dir", data, "--device", ",".join(["cpu"] * n), "--threads", str(threads)]
@@ -65,12 +70,11 @@ def main():
     print("|---|---:|---|---:|---:|---:|")
     for n in [int(x) for x in a.devices.split(",")]:
         for mode in a.modes.split(","):
-            if n == 1 and mode == "separate":
+            if n == 1 and mode != "shared":
                 continue
-            secs, rss, hwm = run(a.bin, a.model, n, mode == "shared", a.threads or n)
+            secs, rss, hwm = run(a.bin, a.model, n, mode, a.threads or n)
             print("| %s | %d | %s | %.2f | %.0f | %.0f |" % (
-                os.path.basename(a.model.rstrip("/")), n,
-                "read once" if mode == "shared" or n == 1 else "read per device",
+                os.path.basename(a.model.rstrip("/")), n, LABELS[mode],
                 secs, rss / 1024, hwm / 1024), flush=True)
 
 
