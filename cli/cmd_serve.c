@@ -76,6 +76,11 @@ int tsr_cmd_serve(int argc, char **argv)
          "auto (default), cpu, cuda:N; a list runs one worker per entry (cpu,cpu)", 0, 0, 0, 0},
         {"threads", TSR_ARG_INT, &threads, "N",
          "CPU threads in all, split across CPU workers (0 = all cores)", 0, 1024, 0, 0},
+        {"parallel", TSR_ARG_STRING, &c.parallel, "auto|data|cfg",
+         "several devices: data = each runs its own images; cfg = devices 2k, 2k+1 pair up and "
+         "split every image's rows (lower latency); auto (default) = a lone image runs split "
+         "when the queue is empty and its pair is idle, data parallel under load",
+         0, 0, 0, 0},
         {"precision", TSR_ARG_STRING, &c.precision, "f32|bf16",
          "f32 (default; equals diffusers) or bf16: the CPU's fast mode where it has AVX512_BF16",
          0, 0, 0, 0},
@@ -232,6 +237,12 @@ int tsr_cmd_serve(int argc, char **argv)
                     batching);
             return TSR_EXIT_USAGE;
         }
+    }
+    if (c.parallel && strcmp(c.parallel, "auto") != 0 && strcmp(c.parallel, "data") != 0 &&
+        strcmp(c.parallel, "cfg") != 0) {
+        fprintf(stderr, "tessera serve: --parallel must be auto, data or cfg, not '%s'\n",
+                c.parallel);
+        return TSR_EXIT_USAGE;
     }
     if (c.queue_url) {
         char err[400];

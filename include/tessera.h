@@ -445,6 +445,57 @@ typedef struct tsr_batch_stats {
 
 void tsr_batch_stats_get(const tsr_batch *b, tsr_batch_stats *out);
 
+/* ------------------------------------------------------------------------
+ * CFG-parallel: one batch's UNet rows split over several engines
+ * (docs/multi-gpu.md part 4).
+ *
+ * A group joins n engines (2..8, each on its own device, e.g. a CPU engine
+ * and its tsr_engine_open_replica).  Each engine runs its own batch,
+ * attached to its rank with tsr_batch_set_cfg_group, on its own thread, and
+ * the n batches are driven in lockstep: the same images submitted in the
+ * same order, the same cancels between the same steps, tsr_batch_step
+ * called as often.  Each step every rank lays out the call's rows ([uncond,
+ * cond] per image), runs the UNet on its contiguous share of them (rank r:
+ * rows r*k .. r*k+k-1, k = ceil(rows / n); one image with guidance: rank 0
+ * the unconditional row, rank 1 the conditional one), and one all_gather
+ * gives every rank the whole noise prediction; every rank then applies the
+ * same guidance and sampler step, so all hold the same latents.  Rank 0
+ * decodes and makes previews; on the other ranks an image that finishes
+ * becomes DONE without pixels (tsr_result.rgb NULL).  On CPU engines the
+ * image equals the one-engine run byte for byte.
+ *
+ * Errors: a rank whose UNet call fails tells its peers in the same
+ * all_gather, so every rank fails the call's images with that rank's
+ * message; a rank that stops calling makes its peers fail within the
+ * timeout (default 30 s, $TSR_COMM_TIMEOUT_S) with an error naming the op
+ * and the rank ("all_gather (rank 0 of 2): peer rank 1 did not arrive
+ * within 30 s"); ranks out of lockstep fail with "ranks disagree".  After
+ * a timeout or an abort the group is broken: every later grouped step fails
+ * at once; make a new group.
+ * ------------------------------------------------------------------------ */
+typedef struct tsr_cfg_group tsr_cfg_group;
+
+/* engines borrowed (they must outlive the group); timeout_s <= 0: the
+ * default.  Owned: tsr_cfg_group_destroy, once no batch steps with it. */
+int tsr_cfg_group_create(tsr_engine *const *engines, int n, double timeout_s,
+                         tsr_cfg_group **out);
+void tsr_cfg_group_destroy(tsr_cfg_group *g);
+int tsr_cfg_group_size(const tsr_cfg_group *g);
+/* Rank `rank` leaves for good (its device failed): its peers' steps fail
+ * at once with "rank R left the group: why".  Any thread. */
+void tsr_cfg_group_abort(tsr_cfg_group *g, int rank, const char *why);
+/* 1 when broken (*reason borrowed, may be NULL; *blame: bit r = rank r to
+ * blame, 0 when nobody in particular), else 0. */
+int tsr_cfg_group_broken(const tsr_cfg_group *g, const char **reason, uint64_t *blame);
+/* Attach an empty batch to rank `rank` of g (g NULL: detach; the batch
+ * runs alone again).  TSR_ERR_INVALID while the batch holds images or
+ * when the batch's engine is not the group's engine of that rank. */
+int tsr_batch_set_cfg_group(tsr_batch *b, tsr_cfg_group *g, int rank);
+/* After a grouped tsr_batch_step failed: the ranks to blame (bit r), 0
+ * when it did not fail or nobody in particular is (ranks disagree).  A
+ * server tells its own device's failure (its bit) from a peer's. */
+uint64_t tsr_batch_cfg_blame(const tsr_batch *b);
+
 typedef struct tsr_result {
     int image;
     int status;         /* TSR_OK, or why the image failed / was cancelled */

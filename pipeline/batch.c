@@ -78,6 +78,9 @@ void tsr_batch_release_buffers(tsr_batch *b)
     free(b->preview_small);
     b->preview_small = NULL;
     b->preview_small_cap = 0;
+    free(b->gather);
+    b->gather = NULL;
+    b->gather_cap = 0;
 }
 
 void tsr_batch_free(tsr_batch *b)

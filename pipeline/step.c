@@ -152,6 +152,14 @@ static int decode_finished(tsr_batch *b, tsr_batch_image **group, int n)
     for (int i = 0; i < n; i++)
         if (group[i]->state == TSR_IMAGE_DECODING)
             done[nd++] = group[i];
+    if (b->rank > 0) {
+        /* CFG-parallel: rank 0 decodes; here the image ends without pixels */
+        for (int i = 0; i < nd; i++) {
+            done[i]->state = TSR_IMAGE_DONE;
+            tsr_batch_report_final(b, done[i]);
+        }
+        return nd;
+    }
     for (int i = 0; i < nd; i += b->opt.max_decode_images) {
         int k = nd - i < b->opt.max_decode_images ? nd - i : b->opt.max_decode_images;
         decode_chunk(b, done + i, k);
@@ -241,7 +249,7 @@ static void report_step(tsr_batch *b, tsr_batch_image *j)
     info.latent_height = j->lh;
     info.latent_width = j->lw;
     info.latent_channels = b->e->latent_channels;
-    if (b->previews)
+    if (b->previews && b->rank == 0) /* CFG-parallel: rank 0 makes them */
         make_preview(b, j, &info);
     b->cb(b->user, &info);
 }
@@ -410,8 +418,43 @@ static int lay_out_rows(tsr_batch *b, const call_group *g)
     return TSR_OK;
 }
 
-/* Run: the one UNet call, timed into the batch's stats.  A failing call
- * fails every image in it (each with the call's message). */
+/* A failing call fails every image in it (each with the call's message). */
+static int fail_call(tsr_batch *b, const call_group *g, int rc)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", tsr_last_error());
+    for (int gi = 0; gi < g->n; gi++) {
+        tsr_errorf(rc, "%s", msg);
+        if (g->images[gi]->state == TSR_IMAGE_DENOISING)
+            tsr_batch_fail_image(b, g->images[gi], rc);
+    }
+    return tsr_errorf(rc, "%s", msg);
+}
+
+/* What the ranks of a CFG-parallel group must agree on before their rows
+ * mix: the call's shape, and each image's seed, progress and timestep
+ * (FNV-1a over them). */
+static uint64_t step_fingerprint(const call_group *g)
+{
+    uint64_t h = 1469598103934665603ULL;
+    const int64_t shape[] = {g->n, g->rows, g->lh, g->lw, g->Cin, g->L};
+    const unsigned char *p = (const unsigned char *)shape;
+    for (size_t i = 0; i < sizeof shape; i++)
+        h = (h ^ p[i]) * 1099511628211ULL;
+    for (int gi = 0; gi < g->n; gi++) {
+        const tsr_batch_image *j = g->images[gi];
+        const double t = tsr_sampler_timestep(j->sampler);
+        /* not the id: each rank's batch numbers its images itself */
+        int64_t v[3] = {(int64_t)j->seed, tsr_batch_image_steps_done(j), 0};
+        memcpy(&v[2], &t, sizeof t);
+        p = (const unsigned char *)v;
+        for (size_t i = 0; i < sizeof v; i++)
+            h = (h ^ p[i]) * 1099511628211ULL;
+    }
+    return h;
+}
+
+/* Run: the one UNet call, timed into the batch's stats. */
 static int run_unet(tsr_batch *b, call_group *g)
 {
     tsr_engine *e = b->e;
@@ -440,29 +483,40 @@ static int run_unet(tsr_batch *b, call_group *g)
         }
     in.loras = any_lora ? sets : NULL;
     in.circular = g->images[0]->params.tiling != 0; /* one value per group (same_group) */
+    /* CFG-parallel: this rank's rows only, into its block of the all_gather
+     * (pipeline/cfg_group.c); alone: every row, straight into b->out */
+    int r0, r1;
+    const int share = tsr_cfg_share(b, g->rows, &r0, &r1);
+    float *out = b->out;
+    if (b->group) {
+        in.batch = r1 - r0;
+        in.latents += (size_t)r0 * g->px * g->Cin;
+        in.timesteps += r0;
+        in.context += (size_t)r0 * g->L * g->D;
+        if (e->sdxl) {
+            in.text_embeds += (size_t)r0 * g->P;
+            in.time_ids += (size_t)r0 * 6;
+        }
+        if (in.loras)
+            in.loras += r0;
+        if (!(out = tsr_cfg_slot(b, share, g->nl)))
+            return fail_call(b, g, TSR_ERR_NOMEM);
+    }
     const double t0 = tsr_pipeline_now();
-    int rc = tsr_unet_forward(e->unet, &in, b->out);
+    int rc = in.batch > 0 ? tsr_unet_forward(e->unet, &in, out) : TSR_OK;
+    if (b->group)
+        rc = tsr_cfg_exchange(b, step_fingerprint(g), rc, g->rows, share, g->nl, g->n,
+                              g->images[0]->seed, tsr_batch_image_steps_done(g->images[0]));
     const double unet_s = tsr_pipeline_now() - t0;
     g->unet_seconds = unet_s;
     b->stats.unet_calls++;
-    b->stats.unet_rows += (uint64_t)g->rows;
+    b->stats.unet_rows += (uint64_t)(r1 - r0);
     b->stats.images_evaluated += (uint64_t)g->n;
     b->stats.last_call_images = g->n;
-    b->stats.last_call_rows = g->rows;
+    b->stats.last_call_rows = r1 - r0;
     b->stats.last_call_seconds = unet_s;
     b->stats.unet_seconds += unet_s;
-    if (rc < 0) {
-        const char *why = tsr_last_error();
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", why);
-        for (int gi = 0; gi < g->n; gi++) {
-            tsr_errorf(rc, "%s", msg);
-            if (g->images[gi]->state == TSR_IMAGE_DENOISING)
-                tsr_batch_fail_image(b, g->images[gi], rc);
-        }
-        return tsr_errorf(rc, "%s", msg);
-    }
-    return TSR_OK;
+    return rc < 0 ? fail_call(b, g, rc) : TSR_OK;
 }
 
 /* Advance: each image applies its own guidance to its rows' output and its

@@ -98,6 +98,11 @@ void svc_devices_metrics(const svc_devices *d, struct evbuffer *out)
         evbuffer_add_printf(out, "tessera_device_images_per_call_count{device=\"%s\"} %llu\n",
                             d->v[i].name, (unsigned long long)d->v[i].calls);
     }
+    family(out, "tessera_device_cfg_calls_total", "counter",
+           "UNet calls the device made as a rank of a CFG-parallel pair (--parallel)");
+    for (int i = 0; i < d->n; i++)
+        evbuffer_add_printf(out, "tessera_device_cfg_calls_total{device=\"%s\"} %llu\n",
+                            d->v[i].name, (unsigned long long)d->v[i].cfg_calls);
     family(out, "tessera_device_failures_total", "counter",
            "Times the device was taken out (sticky error, repeated out of memory, fault switch)");
     for (int i = 0; i < d->n; i++)

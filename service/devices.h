@@ -34,6 +34,7 @@ typedef struct svc_device {
     uint64_t images;        /* images summed over those calls */
     uint64_t failures;      /* times taken out (0 or 1 today), or failed steps */
     uint64_t requeued;      /* its unfinished images handed back to the queue */
+    uint64_t cfg_calls;     /* of its UNet calls, those made as a rank of a CFG pair */
 } svc_device;
 
 typedef struct svc_devices {

@@ -84,6 +84,7 @@ void svc_server_on_msg(void *user, svc_msg *m)
         if (m->worker >= 0 && m->worker < s->devices.n) {
             s->devices.v[m->worker].calls++;
             s->devices.v[m->worker].images += (uint64_t)(m->images > 0 ? m->images : 0);
+            s->devices.v[m->worker].cfg_calls += m->ranks > 1;
         }
         s->metrics.unet_calls++;
         svc_hist_observe(&s->metrics.unet_images, m->images);

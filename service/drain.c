@@ -141,6 +141,9 @@ void svc_server_shutdown(svc_server *s)
     for (int i = 0; i < s->n_workers; i++)
         svc_worker_free(s->workers[i]);
     free(s->workers);
+    for (int k = 0; k < s->n_pairs; k++)
+        svc_pair_free(s->pairs[k]);
+    free(s->pairs);
     svc_devices_free(&s->devices);
     if (s->journal)
         s->journal->ops->close(s->journal);

@@ -50,6 +50,8 @@ typedef struct svc_msg {
     int step, steps;
     int status;
     int images;
+    int ranks;           /* UNET_CALL: devices the call's rows were split over (CFG-parallel:
+                            2; 0 or 1 alone) */
     double seconds;
     size_t bytes;
     char etag[33];

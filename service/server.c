@@ -214,6 +214,29 @@ static int start_workers(svc_server *s)
     s->workers = calloc((size_t)n, sizeof *s->workers);
     if (!s->workers || svc_devices_init(&s->devices, names, n) != 0)
         return -1;
+    /* CFG-parallel (pair.h): devices 2k and 2k+1 may pair up */
+    int parallel = svc_parallel_parse(s->cfg.parallel);
+    if (parallel < 0) {
+        SVC_ERROR("--parallel must be auto, data or cfg, not '%s'", s->cfg.parallel);
+        return -1;
+    }
+    if (parallel != SVC_PARALLEL_DATA && s->work_queue && s->work_queue != s->queue) {
+        if (parallel == SVC_PARALLEL_CFG) {
+            SVC_ERROR("--parallel cfg needs the in-process queue (not --queue redis://)");
+            return -1;
+        }
+        parallel = SVC_PARALLEL_DATA; /* auto with Redis: data parallel */
+    }
+    if (parallel != SVC_PARALLEL_DATA && n >= 2) {
+        s->pairs = calloc((size_t)(n / 2), sizeof *s->pairs);
+        if (!s->pairs)
+            return -1;
+        for (int k = 0; k < n / 2; k++)
+            if (!(s->pairs[s->n_pairs++] = svc_pair_new((svc_parallel)parallel)))
+                return -1;
+        SVC_INFO("--parallel %s: devices pair up as %s", svc_parallel_name((svc_parallel)parallel),
+                 n == 2 ? "(0, 1)" : "(0, 1), (2, 3), ...");
+    }
     /* the fault switch (docs/multi-gpu.md): the environment only */
     const char *fault = getenv("TESSERA_FAULT_DEVICE");
     svc_weights_plan wplan;
@@ -252,6 +275,10 @@ static int start_workers(svc_server *s)
         wc.weights = wplan.group[i];
         wc.weights_rank = wplan.rank[i];
         char err[256];
+        if (i / 2 < s->n_pairs) {
+            wc.pair = s->pairs[i / 2];
+            wc.pair_me = i % 2;
+        }
         wc.fault_after_calls = svc_devices_fault_after(fault, wc.name, err, sizeof err);
         if (wc.fault_after_calls >= 0)
             SVC_WARN("TESSERA_FAULT_DEVICE: device %s will fail after %d UNet calls", wc.name,

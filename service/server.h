@@ -32,6 +32,7 @@
 #include "tiles.h"
 #include "tessera.h"
 #include "worker.h"
+#include "pair.h"
 
 struct event_base;
 struct event;
@@ -59,6 +60,8 @@ typedef struct svc_server {
 
     svc_worker **workers;
     int n_workers, n_ready, n_exited, n_failed;
+    struct svc_pair **pairs;   /* --parallel auto|cfg: devices 2k and 2k+1 (pair.h) */
+    int n_pairs;
     svc_devices devices;       /* one per worker: names, up/failed, counters (devices.h) */
     tsr_engine *engine0;       /* worker 0's, for checks and facts */
     char model_name[256], family[32], device_desc[512];

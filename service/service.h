@@ -20,6 +20,8 @@ typedef struct tsr_service_config {
     int port;                /* default 8080; 0 = any free port */
     const char *device;      /* "auto" (default), "cpu", "cpu,cpu", "cuda:0,cuda:1" */
     int threads;             /* CPU threads in all (0 = all cores), split across CPU workers */
+    const char *parallel;    /* --parallel: "auto" (NULL, the default), "data" or "cfg": how
+                              * several devices share work (docs/multi-gpu.md part 4) */
     const char *precision;   /* NULL/"f32" (default) or "bf16" (tsr_engine_options.precision) */
     int max_batch;           /* images per UNet call, 1..32 (default 16) */
     int max_queue;           /* images waiting, at most (default 256), counted in queue units:

@@ -1,7 +1,7 @@
 /*
  * service/worker.c - see worker.h.
  */
-#include "worker.h"
+#include "worker_int.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -14,42 +14,6 @@
 #include "util.h"
 #include "weights.h"
 
-#define MAX_SLOTS 64
-
-/* An image in this worker's batch. */
-typedef struct slot {
-    int batch_image;   /* its id in this worker's tsr_batch (tsr_batch_submit) */
-    uint64_t job_id;   /* the service job it belongs to (svc_job.id) */
-    int index;         /* its index in that job */
-    int width, height;
-    int last_step;
-    int evals;         /* UNet evaluations so far: the version of its next preview */
-    int pending;       /* FAILED with a device-level status (TSR_ERR_BACKEND, _NOMEM):
-                          finished or requeued once the step has returned (0: not) */
-    svc_params *params;/* one reference: to requeue it should the device fail */
-    char owner[64];    /* its key (fair turns), for the same */
-} slot;
-
-struct svc_worker {
-    svc_worker_config cfg;
-    pthread_t thread;
-    bool started;
-    _Atomic(tsr_engine *) engine; /* set once open */
-    atomic_int opened;            /* 0 opening, 1 open, -1 failed (share_from waits on it) */
-    tsr_batch *batch;             /* worker thread only */
-    slot slots[MAX_SLOTS];        /* worker thread only, oldest first */
-    int n_slots;
-    uint64_t calls;               /* UNet calls made (preview cadence) */
-    int oom_in_a_row;             /* failed steps out of memory, in a row */
-    bool failed;                  /* the device is taken out (worker thread) */
-    atomic_bool gone;             /* the same, for other threads: cancels are not kept */
-    int preview_mode;             /* the mode set on the batch now */
-    atomic_bool abort;
-    pthread_mutex_t mu;           /* guards the cancel list */
-    uint64_t *cancels;
-    int n_cancels, cap_cancels;
-};
-
 static void post(svc_worker *w, svc_msg *m)
 {
     if (!m) {
@@ -58,6 +22,11 @@ static void post(svc_worker *w, svc_msg *m)
     }
     m->worker = w->cfg.index;
     svc_mailbox_post(w->cfg.mailbox, m);
+}
+
+void svc_worker_post(svc_worker *w, svc_msg *m)
+{
+    post(w, m);
 }
 
 static svc_msg *image_msg(svc_msg_type type, const slot *s)
@@ -175,6 +144,8 @@ static void on_step(void *user, const tsr_step_info *info)
 
 static void cancel_slot(svc_worker *w, int i)
 {
+    if (w->leading) /* the partner cancels it at the same point */
+        svc_pair_cancel(w->cfg.pair, w->slots[i].batch_image);
     int rc = tsr_batch_cancel(w->batch, w->slots[i].batch_image);
     if (rc < 0 && rc != TSR_ERR_INVALID) {
         SVC_WARN("worker %d: cannot cancel image %d: %s", w->cfg.index, w->slots[i].batch_image,
@@ -212,6 +183,11 @@ static void fail_device(svc_worker *w, int status, const char *reason)
 {
     w->failed = true;
     atomic_store(&w->gone, true);
+    if (w->cfg.pair) {
+        svc_pair_mark_dead(w->cfg.pair, w->cfg.pair_me);
+        if (w->leading) /* the partner's step fails at once, not after the timeout */
+            svc_pair_abort(w->cfg.pair, reason);
+    }
     SVC_ERROR("device %s (worker %d) is taken out: %s; its %d unfinished image%s rerun on the "
               "other devices",
               w->cfg.name, w->cfg.index, reason, w->n_slots, w->n_slots == 1 ? "" : "s");
@@ -255,6 +231,59 @@ static void fail_device(svc_worker *w, int status, const char *reason)
     w->n_slots = 0;
     if (n > 0)
         q->ops->requeue(q, entries, n);
+    if (w->leading) {
+        svc_pair_end(w->cfg.pair, w->batch);
+        w->leading = false;
+    }
+}
+
+void svc_worker_take_out(svc_worker *w, int status, const char *reason)
+{
+    fail_device(w, status, reason);
+}
+
+/* A leader's pair failed for its partner's sake (or the pairing's: ranks
+ * out of step): its device is fine, so its images go back to the front of
+ * the queue, to rerun from their start, and the pair ends. */
+static void pair_failed(svc_worker *w, const char *why)
+{
+    svc_queue *q = w->cfg.queue;
+    SVC_ERROR("device %s (worker %d): its CFG pair failed: %s; its %d unfinished image%s rerun",
+              w->cfg.name, w->cfg.index, why, w->n_slots, w->n_slots == 1 ? "" : "s");
+    svc_entry *entries[MAX_SLOTS];
+    int n = 0;
+    for (int i = 0; i < w->n_slots; i++) {
+        slot *s = &w->slots[i];
+        tsr_batch_cancel(w->batch, s->batch_image);
+        tsr_result res;
+        memset(&res, 0, sizeof res);
+        if (tsr_batch_take(w->batch, s->batch_image, &res) == TSR_OK)
+            tsr_result_free(&res);
+        if (w->cfg.tiles)
+            svc_tiles_forget(w->cfg.tiles, s->job_id, s->index);
+        svc_entry *e = q->ops->requeue ? svc_entry_new(s->job_id, s->index, s->params) : NULL;
+        if (e) {
+            snprintf(e->owner, sizeof e->owner, "%s", s->owner);
+            entries[n++] = e;
+            post(w, image_msg(SVC_MSG_IMAGE_REQUEUED, s));
+        } else {
+            svc_msg *f = image_msg(SVC_MSG_IMAGE_FAILED, s);
+            if (f) {
+                char text[512];
+                snprintf(text, sizeof text, "CFG pair failed: %s", why);
+                f->status = TSR_ERR_BACKEND;
+                f->text = strdup(text);
+            }
+            post(w, f);
+        }
+        svc_params_unref(s->params);
+        s->params = NULL;
+    }
+    w->n_slots = 0;
+    if (n > 0)
+        q->ops->requeue(q, entries, n);
+    svc_pair_end(w->cfg.pair, w->batch);
+    w->leading = false;
 }
 
 /* After a step: a call that failed for the device's sake takes it out;
@@ -292,6 +321,8 @@ static void admit(svc_worker *w, svc_entry *e)
     svc_msg *m = image_msg(SVC_MSG_IMAGE_STARTED, &s);
     post(w, m);
     int rc = tsr_batch_submit(w->batch, &p, &s.batch_image);
+    if (rc == TSR_OK && w->leading)
+        svc_pair_submit(w->cfg.pair, s.batch_image, e->params, e->index);
     if (rc < 0) {
         svc_msg *f = image_msg(SVC_MSG_IMAGE_FAILED, &s);
         if (f) {
@@ -313,10 +344,38 @@ static void admit(svc_worker *w, svc_entry *e)
  * and the batch waits for the slowest before the next group is admitted. */
 static bool fill(svc_worker *w)
 {
-    const int max = w->cfg.max_batch < MAX_SLOTS ? w->cfg.max_batch : MAX_SLOTS;
+    int max = w->cfg.max_batch < MAX_SLOTS ? w->cfg.max_batch : MAX_SLOTS;
     const bool was_empty = w->n_slots == 0;
     if (w->cfg.static_batching && !was_empty)
         return true;
+    if (w->leading && !svc_pair_keeps_filling(w->cfg.pair))
+        return true; /* auto: the pair runs its one image */
+    if (w->cfg.pair && was_empty) {
+        /* idle: wait for an entry, or for the partner to claim this device */
+        bool follow = false;
+        svc_entry *e = svc_pair_idle_pop(w->cfg.pair, w->cfg.pair_me, w->cfg.queue, &w->abort,
+                                         &follow);
+        if (follow) {
+            if (!svc_pair_follow(w->cfg.pair, w->cfg.pair_me, w))
+                return false; /* this device failed while following: the thread ends */
+            return true;      /* back to the top: idle again */
+        }
+        if (!e)
+            return false; /* closed (drain) or aborted */
+        w->leading = svc_pair_try_lead(w->cfg.pair, w->cfg.pair_me, w->cfg.queue, e, w->batch,
+                                       atomic_load(&w->engine));
+        admit(w, e);
+        if (w->n_slots == 0 && w->leading) { /* its submit failed: nothing to pair for */
+            svc_pair_end(w->cfg.pair, w->batch);
+            w->leading = false;
+        }
+        if (w->n_slots == 0 || (w->leading && !svc_pair_keeps_filling(w->cfg.pair)))
+            return true;
+        if (w->leading)
+            max = svc_pair_capacity(w->cfg.pair, w->cfg.max_batch);
+    } else if (w->leading) {
+        max = svc_pair_capacity(w->cfg.pair, w->cfg.max_batch);
+    }
     while (w->n_slots < max && !atomic_load(&w->abort)) {
         bool shape = w->n_slots > 0;
         svc_entry *e = w->cfg.queue->ops->pop(w->cfg.queue, shape, shape ? w->slots[0].width : 0,
@@ -387,6 +446,8 @@ static void *worker_main(void *arg)
         bo.max_rows = 2 * w->cfg.max_batch;
         if (bo.max_images < 2 * w->cfg.max_batch)
             bo.max_images = 2 * w->cfg.max_batch;
+        if (w->cfg.pair) /* a leader holds up to twice --max-batch images (pair.h) */
+            bo.max_rows = 4 * w->cfg.max_batch < 64 ? 4 * w->cfg.max_batch : 64;
         rc = tsr_batch_create(engine, &bo, &w->batch);
     }
     if (rc != TSR_OK) {
@@ -408,6 +469,8 @@ static void *worker_main(void *arg)
     tsr_batch_set_callback(w->batch, on_step, w, TSR_PREVIEW_NONE);
     atomic_store(&w->engine, engine);
     atomic_store(&w->opened, 1);
+    if (w->cfg.pair)
+        svc_pair_register(w->cfg.pair, w->cfg.pair_me, w);
     post(w, svc_msg_new(SVC_MSG_ENGINE_READY));
 
     tsr_batch_stats last;
@@ -417,8 +480,14 @@ static void *worker_main(void *arg)
         if (!fill(w))
             break; /* queue closed (drain) and nothing to run */
         apply_cancels(w);
-        if (w->n_slots == 0)
+        if (w->n_slots == 0) {
+            if (w->leading) { /* everything cancelled: the pair parts */
+                svc_pair_end(w->cfg.pair, w->batch);
+                w->leading = false;
+            }
             continue;
+        }
+        tsr_batch_stats_get(w->batch, &last); /* following moves the counts too */
         /* previews (image size) every --preview-every UNet calls only:
          * the engine computes them for the calls that ask */
         const int every = w->cfg.preview_every > 0 ? w->cfg.preview_every : 1;
@@ -441,34 +510,20 @@ static void *worker_main(void *arg)
         w->calls++;
         int finished = 0;
         const double t0 = svc_now_mono();
+        if (w->leading)
+            svc_pair_step(w->cfg.pair);
         rc = tsr_batch_step(w->batch, &finished);
-        svc_msg *busy = svc_msg_new(SVC_MSG_DEVICE_STEP);
-        if (busy)
-            busy->seconds = svc_now_mono() - t0;
-        post(w, busy);
+        const double step_s = svc_now_mono() - t0;
         if (rc < 0)
             SVC_ERROR("worker %d (%s): UNet call failed: %s", w->cfg.index, w->cfg.name,
                       tsr_last_error());
-        tsr_batch_stats now;
-        tsr_batch_stats_get(w->batch, &now);
-        if (now.unet_calls > last.unet_calls) {
-            /* one call per step; should a step ever make more, report
-             * them as calls of the average size */
-            const uint64_t calls = now.unet_calls - last.unet_calls;
-            for (uint64_t k = 0; k < calls; k++) {
-                svc_msg *m = svc_msg_new(SVC_MSG_UNET_CALL);
-                if (m) {
-                    m->images = calls == 1 ? now.last_call_images
-                                           : (int)((now.images_evaluated -
-                                                    last.images_evaluated) / calls);
-                    m->seconds = calls == 1 ? now.last_call_seconds
-                                            : (now.unet_seconds - last.unet_seconds) /
-                                                  (double)calls;
-                }
-                post(w, m);
-            }
+        svc_worker_report_calls(w, &last, step_s, w->leading ? 2 : 1);
+        if (rc < 0 && w->leading && !svc_pair_own_fault(w->cfg.pair, w->batch)) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", tsr_last_error());
+            pair_failed(w, why);
+            continue;
         }
-        last = now;
         after_step(w, rc);
         if (w->failed)
             break;
@@ -478,9 +533,46 @@ static void *worker_main(void *arg)
             while (w->n_slots > 0)
                 finish(w, w->n_slots - 1, TSR_IMAGE_FAILED, TSR_ERR_INTERNAL);
         }
+        if (w->leading && w->n_slots == 0) { /* the pair's images are done: it parts */
+            svc_pair_end(w->cfg.pair, w->batch);
+            w->leading = false;
+        }
     }
     post(w, svc_msg_new(SVC_MSG_WORKER_EXIT));
     return NULL;
+}
+
+void svc_worker_report_calls(svc_worker *w, const tsr_batch_stats *before, double seconds,
+                             int ranks)
+{
+    svc_msg *busy = svc_msg_new(SVC_MSG_DEVICE_STEP);
+    if (busy)
+        busy->seconds = seconds;
+    post(w, busy);
+    tsr_batch_stats now;
+    tsr_batch_stats_get(w->batch, &now);
+    if (now.unet_calls <= before->unet_calls)
+        return;
+    /* one call per step; should a step ever make more, report them as
+     * calls of the average size */
+    const uint64_t calls = now.unet_calls - before->unet_calls;
+    for (uint64_t k = 0; k < calls; k++) {
+        svc_msg *m = svc_msg_new(SVC_MSG_UNET_CALL);
+        if (m) {
+            m->images = calls == 1 ? now.last_call_images
+                                   : (int)((now.images_evaluated - before->images_evaluated) /
+                                           calls);
+            m->seconds = calls == 1 ? now.last_call_seconds
+                                    : (now.unet_seconds - before->unet_seconds) / (double)calls;
+            m->ranks = ranks;
+        }
+        post(w, m);
+    }
+}
+
+void svc_worker_reset_callback(svc_worker *w)
+{
+    tsr_batch_set_callback(w->batch, on_step, w, w->preview_mode);
 }
 
 svc_worker *svc_worker_start(const svc_worker_config *cfg)

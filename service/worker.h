@@ -62,6 +62,8 @@ typedef struct svc_worker_config {
     struct svc_weights *weights;   /* or: rank weights_rank of this broadcast group
                                       (weights.h; rank 0 reads and sends); NULL: none */
     int weights_rank;
+    struct svc_pair *pair;   /* CFG-parallel partner channel (pair.h); NULL: never pairs */
+    int pair_me;             /* this worker's place in it, 0 or 1 */
 } svc_worker_config;
 
 typedef struct svc_worker svc_worker;
