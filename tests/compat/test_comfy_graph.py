@@ -16,7 +16,8 @@ store keeps them.  It reuses test_comfy_api.py's helpers.
   execution_success for both chains, progress and executed per chain), the
   prompt file's jobs, and the same /history and /view after a restart.
 - interrupt_two_chains: with --max-batch 1 the second chain waits while the
-  first runs; /queue lists the prompt once, /interrupt cancels both jobs.
+  first runs; /queue lists the prompt once, /interrupt cancels both jobs;
+  cancelling one chain's job natively ends the prompt and cancels the other.
 - image_scale: LoadImage -> ImageScale (nearest-exact 2x) -> VAEEncode
   equals `generate --init-image` of the image scaled here; VAEDecode ->
   ImageScaleBy (area 0.5) -> SaveImage equals generate's image averaged
@@ -171,6 +172,18 @@ def test_interrupt_two_chains():
         assert s.get("/v1/jobs/" + j).json["state"] == "cancelled", j
     assert all(o["images"] == [] for o in h["outputs"].values()), h["outputs"]
     assert get(s, "/queue").json == {"queue_running": [], "queue_pending": []}
+    # one chain's job cancelled natively (DELETE /v1/jobs): the prompt ends,
+    # and its other chain, running, is cancelled with it
+    pid = queue_prompt(s, two_chains(ckpt, steps=svc.LONG, second_steps=svc.LONG))
+    with open(os.path.join(s.data_dir, "comfy", "prompts", pid + ".json")) as f:
+        jobs = json.load(f)["jobs"]
+    svc.wait_until(lambda: s.get("/v1/jobs/" + jobs[0]).json["state"] == "running", 60,
+                   "chain 0 running")
+    assert s.request("DELETE", "/v1/jobs/" + jobs[1]).status in (200, 202, 204)
+    h = wait_history(s, pid, 60)
+    assert h["status"]["messages"][-1][0] == "execution_interrupted", h["status"]
+    svc.wait_until(lambda: s.get("/v1/jobs/" + jobs[0]).json["state"] == "cancelled", 30,
+                   "chain 0 cancelled with chain 1")
     s.stop()
 
 
