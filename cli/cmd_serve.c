@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "commands.h"
@@ -90,6 +91,10 @@ int tsr_cmd_serve(int argc, char **argv)
         {"embeddings-dir", TSR_ARG_STRING, &c.embeddings_dir, "DIR",
          "textual-inversion embeddings (NAME.safetensors), used where NAME is a word of a prompt; "
          "listed by /sdapi/v1/embeddings", 0, 0, 0, 0},
+        {"comfy-ui", TSR_ARG_STRING, &c.comfy_ui_dir, "DIR",
+         "serve ComfyUI's web UI at /comfy/: DIR is the static folder of PyPI's "
+         "comfyui-frontend-package (scripts/setup-comfy-ui.sh puts it in .cache/comfy-ui/frontend)",
+         0, 0, 0, 0},
         {"lora-cache-mb", TSR_ARG_INT, &lora_cache_mb, "MIB",
          "loaded LoRAs kept per worker, least recently used evicted, never one in use "
          "(default 1024)", 0, 1 << 20, 0, 0},
@@ -270,6 +275,18 @@ int tsr_cmd_serve(int argc, char **argv)
     if (c.precision && strcmp(c.precision, "f32") != 0 && strcmp(c.precision, "bf16") != 0) {
         fprintf(stderr, "tessera serve: --precision must be f32 or bf16, not '%s'\n", c.precision);
         return TSR_EXIT_USAGE;
+    }
+    if (c.comfy_ui_dir) {
+        char index[4200];
+        snprintf(index, sizeof index, "%s/index.html", c.comfy_ui_dir);
+        if (access(index, R_OK) != 0) {
+            fprintf(stderr,
+                    "tessera serve: --comfy-ui %s: no readable index.html there (give the "
+                    "frontend's static folder, e.g. .cache/comfy-ui/frontend from "
+                    "scripts/setup-comfy-ui.sh)\n",
+                    c.comfy_ui_dir);
+            return TSR_EXIT_USAGE;
+        }
     }
     c.result_ttl_s = (int)result_ttl;
     c.claim_idle_ms = (int)claim_idle;

@@ -68,6 +68,8 @@ typedef struct tsr_service_config {
     const char *lora_dir;    /* --lora-dir: LoRA files (docs/lora.md); NULL = none */
     const char *embeddings_dir; /* --embeddings-dir: textual inversion (docs/lora.md); NULL = none */
     int lora_cache_mb;       /* --lora-cache-mb: loaded LoRAs per worker (0 = 1024) */
+    const char *comfy_ui_dir; /* --comfy-ui: ComfyUI's frontend (its static folder), served at
+                              * /comfy/ (docs/compat-comfyui.md); NULL = not served */
 } tsr_service_config;
 
 typedef enum tsr_service_role {

@@ -37,6 +37,7 @@ static const char *reason(int status)
     case 200: return "OK";
     case 202: return "Accepted";
     case 204: return "No Content";
+    case 301: return "Moved Permanently";
     case 304: return "Not Modified";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";

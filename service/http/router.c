@@ -36,6 +36,7 @@
 #include "a1111.h"
 #include "auth.h"
 #include "comfy.h"
+#include "comfy_ui.h"
 #include "openai.h"
 #include "routes.h"
 #include "server.h"
@@ -129,6 +130,7 @@ static const svc_route k_routes[] = {
     {"/sdapi/v1", "**", M_ANY, not_found, A1111, NULL, 0},
     /* ComfyUI (api/comfy/: comfy_routes.c, comfy_info.c; docs/compat-comfyui.md) */
     {"/prompt", "", M_POST, svc_comfy_prompt, COMFY, NULL, UNTYPED},
+    {"/prompt", "", M_READ, svc_comfy_prompt_info, COMFY, NULL, 0},
     {"/history", "", M_READ | M_POST, svc_comfy_history, COMFY, NULL, UNTYPED},
     {"/history", "/*", M_READ, svc_comfy_history, COMFY, NULL, 0},
     {"/view", "", M_READ, svc_comfy_view, COMFY, NULL, 0},
@@ -143,6 +145,24 @@ static const svc_route k_routes[] = {
     {"/models", "/*", M_READ, svc_comfy_models, COMFY, NULL, 0},
     {"/upload", "/image", M_POST, svc_comfy_upload_image, COMFY, NULL, MULTIPART},
     {"/ws", "", M_GET, svc_comfy_ws, COMFY, NULL, 0},
+    /* ComfyUI's web UI (--comfy-ui): its files, users, settings, user data
+     * (api/comfy/comfy_ui.c, comfy_userdata.c) */
+    {COMFY_UI_ROOT, "**", M_READ, svc_comfy_ui_static, NATIVE, NULL, 0},
+    {"/assets", "/**", M_READ, svc_comfy_ui_assets, NATIVE, NULL, 0},
+    {"/users", "", M_READ | M_POST, svc_comfy_users, COMFY, NULL, UNTYPED},
+    {"/settings", "", M_READ | M_POST, svc_comfy_settings, COMFY, NULL, UNTYPED},
+    {"/settings", "/*", M_READ | M_POST, svc_comfy_settings, COMFY, NULL, UNTYPED},
+    {"/userdata", "", M_READ, svc_comfy_userdata_list, COMFY, NULL, 0},
+    {"/userdata", "/**", M_READ | M_POST | M_DELETE, svc_comfy_userdata, COMFY, NULL, UNTYPED},
+    {"/v2/userdata", "", M_READ, svc_comfy_userdata_v2, COMFY, NULL, 0},
+    {"/jobs", "", M_READ, svc_comfy_jobs, COMFY, NULL, 0},
+    {"/jobs", "/*", M_READ, svc_comfy_jobs, COMFY, NULL, 0},
+    {"/features", "", M_READ, svc_comfy_features, COMFY, NULL, 0},
+    {"/i18n", "", M_READ, svc_comfy_i18n, COMFY, NULL, 0},
+    {"/experiment", "/**", M_READ, svc_comfy_experiment_models, COMFY, NULL, 0},
+    {"/workflow_templates", "", M_READ, svc_comfy_empty_object, COMFY, NULL, 0},
+    {"/global_subgraphs", "", M_READ, svc_comfy_empty_object, COMFY, NULL, 0},
+    {"/node_replacements", "", M_READ, svc_comfy_empty_object, COMFY, NULL, 0},
 };
 
 /* ---------------------------------------------------------------- matching */
@@ -243,8 +263,9 @@ static void dispatch(svc_req *r)
     unsigned allowed = 0;
     for (size_t k = i; k < n && same_path(&k_routes[k], first); k++) {
         if (k_routes[k].methods & bit) {
-            const bool untyped =
-                (k_routes[k].flags & UNTYPED) && !svc_req_header(r, "Content-Type");
+            const bool untyped = ((k_routes[k].flags & UNTYPED) &&
+                                  !svc_req_header(r, "Content-Type")) ||
+                                 svc_comfy_ui_any_body(r);
             if (bit == M_POST && !untyped && !svc_browser_body_ok(r, k_routes[k].flags & MULTIPART))
                 return;
             if ((k_routes[k].flags & ADMIN) && r->key && r->key->role != SVC_KEY_ADMIN) {
@@ -323,7 +344,8 @@ static bool authorized(svc_req *r, bool *answered)
     svc_server *s = r->srv;
     const bool v1 = strncmp(r->path, "/v1/", 4) == 0;
     const bool sdapi = strncmp(r->path, "/sdapi/", 7) == 0;
-    const bool comfy = svc_comfy_is_path(r->path); /* ComfyUI's routes take the key too */
+    /* ComfyUI's routes (and its web UI's) take the key too */
+    const bool comfy = svc_comfy_is_path(r->path) || svc_comfy_ui_is_path(r->path);
     *answered = false;
     if (!(v1 || sdapi || comfy) || s->keys.n == 0)
         return true;
@@ -407,7 +429,9 @@ void svc_http_on_request(struct evhttp_request *req, void *arg)
     }
     /* ComfyUI answers its routes under /api/ too (its frontend and newer
      * clients use those): /api/prompt is /prompt from here on */
-    if (strncmp(r->path, "/api/", 5) == 0 && svc_comfy_is_path(r->path + 4))
+    svc_comfy_ui_rewrite(r); /* --comfy-ui: /comfy/api/x is /api/x, /comfy/ws is /ws */
+    if (strncmp(r->path, "/api/", 5) == 0 &&
+        (svc_comfy_is_path(r->path + 4) || svc_comfy_ui_is_path(r->path + 4)))
         memmove(r->path, r->path + 4, strlen(r->path + 4) + 1);
     if (!svc_browser_check(r))
         return;

@@ -8,8 +8,14 @@
  * (Sec-WebSocket-Accept = base64(SHA-1(key + the RFC's GUID)), SHA-1 from
  * OpenSSL's libcrypto, which the server links already), unfragmented
  * server frames (text for JSON, binary for previews), and reading client
- * frames only to answer ping and close (ComfyUI clients send nothing
- * else; data frames are read and dropped).
+ * frames to answer ping and close and to take the frontend's
+ * {"type": "feature_flags"} (other data frames are read and dropped).
+ *
+ * Previews: a frame of ComfyUI's plain layout (type 1, format, JPEG) goes
+ * as is, or, to a socket whose client said supports_preview_metadata (the
+ * web UI; it shows a node's preview only from these), as type 4: a JSON
+ * head naming the node and prompt of the socket's last "progress" or
+ * "executing" message, then the image.
  *
  * How it rides on evhttp: the 101 reply is started with
  * evhttp_send_reply_start, which writes the head; evhttp drops body bytes
@@ -28,6 +34,7 @@
  * out every 15 s, so a live client's pong keeps evhttp's 50 s timeout away.
  */
 #include "comfy.h"
+#include "comfy_ui.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +52,7 @@
 #include "clock.h"
 #include "codec.h"
 #include "http.h"
+#include "json.h"
 #include "log.h"
 #include "server.h"
 #include "stream.h"
@@ -71,6 +79,8 @@ typedef struct ws_conn {
     bufferevent_event_cb ev_event;
     void *ev_arg;
     bool closing, done;
+    bool preview_metadata;      /* the client takes type-4 previews (feature_flags) */
+    char node[COMFY_MAX_ID + 1], prompt_id[64]; /* its last progress / executing */
     struct ws_conn *prev, *next;
 } ws_conn;
 
@@ -163,6 +173,7 @@ static void conn_end(ws_conn *c)
 
 static void on_read(struct bufferevent *bev, void *arg);
 static void on_write(struct bufferevent *bev, void *arg);
+static void send_frame(struct ws_conn *c, int opcode, const void *data, size_t len);
 
 /* After the 101's head, the connection's reads and writes are ours (evhttp
  * drops body bytes of a 1xx reply, so frames go to the bufferevent
@@ -233,6 +244,30 @@ static void send_close(ws_conn *c, uint16_t code)
     conn_end(c);
 }
 
+/* A client's text frame: {"type": "feature_flags", "data": {...}} sets the
+ * socket's preview layout and is answered with the server's flags, as
+ * ComfyUI does; anything else is dropped. */
+static void client_message(ws_conn *c, const uint8_t *payload, size_t len)
+{
+    char err[128];
+    cJSON *m = svc_json_parse((const char *)payload, len, err, sizeof err);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(m, "type");
+    if (cJSON_IsString(type) && strcmp(type->valuestring, "feature_flags") == 0) {
+        const cJSON *data = cJSON_GetObjectItemCaseSensitive(m, "data");
+        c->preview_metadata =
+            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(data, "supports_preview_metadata"));
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "type", "feature_flags");
+        cJSON_AddItemToObject(o, "data", comfy_ui_feature_flags(c->srv));
+        char *text = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        if (text)
+            send_frame(c, 0x1, text, strlen(text));
+        free(text);
+    }
+    cJSON_Delete(m);
+}
+
 /* Client frames: masked (else 1002), at most WS_FRAME_MAX (else 1009);
  * ping -> pong, close -> close, the rest read and dropped. */
 static void on_read(struct bufferevent *bev, void *arg)
@@ -293,6 +328,8 @@ static void on_read(struct bufferevent *bev, void *arg)
         if (opcode == 0x9) {
             if (len <= 125)
                 send_frame(c, 0xA, payload, len);
+        } else if (opcode == 0x1) {
+            client_message(c, payload, (size_t)len);
         } else if (opcode == 0x8) {
             free(payload);
             send_close(c, 1000);
@@ -338,6 +375,16 @@ static bool hears(const ws_conn *c, const char *sid, const char *owner)
 
 void comfy_ws_send(const char *sid, const char *owner, const char *type, cJSON *data)
 {
+    /* the node a later preview belongs to (copied: data goes with o) */
+    char node[COMFY_MAX_ID + 1] = "", pid[64] = "";
+    const cJSON *jn = cJSON_GetObjectItemCaseSensitive(data, "node");
+    const cJSON *jp = cJSON_GetObjectItemCaseSensitive(data, "prompt_id");
+    const bool track = (strcmp(type, "progress") == 0 || strcmp(type, "executing") == 0) &&
+                       cJSON_IsString(jp);
+    if (track) {
+        snprintf(node, sizeof node, "%s", cJSON_IsString(jn) ? jn->valuestring : "");
+        snprintf(pid, sizeof pid, "%s", jp->valuestring);
+    }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "type", type);
     cJSON_AddItemToObject(o, "data", data);
@@ -348,10 +395,49 @@ void comfy_ws_send(const char *sid, const char *owner, const char *type, cJSON *
     size_t len = strlen(text);
     for (ws_conn *c = live, *next; c; c = next) {
         next = c->next;
-        if (hears(c, sid, owner))
-            send_frame(c, 0x1, text, len);
+        if (!hears(c, sid, owner))
+            continue;
+        if (track) {
+            memcpy(c->node, node, sizeof node);
+            memcpy(c->prompt_id, pid, sizeof pid);
+        }
+        send_frame(c, 0x1, text, len);
     }
     free(text);
+}
+
+/* A type-1 preview (uint32 1, uint32 format, image) as ComfyUI's type 4
+ * (uint32 4, uint32 head length, JSON head, image) for c; NULL when data is
+ * not a type-1 frame or c has no node yet. */
+static uint8_t *preview_with_metadata(const ws_conn *c, const uint8_t *data, size_t len,
+                                      size_t *out_len)
+{
+    if (len < 8 || data[0] || data[1] || data[2] || data[3] != 1 || !c->node[0])
+        return NULL;
+    const bool png = data[7] == 2;
+    cJSON *h = cJSON_CreateObject();
+    cJSON_AddStringToObject(h, "node_id", c->node);
+    cJSON_AddStringToObject(h, "display_node_id", c->node);
+    cJSON_AddStringToObject(h, "real_node_id", c->node);
+    cJSON_AddStringToObject(h, "prompt_id", c->prompt_id);
+    cJSON_AddNullToObject(h, "parent_node_id");
+    cJSON_AddStringToObject(h, "image_type", png ? "image/png" : "image/jpeg");
+    char *head = cJSON_PrintUnformatted(h);
+    cJSON_Delete(h);
+    if (!head)
+        return NULL;
+    const size_t hl = strlen(head), n = 8 + hl + (len - 8);
+    uint8_t *f = malloc(n);
+    if (f) {
+        const uint8_t pre[8] = {0, 0, 0, 4, (uint8_t)(hl >> 24), (uint8_t)(hl >> 16),
+                                (uint8_t)(hl >> 8), (uint8_t)hl};
+        memcpy(f, pre, 8);
+        memcpy(f + 8, head, hl);
+        memcpy(f + 8 + hl, data + 8, len - 8);
+        *out_len = n;
+    }
+    free(head);
+    return f;
 }
 
 void comfy_ws_send_binary(const char *sid, const char *owner, const void *data, size_t len)
@@ -359,8 +445,15 @@ void comfy_ws_send_binary(const char *sid, const char *owner, const void *data, 
     for (ws_conn *c = live, *next; c; c = next) {
         next = c->next;
         /* a preview is worth sending only to a socket that keeps up */
-        if (hears(c, sid, owner) && !c->done && !c->closing && waiting(c) == 0)
+        if (!hears(c, sid, owner) || c->done || c->closing || waiting(c) != 0)
+            continue;
+        size_t n = 0;
+        uint8_t *meta = c->preview_metadata ? preview_with_metadata(c, data, len, &n) : NULL;
+        if (meta)
+            send_frame(c, 0x2, meta, n);
+        else
             send_frame(c, 0x2, data, len);
+        free(meta);
     }
 }
 

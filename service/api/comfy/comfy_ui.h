@@ -1,0 +1,64 @@
+/*
+ * service/api/comfy/comfy_ui.h - ComfyUI's own web UI on Tessera (issue 59,
+ * docs/compat-comfyui.md "The web UI"): `serve --comfy-ui DIR` serves the
+ * frontend's static folder (PyPI's comfyui-frontend-package) at /comfy/, and
+ * the routes the frontend calls besides the API ones of comfy.h: users,
+ * settings, user data (comfy_userdata.c), feature flags, translations, model
+ * folders and the other lists a fresh ComfyUI answers (comfy_ui.c).
+ *
+ * The frontend derives its API base from its own path: served at /comfy/ it
+ * calls /comfy/api/<route> and opens /comfy/ws, which svc_comfy_ui_rewrite
+ * turns into /api/<route> and /ws before the route table is read.
+ */
+#ifndef SVC_COMFY_UI_H
+#define SVC_COMFY_UI_H
+
+#include <stdbool.h>
+
+#include <cjson/cJSON.h>
+
+struct svc_req;
+struct svc_server;
+
+/* The server's feature flags, ComfyUI's shape (owned): GET /features and the
+ * websocket's answer to a client's feature_flags message.  Previews with
+ * metadata (type 4: node and prompt named) go to clients that take them. */
+cJSON *comfy_ui_feature_flags(struct svc_server *s);
+
+/* Where the frontend is served (the table's root for its files). */
+#define COMFY_UI_ROOT "/comfy"
+
+/* A path under one of the UI's route roots (/users, /settings, /userdata,
+ * /v2/userdata, /jobs, /features, /i18n, ...): /api/ is stripped from it and keys
+ * apply, as for svc_comfy_is_path. */
+bool svc_comfy_ui_is_path(const char *path);
+/* With --comfy-ui: /comfy/api/<x> becomes /api/<x> and /comfy/ws becomes
+ * /ws in r->path (in place).  True when it rewrote the path. */
+bool svc_comfy_ui_rewrite(struct svc_req *r);
+/* Whether a POST to this path may carry a body of any type when the
+ * request has ComfyUI's Comfy-User header (the frontend posts settings and
+ * user data as text/plain; a page on another site cannot send that header
+ * without a CORS preflight). */
+bool svc_comfy_ui_any_body(struct svc_req *r);
+
+/* GET /comfy/<file>: the frontend's static files (comfy_ui.c). */
+void svc_comfy_ui_static(struct svc_req *r, const char *rest);
+/* GET /assets/<file>: the frontend's assets/ (URLs it writes absolute). */
+void svc_comfy_ui_assets(struct svc_req *r, const char *rest);
+/* The lists a fresh ComfyUI answers (comfy_ui.c). */
+void svc_comfy_features(struct svc_req *r, const char *rest);
+void svc_comfy_i18n(struct svc_req *r, const char *rest);
+void svc_comfy_empty_object(struct svc_req *r, const char *rest);
+void svc_comfy_experiment_models(struct svc_req *r, const char *rest);
+void svc_comfy_prompt_info(struct svc_req *r, const char *rest);
+/* GET /jobs, /jobs/{id}: the prompts as ComfyUI's jobs API lists them
+ * (comfy_jobs.c). */
+void svc_comfy_jobs(struct svc_req *r, const char *rest);
+/* Users, settings and user data (comfy_userdata.c). */
+void svc_comfy_users(struct svc_req *r, const char *rest);
+void svc_comfy_settings(struct svc_req *r, const char *rest);
+void svc_comfy_userdata_list(struct svc_req *r, const char *rest);
+void svc_comfy_userdata_v2(struct svc_req *r, const char *rest);
+void svc_comfy_userdata(struct svc_req *r, const char *rest);
+
+#endif
