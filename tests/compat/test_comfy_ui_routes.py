@@ -356,6 +356,23 @@ def test_jobs():
         r = get(s, bad)
         assert r.status == 400, (bad, r)
     assert get(s, "/jobs/j_0000000000000001").status == 404
+    # cancel: one by its path (the running one), two by job_ids (one waiting)
+    a = post(s, "/prompt", {"prompt": workflow(ck, steps=400, size=256)}).json["prompt_id"]
+    b = post(s, "/prompt", {"prompt": workflow(ck, steps=400, size=256)}).json["prompt_id"]
+    c = post(s, "/prompt", {"prompt": workflow(ck, steps=400, size=256)}).json["prompt_id"]
+    svc.wait_until(lambda: get(s, "/jobs/" + a).json["status"] == "in_progress", 60,
+                   "the first prompt running")
+    r = post(s, "/api/jobs/%s/cancel" % a, None)
+    assert r.status == 200 and r.json["id"] == a, r
+    r = post(s, "/api/jobs/cancel", {"job_ids": [b, c, "j_0000000000000001"]})
+    assert r.status == 200 and sorted(r.json["cancelled"]) == sorted([b, c]), r
+    svc.wait_until(lambda: [get(s, "/jobs/" + p).json["status"] for p in (a, b, c)] ==
+                   ["cancelled"] * 3, 60, "the three prompts cancelled")
+    r = get(s, "/jobs?status=cancelled")
+    assert {j["id"] for j in r.json["jobs"]} == {a, b, c}, r
+    assert post(s, "/jobs/j_0000000000000001/cancel", None).status == 404
+    for body in [{"job_ids": "x"}, {"job_ids": [1]}, {}]:
+        assert post(s, "/jobs/cancel", body).status == 400, body
     s.stop()
 
 

@@ -6,6 +6,9 @@
  *       {"jobs": [job...], "pagination": {offset, limit, total, has_more}}
  *   GET /jobs/{prompt_id}
  *       one job with its "outputs" ({node: {images: [...]}}) and "prompt"
+ *   POST /jobs/{prompt_id}/cancel, POST /jobs/cancel {"job_ids": [...]}
+ *       cancel prompts (all their chains' jobs), as /queue delete and
+ *       /interrupt do; the job (or {"cancelled": [ids]}) after it
  *
  * A job here is a prompt (its chains' native jobs together, as /history
  * counts it): status pending, in_progress, completed, failed or cancelled
@@ -132,19 +135,44 @@ static cJSON *job_json(svc_job **jobs, int n, cJSON *pf, bool detail)
 /* ---------------------------------------------------------------- list */
 
 typedef struct list_ctx {
-    unsigned wanted; /* bit i: k_status[i] */
-    cJSON *all;      /* oldest first */
-    const char *id;  /* one job: its prompt id */
+    unsigned wanted;  /* bit i: k_status[i] */
+    cJSON *all;       /* oldest first */
+    const char *id;   /* one job: its prompt id */
+    const cJSON *ids; /* POST /jobs/cancel: these prompt ids */
+    bool cancel;      /* cancel what matches */
     cJSON *one;
+    cJSON *cancelled; /* the ids cancelled */
 } list_ctx;
+
+static bool listed(const cJSON *ids, const char *id)
+{
+    const cJSON *it;
+    cJSON_ArrayForEach(it, ids)
+    {
+        if (cJSON_IsString(it) && strcmp(it->valuestring, id) == 0)
+            return true;
+    }
+    return false;
+}
 
 static bool add_job(svc_req *r, svc_job **jobs, int n, cJSON *pf, void *u)
 {
-    (void)r;
     list_ctx *c = u;
+    if (c->ids) {
+        if (listed(c->ids, jobs[0]->ids)) {
+            for (int i = 0; i < n; i++)
+                if (jobs[i])
+                    svc_job_cancel(r->srv, jobs[i]);
+            cJSON_AddItemToArray(c->cancelled, cJSON_CreateString(jobs[0]->ids));
+        }
+        return true;
+    }
     if (c->id) {
         if (strcmp(jobs[0]->ids, c->id) != 0)
             return true;
+        for (int i = 0; c->cancel && i < n; i++)
+            if (jobs[i])
+                svc_job_cancel(r->srv, jobs[i]);
         c->one = job_json(jobs, n, pf, true);
         return false;
     }
@@ -263,5 +291,50 @@ void svc_comfy_jobs(svc_req *r, const char *rest)
     cJSON_AddNumberToObject(p, "limit", (double)limit);
     cJSON_AddNumberToObject(p, "total", (double)total);
     cJSON_AddBoolToObject(p, "has_more", offset + limit < total);
+    svc_reply_json(r, 200, o);
+}
+
+/* POST /jobs/{id}/cancel, POST /jobs/cancel {"job_ids": [...]} */
+void svc_comfy_jobs_cancel(svc_req *r, const char *rest)
+{
+    list_ctx c = {.wanted = 0x1f, .cancel = true};
+    char id[64];
+    if (strcmp(rest, "/cancel") != 0) {
+        const char *end = strstr(rest + 1, "/cancel");
+        size_t len = end ? (size_t)(end - rest - 1) : 0;
+        if (!end || len == 0 || len >= sizeof id) {
+            svc_reply_errorf(r, r->dialect, 404, "not_found", NULL, "no such path: %.200s",
+                             r->path);
+            return;
+        }
+        memcpy(id, rest + 1, len);
+        id[len] = '\0';
+        c.id = id;
+        comfy_prompts_each(r, add_job, &c);
+        if (!c.one) {
+            svc_reply_errorf(r, r->dialect, 404, "not_found", NULL, "no such job: %.64s", id);
+            return;
+        }
+        svc_reply_json(r, 200, c.one);
+        return;
+    }
+    cJSON *body = svc_req_json_object(r);
+    if (!body)
+        return;
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(body, "job_ids");
+    const cJSON *it;
+    bool ok = cJSON_IsArray(ids);
+    cJSON_ArrayForEach(it, ids) ok = ok && cJSON_IsString(it);
+    if (!ok) {
+        cJSON_Delete(body);
+        bad(r, "the body is {\"job_ids\": [prompt ids]}");
+        return;
+    }
+    c.ids = ids;
+    c.cancelled = cJSON_CreateArray();
+    comfy_prompts_each(r, add_job, &c);
+    cJSON_Delete(body);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "cancelled", c.cancelled);
     svc_reply_json(r, 200, o);
 }

@@ -54,6 +54,8 @@ void svc_comfy_prompt_info(struct svc_req *r, const char *rest);
 /* GET /jobs, /jobs/{id}: the prompts as ComfyUI's jobs API lists them
  * (comfy_jobs.c). */
 void svc_comfy_jobs(struct svc_req *r, const char *rest);
+/* POST /jobs/{id}/cancel, POST /jobs/cancel (comfy_jobs.c). */
+void svc_comfy_jobs_cancel(struct svc_req *r, const char *rest);
 /* Users, settings and user data (comfy_userdata.c). */
 void svc_comfy_users(struct svc_req *r, const char *rest);
 void svc_comfy_settings(struct svc_req *r, const char *rest);
