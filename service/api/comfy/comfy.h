@@ -203,6 +203,10 @@ bool comfy_safe_name(const char *n);
 void comfy_dir(struct svc_server *s, const char *sub, char *buf, size_t size);
 /* A prompt's job (prompt_id = "j_...") when r's key sees it, else NULL. */
 struct svc_job *comfy_find_job(struct svc_req *r, const char *ids);
+/* Query value `name` of `query`, decoded ('+' = space), into buf ("" when
+ * absent); false when longer than size - 1 or 511 bytes, or undecodable
+ * (comfy_view.c). */
+bool comfy_query_get(const char *query, const char *name, char *buf, size_t size);
 /* A path under one of ComfyUI's roots (/prompt, /history, ...): keys apply. */
 bool svc_comfy_is_path(const char *path);
 void svc_comfy_prompt(struct svc_req *r, const char *rest);
@@ -237,6 +241,10 @@ int comfy_prompt_jobs(struct svc_server *s, struct svc_job *first, const cJSON *
                       struct svc_job **jobs);
 /* The prompt's state from its jobs' (an svc_state). */
 int comfy_prompt_state(struct svc_job *const *jobs, int n);
+/* Its first start and last end (unix seconds, 0 = none yet), and why it
+ * failed (a job's message, or a gone job; NULL: no reason known). */
+void comfy_prompt_times(struct svc_job *const *jobs, int n, double *started, double *finished,
+                        const char **why);
 /* Output k's images as ComfyUI lists them ({filename, subfolder, type}),
  * from its chain's job j (the done images). */
 cJSON *comfy_output_images(const char *prompt_id, int k, const comfy_output *out,

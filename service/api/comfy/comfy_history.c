@@ -68,20 +68,9 @@ static cJSON *history_entry(svc_job **jobs, int n, cJSON *pf)
     const int st = comfy_prompt_state(jobs, n);
     const bool ok = st == SVC_DONE;
     /* the prompt's times: its first start, its last end */
-    double started = 0, finished = 0;
-    const char *why = NULL;
-    for (int i = 0; i < n; i++) {
-        const svc_job *j = jobs[i];
-        if (!j) {
-            why = why ? why : "a job of the prompt is gone (--keep-jobs)";
-            continue;
-        }
-        if (j->started > 0 && (started == 0 || j->started < started))
-            started = j->started;
-        finished = j->finished > finished ? j->finished : finished;
-        if (j->state == SVC_FAILED && j->error_message && !why)
-            why = j->error_message;
-    }
+    double started, finished;
+    const char *why;
+    comfy_prompt_times(jobs, n, &started, &finished, &why);
     cJSON *status = cJSON_CreateObject();
     cJSON_AddStringToObject(status, "status_str", ok ? "success" : "error");
     cJSON_AddBoolToObject(status, "completed", ok);

@@ -243,6 +243,25 @@ int comfy_prompt_state(svc_job *const *jobs, int n)
     return failed ? SVC_FAILED : cancelled ? SVC_CANCELLED : SVC_DONE;
 }
 
+void comfy_prompt_times(svc_job *const *jobs, int n, double *started, double *finished,
+                        const char **why)
+{
+    *started = *finished = 0;
+    *why = NULL;
+    for (int i = 0; i < n; i++) {
+        const svc_job *j = jobs[i];
+        if (!j) {
+            *why = *why ? *why : "a job of the prompt is gone (--keep-jobs)";
+            continue;
+        }
+        if (j->started > 0 && (*started == 0 || j->started < *started))
+            *started = j->started;
+        *finished = j->finished > *finished ? j->finished : *finished;
+        if (j->state == SVC_FAILED && j->error_message && !*why)
+            *why = j->error_message;
+    }
+}
+
 /* ---------------------------------------------------------- the names */
 
 cJSON *comfy_output_images(const char *prompt_id, int k, const comfy_output *out,

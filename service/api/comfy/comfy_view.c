@@ -33,7 +33,7 @@
 
 #define INPUT_MAX (32u << 20)
 
-static bool query_get(const char *query, const char *name, char *buf, size_t size)
+bool comfy_query_get(const char *query, const char *name, char *buf, size_t size)
 {
     size_t n = strlen(name);
     buf[0] = '\0';
@@ -132,9 +132,9 @@ void svc_comfy_view(svc_req *r, const char *rest)
 {
     (void)rest;
     char filename[256], subfolder[256], type[32];
-    if (!query_get(r->query, "filename", filename, sizeof filename) ||
-        !query_get(r->query, "subfolder", subfolder, sizeof subfolder) ||
-        !query_get(r->query, "type", type, sizeof type) || !filename[0]) {
+    if (!comfy_query_get(r->query, "filename", filename, sizeof filename) ||
+        !comfy_query_get(r->query, "subfolder", subfolder, sizeof subfolder) ||
+        !comfy_query_get(r->query, "type", type, sizeof type) || !filename[0]) {
         svc_reply_errorf(r, r->dialect, 400, "invalid_request", "filename",
                          "filename is required (and each value at most 255 bytes)");
         return;
