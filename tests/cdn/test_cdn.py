@@ -199,17 +199,25 @@ def test_signed_urls(_ctx):
 
 
 def test_comfy_websocket(ctx):
-    """ComfyUI's /ws through nginx: the upgrade reaches Tessera (101, the
-    RFC 6455 accept key) and its first frame, the status message, comes back."""
+    """ComfyUI's /ws through nginx, and /comfy/ws as its web UI (--comfy-ui)
+    opens it: the upgrade reaches Tessera (101, the RFC 6455 accept key) and
+    its first frame, the status message, comes back."""
     s, ng = ctx
+    for path in ("/ws", "/comfy/ws"):
+        comfy_websocket(ng, path)
+    r = svc.request(ng.port, "GET", "/comfy/", validate_spec=False)
+    assert r.status == 200 and r.body.startswith(b"<!doctype html>"), r
+
+
+def comfy_websocket(ng, path):
     import socket
     key = base64.b64encode(os.urandom(16)).decode()
     sock = socket.create_connection(("127.0.0.1", ng.port), timeout=30)
     try:
-        sock.sendall(("GET /ws?clientId=cdn HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+        sock.sendall(("GET %s?clientId=cdn HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
                       "Upgrade: websocket\r\nConnection: Upgrade\r\n"
                       "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n"
-                      % (ng.port, key)).encode())
+                      % (path, ng.port, key)).encode())
         buf = b""
         while b"\r\n\r\n" not in buf or b'"status"' not in buf:
             chunk = sock.recv(4096)
@@ -229,7 +237,10 @@ def main():
     if not nginx_proxy.find_nginx():
         print("nginx not installed (scripts/setup.sh): skipped")
         return 77
-    s = svc.Server(["--tile-size", "32"], name="cdn-tessera").start()
+    ui = svc.tmpdir("tsr-cdn-ui-")  # a stand-in for ComfyUI's frontend folder
+    with open(os.path.join(ui, "index.html"), "w") as f:
+        f.write("<!doctype html><title>ComfyUI</title>")
+    s = svc.Server(["--tile-size", "32", "--comfy-ui", ui], name="cdn-tessera").start()
     ng = nginx_proxy.Nginx(s.port).start()
     try:
         return svc.run_tests([test_through_nginx, test_signed_urls, test_comfy_websocket],

@@ -81,11 +81,15 @@ def raw_get(s, path):
 
 
 def get(s, path, **kw):
-    return s.get(path, validate_spec=False, **kw)
+    """GET, the answer checked against docs/openapi.yaml (the spec has the
+    routes without their /api/ and /comfy/api/ spellings, and no static files)."""
+    kw.setdefault("validate_spec", not path.startswith(("/comfy", "/assets", "/api/")))
+    return s.get(path, **kw)
 
 
 def post(s, path, body, **kw):
-    return s.post(path, body, validate_spec=False, **kw)
+    kw.setdefault("validate_spec", not path.startswith(("/comfy", "/api/")))
+    return s.post(path, body, **kw)
 
 
 def test_static():
@@ -239,9 +243,9 @@ def test_userdata():
     assert r.status == 409, r
     r = post(s, "/userdata/nothere.json/move/x.json", b"", headers=CU)
     assert r.status == 404, r
-    r = s.delete("/userdata/workflows%2Fc.json", validate_spec=False)
+    r = s.delete("/userdata/workflows%2Fc.json")
     assert r.status == 204, r
-    assert s.delete("/userdata/workflows%2Fc.json", validate_spec=False).status == 404
+    assert s.delete("/userdata/workflows%2Fc.json").status == 404
     assert get(s, "/userdata/workflows%2Fc.json").status == 404
     # hostile names: never outside the user's folder
     secret = os.path.join(s.data_dir, "comfy", "user", "secret.json")
@@ -252,10 +256,12 @@ def test_userdata():
                "a%2F%2Fb", "x" * 300, "%2F".join(["d"] * 20) + "%2Fx", "%2F".join(["y" * 200] * 3)]
     for name in hostile:
         for method in ("GET", "POST", "DELETE"):
+            # (a NUL is the router's 404, in the native shape, before any route)
             r = s.request(method, "/userdata/" + name, b"{}" if method == "POST" else None,
-                          headers=CU, validate_spec=False)
+                          headers=CU, validate_spec="%00" not in name)
             assert r.status in (403, 404, 414), (method, name, r)
-        r = post(s, "/userdata/ok.json/move/" + name, b"", headers=CU)
+        r = post(s, "/userdata/ok.json/move/" + name, b"", headers=CU,
+                 validate_spec="%00" not in name)
         assert r.status in (403, 404, 414), (name, r)
         r = get(s, "/userdata?dir=" + name)
         assert r.status in (400, 403, 404, 414), (name, r)

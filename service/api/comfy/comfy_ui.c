@@ -165,10 +165,29 @@ static bool name_ok(const char *s, size_t len)
     return true;
 }
 
-/* Open rel ("a/b/c.js") under the folder dir, one name at a time with
- * O_NOFOLLOW: a descriptor of a regular file (st filled), or -1. */
+bool comfy_ui_path_ok(const char *rel)
+{
+    size_t len = strlen(rel);
+    if (len == 0 || len > UI_PATH_MAX)
+        return false;
+    int depth = 0;
+    for (const char *p = rel;;) {
+        const char *slash = strchr(p, '/');
+        size_t n = slash ? (size_t)(slash - p) : strlen(p);
+        if (!name_ok(p, n) || ++depth > UI_DEPTH_MAX)
+            return false;
+        if (!slash)
+            return true;
+        p = slash + 1;
+    }
+}
+
+/* Open rel ("a/b/c.js", comfy_ui_path_ok) under the folder dir, one name at
+ * a time with O_NOFOLLOW: a descriptor of a regular file (st filled), or -1. */
 static int open_under(const char *dir, const char *rel, struct stat *st)
 {
+    if (!comfy_ui_path_ok(rel))
+        return -1;
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     int depth = 0;
     const char *p = rel;

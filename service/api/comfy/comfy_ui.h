@@ -41,6 +41,14 @@ bool svc_comfy_ui_rewrite(struct svc_req *r);
  * without a CORS preflight). */
 bool svc_comfy_ui_any_body(struct svc_req *r);
 
+/* The path checks (fuzz/fuzz_comfy_ui_paths.c).  A static file's path
+ * after /comfy/ (comfy_ui.c): 1..1024 bytes, at most 32 names, each 1..255
+ * bytes >= 0x20 but DEL, no '\', not starting with '.'.  A user data path
+ * (comfy_userdata.c): 1..512 bytes, at most 16 names, each 1..255 bytes
+ * >= 0x20 but DEL, none of \ : * ? " < > |, not starting with '.'. */
+bool comfy_ui_path_ok(const char *rel);
+bool comfy_userdata_path_ok(const char *rel);
+
 /* GET /comfy/<file>: the frontend's static files (comfy_ui.c). */
 void svc_comfy_ui_static(struct svc_req *r, const char *rest);
 /* GET /assets/<file>: the frontend's assets/ (URLs it writes absolute). */

@@ -77,8 +77,8 @@ static bool name_char_ok(unsigned char c)
            c != '<' && c != '>' && c != '|';
 }
 
-/* A relative path of user data (see the top of the file). */
-static bool rel_ok(const char *rel)
+/* A relative path of user data (see the top of the file; comfy_ui.h). */
+bool comfy_userdata_path_ok(const char *rel)
 {
     size_t len = strlen(rel);
     if (len == 0 || len > REL_MAX)
@@ -183,7 +183,7 @@ static void walk_dir(const char *base, const char *prefix, bool recurse, bool di
         return;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.' || !rel_ok(e->d_name))
+        if (e->d_name[0] == '.' || !comfy_userdata_path_ok(e->d_name))
             continue;
         if (w->n >= LIST_MAX) {
             w->truncated = true;
@@ -395,7 +395,7 @@ void svc_comfy_userdata_list(svc_req *r, const char *rest)
     }
     while (strlen(dir) > 1 && dir[strlen(dir) - 1] == '/')
         dir[strlen(dir) - 1] = '\0';
-    if (!rel_ok(dir)) {
+    if (!comfy_userdata_path_ok(dir)) {
         reply_status(r, 403, "forbidden", "dir is not a folder name this server takes");
         return;
     }
@@ -463,7 +463,7 @@ void svc_comfy_userdata_v2(svc_req *r, const char *rest)
     }
     while (rel[0] && rel[strlen(rel) - 1] == '/')
         rel[strlen(rel) - 1] = '\0';
-    if (rel[0] && !rel_ok(rel)) {
+    if (rel[0] && !comfy_userdata_path_ok(rel)) {
         reply_status(r, 400, "invalid_request", "path is not a folder name this server takes");
         return;
     }
@@ -680,7 +680,7 @@ void svc_comfy_userdata(svc_req *r, const char *rest)
                      "%2F, or /userdata/<file>/move/<dest>");
         return;
     }
-    if (!rel_ok(file) || (dest[0] && !rel_ok(dest))) {
+    if (!comfy_userdata_path_ok(file) || (dest[0] && !comfy_userdata_path_ok(dest))) {
         reply_status(r, 403, "forbidden",
                      "a user data path is 1..16 names of 1..255 printable bytes without "
                      "\\ : * ? \" < > |, none starting with '.'");
