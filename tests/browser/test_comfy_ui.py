@@ -21,7 +21,11 @@ on the demo model, one browser:
    (an image from a blob: URL, sampled while the job runs), then shows the
    final image in the SaveImage node (an <img> loaded from /comfy/api/view,
    512x512), which is the PNG /view serves and equals `tessera generate`'s
-   with the mapped settings (euler + normal = euler + comfy_normal).
+   with the mapped settings (euler + normal = euler + comfy_normal);
+5. the UI's workflow files live in the server's user data: saved as
+   workflows/<name>.json with the Save command and its name dialog (the file
+   on disk holds the graph), listed again after a reload, renamed and
+   deleted through the UI's workflow store.
 
 Screenshots go to $TSR_ARTIFACTS.  Exit 77 (skipped) without Chromium,
 chromedriver, selenium or the unpacked frontend.
@@ -42,6 +46,7 @@ try:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 except ImportError:
     webdriver = None
@@ -238,6 +243,46 @@ def test_template_run(ctx):
                           "the UI's image")
 
 
+def test_workflow_files(ctx):
+    """The UI's own workflow files on the server's user data: save the graph
+    with the Save command and its name dialog (POST /userdata), see it listed
+    after a reload (GET /userdata?dir=workflows), rename it (POST
+    .../move/...) and delete it (DELETE) through the UI's workflow store."""
+    s, drv = ctx["server"], ctx["drv"]
+    user = os.path.join(s.data_dir, "comfy", "user", "default", "workflows")
+    # Save (Ctrl+S's command): the UI asks for a name in a dialog
+    drv.execute_script("window.app.extensionManager.command.execute('Comfy.SaveWorkflow')")
+    box = svc.wait_until(lambda: [e for e in drv.find_elements(By.CSS_SELECTOR,
+                                                               "[role=dialog] input")
+                                  if e.is_displayed()], 20, "the save dialog's name field")[0]
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys("tessera sd15", Keys.ENTER)
+    svc.wait_until(lambda: os.path.isfile(os.path.join(user, "tessera sd15.json")), 20,
+                   "workflows/tessera sd15.json in the user's folder")
+    with open(os.path.join(user, "tessera sd15.json")) as f:
+        saved = json.load(f)
+    shown = drv.execute_script(
+        "return window.app.graph._nodes.map((n) => [String(n.id), n.type])")
+    in_file = [[str(n["id"]), n["type"]] for n in saved["nodes"]]
+    assert sorted(in_file) == sorted(shown), (in_file, shown)
+    drv.refresh()
+    svc.wait_until(lambda: drv.execute_script(
+        "return !!(window.app && window.app.extensionManager && "
+        "window.app.extensionManager.workflow)"), 90, "the UI again")
+    awaited(drv, "window.app.extensionManager.workflow.syncWorkflows()")
+    listed = drv.execute_script(
+        "return window.app.extensionManager.workflow.persistedWorkflows.map((w) => w.path)")
+    assert "workflows/tessera sd15.json" in listed, listed
+    awaited(drv, "(async () => { const s = window.app.extensionManager.workflow;"
+                 "await s.renameWorkflow(s.getWorkflowByPath('workflows/tessera sd15.json'),"
+                 "'workflows/renamed.json'); })()")
+    assert sorted(os.listdir(user)) == ["renamed.json"], os.listdir(user)
+    awaited(drv, "(async () => { const s = window.app.extensionManager.workflow;"
+                 "await s.deleteWorkflow(s.getWorkflowByPath('workflows/renamed.json'), true);"
+                 "})()")
+    assert os.listdir(user) == [], os.listdir(user)
+
+
 def main():
     if webdriver is None or not (shutil.which("chromedriver") or
                                  os.path.exists("/usr/bin/chromedriver")):
@@ -252,7 +297,8 @@ def main():
     try:
         drv = browser()
         ctx = {"server": s, "drv": drv}
-        return svc.run_tests([test_load, test_template_run], setup=lambda: ctx)
+        return svc.run_tests([test_load, test_template_run, test_workflow_files],
+                             setup=lambda: ctx)
     finally:
         if drv:
             drv.quit()

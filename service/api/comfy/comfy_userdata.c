@@ -410,7 +410,8 @@ void svc_comfy_userdata_list(svc_req *r, const char *rest)
                split = query_true(r->query, "split");
     walk w = {0};
     walk_dir(base, "", recurse, false, &w, 0);
-    qsort(w.v, (size_t)w.n, sizeof *w.v, cmp_rel);
+    if (w.n > 1)
+        qsort(w.v, (size_t)w.n, sizeof *w.v, cmp_rel);
     cJSON *a = cJSON_CreateArray();
     for (int i = 0; i < w.n; i++) {
         const entry *x = &w.v[i];
@@ -484,7 +485,8 @@ void svc_comfy_userdata_v2(svc_req *r, const char *rest)
     }
     walk w = {0};
     walk_dir(base, "", true, true, &w, 0);
-    qsort(w.v, (size_t)w.n, sizeof *w.v, cmp_v2);
+    if (w.n > 1)
+        qsort(w.v, (size_t)w.n, sizeof *w.v, cmp_v2);
     cJSON *a = cJSON_CreateArray();
     for (int i = 0; i < w.n; i++) {
         const entry *x = &w.v[i];
