@@ -366,6 +366,10 @@ int tsr_cmd_generate(int argc, char **argv)
          0, 0},
         {"threads", TSR_ARG_INT, &o.threads, "N", "CPU threads, 0..1024 (0 = all cores)", 0, 1024,
          0, 0},
+        {"parallel", TSR_ARG_STRING, &o.parallel, "data|cfg",
+         "cfg: split every image's UNet rows over the two devices of --device A,B (cpu,cpu: "
+         "one copy of the weights, --threads shared out); data (default): one device", 0, 0, 0,
+         0},
         {"precision", TSR_ARG_STRING, &o.precision, "f32|bf16",
          "f32 (default; equals diffusers) or bf16: the CPU's fast mode where it has AVX512_BF16 "
          "(bf16 weights and GEMM inputs, f32 sums)", 0, 0, 0, 0},
@@ -432,6 +436,7 @@ int tsr_cmd_generate(int argc, char **argv)
     full_res fr = {0};
     tsr_engine *engine = NULL;
     tsr_batch *batch = NULL;
+    gen_cfg *cfg = NULL; /* --parallel cfg: rank 1 (cli/generate_cfg.c) */
     int exit_code = TSR_EXIT_FAILURE, image_ids[GEN_MAX_BATCH] = {0}, n_images = 0;
     int index_of[GEN_MAX_BATCH + 2] = {0};
     tsr_lora_spec lora_specs[16];
@@ -463,7 +468,10 @@ int tsr_cmd_generate(int argc, char **argv)
     eo.lora_dir = o.lora_dir;
     eo.embeddings_dir = o.embeddings_dir;
     const double t_open = tsr_cli_now();
-    rc = tsr_engine_open(&eo, &engine);
+    /* --parallel cfg (checked: --device A,B): two engines, one group */
+    const bool cfg_split = o.parallel && strcmp(o.parallel, "cfg") == 0;
+    rc = cfg_split ? gen_cfg_open(o.device, &eo, &engine, &cfg)
+                   : tsr_engine_open(&eo, &engine);
     const double load_s = tsr_cli_now() - t_open;
     if (rc < 0) {
         exit_code = gen_report(rc, tsr_last_error(), &o, true);
@@ -492,6 +500,8 @@ int tsr_cmd_generate(int argc, char **argv)
     tsr_batch_options_init(&bo);
     bo.max_rows = rows;
     rc = tsr_batch_create(engine, &bo, &batch);
+    if (rc == TSR_OK && cfg)
+        rc = gen_cfg_attach(cfg, batch, &bo);
     if (rc < 0)
         goto fail;
     progress pr = {isatty(STDERR_FILENO) && !o.quiet, (int)o.batch, 0, 0, 0, o.preview_dir,
@@ -531,6 +541,8 @@ int tsr_cmd_generate(int argc, char **argv)
         rc = tsr_image_params_check(engine, &p, &field);
         if (rc == TSR_OK)
             rc = tsr_batch_submit(batch, &p, &image_ids[n_images]);
+        if (rc == TSR_OK && cfg)
+            rc = gen_cfg_submit(cfg, &p);
         if (rc < 0) {
             /* the first image fails the same way as the rest: bad input */
             const char *flag = gen_flag_for_field(field);
@@ -556,6 +568,8 @@ int tsr_cmd_generate(int argc, char **argv)
     pr.evals_total = n_images * ((int)o.steps + hires_steps);
     double step_s[2 * TSR_MAX_STEPS + 8];
     int n_steps = 0;
+    if (cfg && (rc = gen_cfg_start(cfg)) < 0)
+        goto fail;
     while (tsr_batch_active(batch) > 0) {
         const double t0 = tsr_cli_now();
         rc = tsr_batch_step(batch, NULL);
@@ -566,6 +580,8 @@ int tsr_cmd_generate(int argc, char **argv)
     }
     if (pr.tty)
         fprintf(stderr, "\n");
+    if (cfg && (rc = gen_cfg_join(cfg)) < 0)
+        goto fail;
 
     int failures = 0;
     for (int i = 0; i < n_images; i++) {
@@ -600,6 +616,7 @@ fail:
     tsr_cli_report("generate", rc);
     exit_code = TSR_EXIT_FAILURE;
 done:
+    gen_cfg_free(cfg); /* before rank 0's batch: rank 1 may wait on it */
     tsr_batch_free(batch);
     tsr_engine_close(engine);
     tsr_image_free(&init);

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "image/image.h"
+#include "tessera.h"
 
 /* Images per request: 1..64.  One UNet call carries at most
  * GEN_MAX_ROWS rows (16 images with guidance, 32 without); a larger batch
@@ -32,6 +33,7 @@ typedef struct gen_opts {
     const char *model, *prompt, *negative, *sampler, *schedule, *rng, *init, *mask;
     const char *preview_dir, *device, *output, *prediction, *taesd, *resize_mode, *tokenizer,
         *precision;
+    const char *parallel; /* --parallel data|cfg (cfg: --device A,B) */
     int64_t steps, width, height, batch, clip_skip, threads;
     uint64_t seed;
     double cfg, strength, rescale, eta;
@@ -80,5 +82,20 @@ int gen_parse_loras(const char *arg, tsr_lora_spec *out, int max, int *n, char *
 
 /* OUT.png -> OUT-i.png for batches. */
 void gen_output_name(const char *out, int i, int n, char *buf, size_t size);
+
+/* cli/generate_cfg.c: --device A,B --parallel cfg (docs/multi-gpu.md section
+ * 6).  Open rank 0's engine (*e0, owned by the caller) and rank 1's (owned
+ * by the gen_cfg) with their group; attach the command's batch and make
+ * rank 1's; submit each image to rank 1 too; start rank 1's thread before
+ * the first step, join it after the last (its status); free (aborting the
+ * group first if rank 1 still runs). */
+typedef struct gen_cfg gen_cfg;
+int gen_cfg_open(const char *devices, const tsr_engine_options *eo, tsr_engine **e0,
+                 gen_cfg **out);
+int gen_cfg_attach(gen_cfg *c, tsr_batch *b0, const tsr_batch_options *bo);
+int gen_cfg_submit(gen_cfg *c, const tsr_image_params *p);
+int gen_cfg_start(gen_cfg *c);
+int gen_cfg_join(gen_cfg *c);
+void gen_cfg_free(gen_cfg *c);
 
 #endif

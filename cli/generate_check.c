@@ -202,8 +202,26 @@ int gen_precheck(gen_opts *o)
         USAGE("--prediction must be epsilon or v, not '%s'", o->prediction);
     if (o->precision && strcmp(o->precision, "f32") && strcmp(o->precision, "bf16"))
         USAGE("--precision must be f32 or bf16, not '%s'", o->precision);
-    if (!device_syntax_ok(o->device))
-        USAGE("--device must be auto, cpu, cuda or cuda:N, not '%s'", o->device);
+    const bool cfg_split = o->parallel && strcmp(o->parallel, "cfg") == 0;
+    if (o->parallel && !cfg_split && strcmp(o->parallel, "data"))
+        USAGE("--parallel must be data or cfg, not '%s'", o->parallel);
+    if (cfg_split) {
+        /* docs/multi-gpu.md section 6: two devices, each a valid name */
+        char a[64] = "", b[64] = "";
+        const char *comma = strchr(o->device, ',');
+        const size_t na = comma ? (size_t)(comma - o->device) : 0;
+        if (comma && na < sizeof a && strlen(comma + 1) < sizeof b) {
+            memcpy(a, o->device, na);
+            a[na] = '\0';
+            strcpy(b, comma + 1);
+        }
+        if (!a[0] || !b[0] || strchr(b, ',') || !device_syntax_ok(a) || !device_syntax_ok(b))
+            USAGE("--parallel cfg needs two devices, --device A,B (e.g. cpu,cpu), not '%s'",
+                  o->device);
+    } else if (!device_syntax_ok(o->device)) {
+        USAGE("--device must be auto, cpu, cuda or cuda:N, not '%s'%s", o->device,
+              strchr(o->device, ',') ? " (two devices: add --parallel cfg)" : "");
+    }
     if (has_ext(o->output, ".png"))
         o->format = GEN_PNG;
     else if (has_ext(o->output, ".jpg") || has_ext(o->output, ".jpeg"))

@@ -12,7 +12,9 @@
 #   build    cmake + ninja with the CUDA backend for this GPU's architecture
 #   gpu_unit ctest -L gpu: memory/events/auto, and every op at SD1.5/SD2.x/
 #            SDXL shapes against the CPU backend (gpu_ops_*, 3e-3, NaN fails);
-#            the nccl comm on one rank (gpu_comm_nccl_one_rank, tests/comm)
+#            the nccl comm on one rank (gpu_comm_nccl_one_rank, tests/comm);
+#            CFG-parallel over two engines on the GPU against one engine
+#            (gpu_cfg_parallel, >= 35 dB; docs/multi-gpu.md section 6)
 #   replica  weights by broadcast (docs/multi-gpu.md part 2): a replica of a
 #            cuda:0 engine on cuda:0 through a one-rank NCCL group (NCCL
 #            refuses two ranks on one GPU, so rank 0 is the replica and its

@@ -18,10 +18,13 @@ part 4; ctest: service_cfg_parallel).
   exactly the images asked (none lost, none stored twice), at least one
   image requeued (the server logs each) and every requeued image equal to
   generate's, /readyz degraded naming cpu:1;
-- `--parallel bogus` refused at start.
+- `--parallel bogus` refused at start;
+- `tessera generate --device cpu,cpu --parallel cfg`: a batch of three equal
+  to one device's, byte for byte; a device list without it refused.
 """
 import os
 import re
+import subprocess
 
 import svc
 
@@ -84,6 +87,28 @@ def test_cfg_mode_equals_generate():
     assert calls["cpu:0"] > 0 and calls == cfg, (calls, cfg)
     assert calls["cpu:0"] == calls["cpu:1"], calls
     s.stop()
+
+
+def test_generate_cfg():
+    """`tessera generate --device cpu,cpu --parallel cfg`: the same images as
+    one device, a batch of three included."""
+    d = svc.tmpdir("tsr-gen-cfg-")
+    p = dict(BASE, prompt="a pink ring", sampler="dpmpp_2m_sde", seed=77)
+    out = os.path.join(d, "out.png")
+    argv = [svc.TSR_BIN, "--log-level", "warn", "generate", "--model", svc.MODEL, "--quiet",
+            "--device", "cpu,cpu", "--parallel", "cfg", "--threads", "2", "--batch-size", "3",
+            "--output", out]
+    for k, v in p.items():
+        argv += [svc.GEN_FLAGS[k], str(v)]
+    r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+    assert r.returncode == 0, r.stdout.decode()
+    for k in range(3):
+        with open(os.path.join(d, "out-%d.png" % k), "rb") as f:
+            svc.assert_same_image(f.read(), dict(p, seed=p["seed"] + k), "generate cfg %d" % k)
+    r = subprocess.run([svc.TSR_BIN, "generate", "--model", svc.MODEL, "--device", "cpu,cpu",
+                        "--prompt", "x", "--output", out], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=60)
+    assert r.returncode == 2 and b"add --parallel cfg" in r.stdout, r.stdout
 
 
 def test_auto_mode():
@@ -156,7 +181,8 @@ def test_bad_mode():
         raise AssertionError("--parallel bogus was accepted")
 
 
-TESTS = [test_cfg_mode_equals_generate, test_auto_mode, test_cfg_device_fails, test_bad_mode]
+TESTS = [test_cfg_mode_equals_generate, test_generate_cfg, test_auto_mode, test_cfg_device_fails,
+         test_bad_mode]
 
 if __name__ == "__main__":
     raise SystemExit(svc.run_tests(TESTS))

@@ -213,7 +213,10 @@ class Server:
         self.log = open(os.path.join(self.dir, "server.log"), "w+")
         self.cmd = [a.bin, "serve", "--model", a.model, "--listen", "127.0.0.1:0", "--device",
                     device, "--threads", str(threads), "--max-batch", str(a.max_batch),
-                    "--data-dir", os.path.join(self.dir, "data"), "--log-level", "warn"]
+                    "--data-dir", os.path.join(self.dir, "data"), "--log-level", "warn",
+                    # the simulator's data mode is what is checked (serve's default,
+                    # auto, pairs devices for lone images: docs/multi-gpu.md section 6)
+                    "--parallel", "data"]
         # its own session, so its own autogroup, whose nice we may raise:
         # the kernel then shares the cores between it and the other
         # sessions by weight (sim.share_table is told the same)
