@@ -21,7 +21,11 @@ with no browser: `serve --comfy-ui DIR` on a folder this test makes.
 - keys: each key has its own settings and user data (key_<name>), and the
   UI's routes take the key.
 - jobs: /jobs and /jobs/{id} list a prompt as ComfyUI's jobs API does
-  (pending -> completed, outputs, preview_output, pagination, status filter).
+  (pending -> completed, outputs, preview_output, pagination, status filter),
+  and /jobs/{id}/cancel, /jobs/cancel cancel prompts.
+- preview_metadata: a websocket client that sends feature_flags with
+  supports_preview_metadata gets the server's flags and type-4 previews
+  naming the KSampler and the prompt; a plain client gets type 1.
 """
 import json
 import os
@@ -382,6 +386,48 @@ def test_jobs():
     s.stop()
 
 
+def test_preview_metadata():
+    """The websocket as the web UI uses it: its feature_flags message gets the
+    server's flags back, and its previews come as ComfyUI's type 4 (a JSON
+    head naming the KSampler and the prompt, then the JPEG); a plain client
+    on the same server still gets type 1."""
+    import struct
+    from test_comfy_api import WS
+    s = svc.Server().start()
+    ui, plain = WS(s.port, "ui-client"), WS(s.port, "plain-client")
+    for w in (ui, plain):
+        assert w.message()["type"] == "status"
+    ui.send(1, json.dumps({"type": "feature_flags",
+                           "data": {"supports_preview_metadata": True}}).encode())
+    m = ui.message()
+    assert m["type"] == "feature_flags" and m["data"]["supports_preview_metadata"] is True, m
+    ck = ckpt(s)
+    pids = {}
+    for name, w in (("ui-client", ui), ("plain-client", plain)):
+        r = post(s, "/prompt", {"prompt": workflow(ck, steps=8, size=128), "client_id": name,
+                                "extra_data": {"preview_method": "auto"}})
+        pids[name] = r.json["prompt_id"]
+        while True:
+            m = w.message()
+            if m["type"] in ("execution_success", "execution_error"):
+                break
+        assert m["type"] == "execution_success", m
+    assert ui.binary and plain.binary, (len(ui.binary), len(plain.binary))
+    for f in ui.binary:
+        kind, hl = struct.unpack(">II", f[:8])
+        assert kind == 4, kind
+        head = json.loads(f[8:8 + hl])
+        assert head == {"node_id": "3", "display_node_id": "3", "real_node_id": "3",
+                        "prompt_id": pids["ui-client"], "parent_node_id": None,
+                        "image_type": "image/jpeg"}, head
+        assert f[8 + hl:8 + hl + 2] == b"\xff\xd8", f[8 + hl:8 + hl + 4]
+    for f in plain.binary:
+        assert struct.unpack(">II", f[:8]) == (1, 1) and f[8:10] == b"\xff\xd8", f[:12]
+    ui.close()
+    plain.close()
+    assert s.stop() == 0
+
+
 def test_features():
     s = svc.Server().start()
     r = get(s, "/api/features")
@@ -401,4 +447,4 @@ def test_features():
 
 if __name__ == "__main__":
     sys.exit(svc.run_tests([test_static, test_settings, test_userdata, test_keys, test_jobs,
-                            test_features]))
+                            test_preview_metadata, test_features]))
