@@ -5,12 +5,15 @@ browser and compat; docs/compat-comfyui.md "The web UI").
 
 The frontend is PyPI's comfyui-frontend-package and the workflow the SD 1.5
 text-to-image template of comfyui-workflow-templates, both unpacked by
-scripts/setup-comfy-ui.sh into .cache/comfy-ui/ (pinned there).  One server
+scripts/setup-comfy-ui.sh into .cache/comfy-ui/frontend (pinned there; the
+templates in its templates/, where ComfyUI serves them).  One server
 on the demo model, one browser:
 
 1. the UI loads from /comfy/ (its app object up, no request to the server
    answered 4xx/5xx but those a fresh ComfyUI answers so too: absent user
-   data files and folders), and its settings reach the server: the setting
+   data files and folders), its template browser shows the SD 1.5
+   template's card (index and thumbnail from /comfy/templates/), and its
+   settings reach the server: the setting
    "Live preview method" set to auto through the UI's settings store is in
    GET /api/settings;
 2. the template (default.json, UI format) is loaded through the frontend
@@ -54,13 +57,11 @@ except ImportError:
 ART = os.environ.get("TSR_ARTIFACTS") or os.path.join(svc.ROOT, "build", "browser-artifacts")
 CACHE = os.environ.get("TSR_COMFY_UI_CACHE") or os.path.join(svc.ROOT, ".cache", "comfy-ui")
 FRONTEND = os.path.join(CACHE, "frontend")
-TEMPLATE = os.path.join(CACHE, "templates", "default.json")
+TEMPLATE = os.path.join(FRONTEND, "templates", "default.json")
 
-# what a fresh ComfyUI also answers 404 (user data not written yet), and the
-# template browser's index, which Tessera does not serve (docs/compat-comfyui.md)
+# what a fresh ComfyUI also answers 404 (user data not written yet)
 FRESH_404 = ("/comfy/user.css", "/comfy/api/userdata/user.css",
-             "/comfy/api/userdata/comfy.templates.json", "/comfy/api/userdata?dir=",
-             "/comfy/templates/index.json", "/comfy/templates/index_logo.json")
+             "/comfy/api/userdata/comfy.templates.json", "/comfy/api/userdata?dir=")
 
 
 def browser():
@@ -141,7 +142,21 @@ def test_load(ctx):
                  "'auto')")
     svc.wait_until(lambda: get_json(s, "/api/settings").get("Comfy.Execution.PreviewMethod")
                    == "auto", 10, "the preview setting in GET /api/settings")
-    # a fresh UI opens its template browser: close it as a user would (Escape)
+    # a fresh UI opens its template browser, which lists the templates of
+    # /comfy/templates/index.json, the SD 1.5 one ("default") among them
+    def dialogs():
+        return drv.execute_script("return Array.from(document.querySelectorAll("
+                                  "'[role=dialog]')).map((d) => d.innerText).join('\\n')")
+    svc.wait_until(lambda: "Getting Started" in dialogs(), 60,
+                   "the template browser's categories")
+    drv.execute_script(  # the category's entry in the dialog's side bar
+        "const all = Array.from(document.querySelectorAll('[role=dialog] *'))"
+        "  .filter((e) => e.children.length === 0 && e.textContent.trim() === 'Getting Started');"
+        "(all[0].closest('button, a, li, [role=button], [role=option]') || all[0]).click();")
+    svc.wait_until(lambda: "Image Generation" in dialogs(), 30,
+                   "the SD 1.5 template (Image Generation) in the template browser")
+    shot(drv, "comfy_ui_templates.png")
+    # close it as a user would (Escape)
     time.sleep(1.0)  # let the start-up requests finish
     ActionChains(drv).send_keys(Keys.ESCAPE).perform()
     svc.wait_until(lambda: not drv.execute_script(
