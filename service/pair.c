@@ -424,7 +424,11 @@ bool svc_pair_follow(svc_pair *p, int me, svc_worker *w)
                 const struct timespec until = after_ms(100);
                 pthread_cond_timedwait(&p->cv, &p->mu, &until);
             }
-            if (!p->head) { /* shutting down: the leader's next step fails at once */
+            if (atomic_load(&w->abort)) {
+                /* shutting down (after the drain): leave now, not when the
+                 * leader's images are done; its next step fails at once and
+                 * its images go back to the queue (journaled: they rerun at
+                 * the next start) */
                 pthread_mutex_unlock(&p->mu);
                 tsr_cfg_group_abort(g, 1, "the server is shutting down");
                 pthread_mutex_lock(&p->mu);
