@@ -23,8 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <event2/http.h>
-
 #include "http.h"
 #include "jobs.h"
 #include "server.h"
@@ -59,20 +57,9 @@ static cJSON *job_json(svc_job **jobs, int n, cJSON *pf, bool detail)
     const cJSON *num = cJSON_GetObjectItem(pf, "number");
     cJSON_AddNumberToObject(o, "priority", cJSON_IsNumber(num) ? num->valuedouble : 0);
     cJSON_AddNumberToObject(o, "create_time", ms(jobs[0]->created));
-    double started = 0, finished = 0;
-    const char *why = NULL;
-    for (int i = 0; i < n; i++) {
-        const svc_job *j = jobs[i];
-        if (!j) {
-            why = why ? why : "a job of the prompt is gone (--keep-jobs)";
-            continue;
-        }
-        if (j->started > 0 && (started == 0 || j->started < started))
-            started = j->started;
-        finished = j->finished > finished ? j->finished : finished;
-        if (j->state == SVC_FAILED && j->error_message && !why)
-            why = j->error_message;
-    }
+    double started, finished;
+    const char *why;
+    comfy_prompt_times(jobs, n, &started, &finished, &why);
     const bool final = svc_state_final(st);
     if (started > 0)
         cJSON_AddNumberToObject(o, "execution_start_time", ms(started));
@@ -181,33 +168,6 @@ static bool add_job(svc_req *r, svc_job **jobs, int n, cJSON *pf, void *u)
     return cJSON_GetArraySize(c->all) < 100000;
 }
 
-/* A query value, decoded ("" when absent), at most size - 1 bytes (false:
- * longer, or not decodable). */
-static bool query_get(const char *q, const char *name, char *buf, size_t size)
-{
-    size_t n = strlen(name);
-    buf[0] = '\0';
-    for (const char *p = q; p && *p; p = strchr(p, '&') ? strchr(p, '&') + 1 : NULL) {
-        if (strncmp(p, name, n) != 0 || p[n] != '=')
-            continue;
-        const char *v = p + n + 1, *end = strchr(v, '&');
-        size_t len = end ? (size_t)(end - v) : strlen(v);
-        char raw[512];
-        if (len >= sizeof raw)
-            return false;
-        memcpy(raw, v, len);
-        raw[len] = '\0';
-        size_t out = 0;
-        char *dec = evhttp_uridecode(raw, 1, &out); /* the frontend sends "a,b" or "a%2Cb" */
-        bool ok = dec && out == strlen(dec) && out < size;
-        if (ok)
-            memcpy(buf, dec, out + 1);
-        free(dec);
-        return ok;
-    }
-    return true;
-}
-
 static bool parse_count(const char *s, long max, long *out)
 {
     char *end;
@@ -238,10 +198,10 @@ void svc_comfy_jobs(svc_req *r, const char *rest)
         return;
     }
     char status[128], limit_s[16], offset_s[16], order[8];
-    if (!query_get(r->query, "status", status, sizeof status) ||
-        !query_get(r->query, "limit", limit_s, sizeof limit_s) ||
-        !query_get(r->query, "offset", offset_s, sizeof offset_s) ||
-        !query_get(r->query, "sort_order", order, sizeof order)) {
+    if (!comfy_query_get(r->query, "status", status, sizeof status) ||
+        !comfy_query_get(r->query, "limit", limit_s, sizeof limit_s) ||
+        !comfy_query_get(r->query, "offset", offset_s, sizeof offset_s) ||
+        !comfy_query_get(r->query, "sort_order", order, sizeof order)) {
         bad(r, "a query value is too long");
         return;
     }

@@ -100,7 +100,9 @@ bool comfy_userdata_path_ok(const char *rel)
 }
 
 /* A query value, decoded ('+' is a space), into buf; false when it is not
- * there (buf "") or cannot be decoded or does not fit. */
+ * there (buf "") or cannot be decoded or does not fit.  Not comfy_query_get:
+ * a user data path may take 512 decoded bytes, up to three times that
+ * encoded, and a flag may come bare ("?recurse"). */
 static bool query_value(const char *query, const char *name, char *buf, size_t size)
 {
     size_t n = strlen(name);
