@@ -55,7 +55,7 @@ int tsr_cmd_serve(int argc, char **argv)
     int64_t key_max_queue = c.key_max_queue;
     int64_t max_wait = c.max_wait_ms, drain = c.drain_timeout_s, max_body = c.max_body;
     int64_t max_bodies = c.max_bodies;
-    int64_t lora_cache_mb = 0;
+    int64_t lora_cache_mb = 0, comfy_session_ttl = 0;
     int64_t tile_size = c.tile_size, preview_every = c.preview_every, tile_threads = c.tile_threads;
     int64_t keep_jobs = c.keep_jobs, tile_cache = c.tile_cache_mb,
             journal_compact = c.journal_compact_kb;
@@ -95,6 +95,9 @@ int tsr_cmd_serve(int argc, char **argv)
          "serve ComfyUI's web UI at /comfy/: DIR is the static folder of PyPI's "
          "comfyui-frontend-package (scripts/setup-comfy-ui.sh puts it in .cache/comfy-ui/frontend)",
          0, 0, 0, 0},
+        {"comfy-session-ttl", TSR_ARG_INT, &comfy_session_ttl, "S",
+         "with --keys: how long a sign-in at /comfy/login lasts, in seconds (default 43200, "
+         "12 h)", 1, 30 * 86400, 0, 0},
         {"lora-cache-mb", TSR_ARG_INT, &lora_cache_mb, "MIB",
          "loaded LoRAs kept per worker, least recently used evicted, never one in use "
          "(default 1024)", 0, 1 << 20, 0, 0},
@@ -295,6 +298,7 @@ int tsr_cmd_serve(int argc, char **argv)
         c.model = tsr_cli_default_model();
     c.threads = (int)threads;
     c.lora_cache_mb = (int)lora_cache_mb;
+    c.comfy_session_ttl_s = (int)comfy_session_ttl;
     c.max_batch = (int)max_batch;
     c.max_queue = (int)max_queue;
     c.key_max_queue = (int)key_max_queue;

@@ -8,7 +8,10 @@
  * "..", none starting with '.', no byte below 0x20, no DEL, no '\', within
  * the length and depth bounds; a user data path also has none of
  * : * ? " < > |.  Each is checked here by walking the accepted string
- * again, independently of the code under test.
+ * again, independently of the code under test.  The same bytes are also a
+ * Cookie header for comfy_login_cookie_token (the web UI's session cookie):
+ * a token it finds is 64 of [0-9a-f], stands in the header right after
+ * "tessera_comfy=", and ends there (at ';', blanks or the end).
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -66,6 +69,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* a user data path is always a valid static path too (stricter rules) */
     if (comfy_userdata_path_ok(s))
         must(comfy_ui_path_ok(s));
+    char tok[COMFY_TOKEN_HEX + 1];
+    memset(tok, 'Z', sizeof tok);
+    if (comfy_login_cookie_token(s, tok, sizeof tok)) {
+        must(strlen(tok) == COMFY_TOKEN_HEX);
+        for (size_t i = 0; i < COMFY_TOKEN_HEX; i++)
+            must((tok[i] >= '0' && tok[i] <= '9') || (tok[i] >= 'a' && tok[i] <= 'f'));
+        const char *at = strstr(s, COMFY_COOKIE "=");
+        bool seen = false;
+        for (; at && !seen; at = strstr(at + 1, COMFY_COOKIE "=")) {
+            const char *v = at + strlen(COMFY_COOKIE "=");
+            char end = v[COMFY_TOKEN_HEX < strlen(v) ? COMFY_TOKEN_HEX : strlen(v)];
+            seen = strncmp(v, tok, COMFY_TOKEN_HEX) == 0 &&
+                   (end == '\0' || end == ';' || end == ' ' || end == '\t');
+        }
+        must(seen);
+    } else {
+        must(tok[0] == 'Z'); /* nothing written */
+    }
     free(s);
     return 0;
 }

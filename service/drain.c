@@ -16,6 +16,7 @@
 
 #include "a1111.h"
 #include "comfy.h"
+#include "comfy_ui.h"
 #include "http.h"
 #include "log.h"
 #include "server_int.h"
@@ -164,6 +165,7 @@ void svc_server_shutdown(svc_server *s)
         event_free(s->ev_gc);
     if (s->base)
         event_base_free(s->base);
+    svc_comfy_login_free(s->comfy_login);
     svc_keys_free(&s->keys);
     free(s);
 }

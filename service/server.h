@@ -94,6 +94,7 @@ typedef struct svc_server {
 
     svc_keys keys;             /* --keys / --token-file (http/auth.c); n == 0: open */
     svc_url_signer urls;       /* signed image URLs, on with keys (http/signed.h) */
+    struct svc_comfy_login *comfy_login; /* the web UI's sessions (api/comfy/comfy_login.c) */
     char guard_secret[33];     /* marks requests the head guard rewrote (http/guard.c) */
 
     unsigned long long body_bytes; /* request bodies held, at most cfg.max_bodies (http/guard.c) */

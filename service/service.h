@@ -70,6 +70,7 @@ typedef struct tsr_service_config {
     int lora_cache_mb;       /* --lora-cache-mb: loaded LoRAs per worker (0 = 1024) */
     const char *comfy_ui_dir; /* --comfy-ui: ComfyUI's frontend (its static folder), served at
                               * /comfy/ (docs/compat-comfyui.md); NULL = not served */
+    int comfy_session_ttl_s; /* --comfy-session-ttl: a UI sign-in lasts (0 = 43200) */
 } tsr_service_config;
 
 typedef enum tsr_service_role {

@@ -111,6 +111,32 @@ bool svc_browser_check(svc_req *r)
     return true;
 }
 
+/* Cookies are sent by the browser whatever page asks, so a request that
+ * the UI's session cookie signs in must come from the UI itself: SameSite
+ * =Strict keeps the cookie off other sites' requests in today's browsers;
+ * this holds without it (and against a sibling origin of the same site). */
+bool svc_browser_cookie_ok(svc_req *r)
+{
+    const char *site = svc_req_header(r, "Sec-Fetch-Site");
+    const char *origin = svc_req_header(r, "Origin");
+    const bool safe = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
+    if (site && strcasecmp(site, "same-origin") != 0 && strcasecmp(site, "none") != 0) {
+        forbid(r, "the web UI's session cookie is taken only from the UI's own pages "
+                  "(Sec-Fetch-Site is not same-origin)");
+        return false;
+    }
+    if (origin && !own_origin(origin, svc_req_header(r, "Host"))) {
+        forbid(r, "the web UI's session cookie is taken only from the UI's own origin");
+        return false;
+    }
+    if (!safe && !origin && !site) {
+        forbid(r, "a change signed in by the web UI's session cookie must say where it comes "
+                  "from (Origin or Sec-Fetch-Site), as browsers do");
+        return false;
+    }
+    return true;
+}
+
 bool svc_browser_body_ok(svc_req *r, bool multipart)
 {
     const char *type = svc_req_header(r, "Content-Type");

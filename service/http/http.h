@@ -51,6 +51,7 @@ typedef struct svc_req {
     bool waited;         /* svc_route_wait ran it again: it waits no more */
     const struct svc_key *key; /* whose key (http/auth.c); NULL: keys off or public path */
     long long signed_until; /* > 0: let in by a signed URL valid until then (Unix s) */
+    bool by_cookie;         /* key is the web UI's session cookie's (router.c) */
 } svc_req;
 
 /* Once per process, before the loop: libevent's log through the server's,
@@ -65,6 +66,11 @@ void svc_http_on_request(struct evhttp_request *req, void *arg);
 /* Browser defence (browser.c): Host on a loopback address and Origin;
  * false when it answered 403. */
 bool svc_browser_check(svc_req *r);
+/* A request the web UI's session cookie signs in: no other site's (an
+ * Origin that is not the server's own, Sec-Fetch-Site other than
+ * same-origin/none, or a state-changing request with neither); false when
+ * it answered 403. */
+bool svc_browser_cookie_ok(svc_req *r);
 /* The body's media type: application/json, or multipart/form-data;
  * false when it answered 415 in r's dialect. */
 bool svc_browser_body_ok(svc_req *r, bool multipart);

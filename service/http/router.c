@@ -147,6 +147,8 @@ static const svc_route k_routes[] = {
     {"/ws", "", M_GET, svc_comfy_ws, COMFY, NULL, 0},
     /* ComfyUI's web UI (--comfy-ui): its files, users, settings, user data
      * (api/comfy/comfy_ui.c, comfy_userdata.c) */
+    {COMFY_UI_ROOT, "/login", M_READ | M_POST, svc_comfy_login, NATIVE, NULL, 0},
+    {COMFY_UI_ROOT, "/logout", M_POST, svc_comfy_logout, NATIVE, NULL, UNTYPED},
     {COMFY_UI_ROOT, "**", M_READ, svc_comfy_ui_static, NATIVE, NULL, 0},
     {"/assets", "/**", M_READ, svc_comfy_ui_assets, NATIVE, NULL, 0},
     {"/users", "", M_READ | M_POST, svc_comfy_users, COMFY, NULL, UNTYPED},
@@ -338,10 +340,13 @@ static void bad_signature(svc_req *r, svc_url_verdict v)
 }
 
 /* --keys / --token-file: /v1/... and /sdapi/... take a key (A1111 clients
- * may send it as Basic's password); r->key is whose it is.  An image,
+ * may send it as Basic's password); r->key is whose it is.  The web UI's
+ * requests (ui: /comfy/api/... and /comfy/ws, rewritten) may instead carry
+ * its session cookie (api/comfy/comfy_login.c), which then has to pass
+ * svc_browser_cookie_ok; no other path looks at the cookie.  An image,
  * tile or manifest URL may instead carry a signature: valid, it is let in
  * without a key (r->signed_until); bad or expired, answered 403 here. */
-static bool authorized(svc_req *r, bool *answered)
+static bool authorized(svc_req *r, bool ui, bool *answered)
 {
     svc_server *s = r->srv;
     const bool v1 = strncmp(r->path, "/v1/", 4) == 0;
@@ -362,7 +367,16 @@ static bool authorized(svc_req *r, bool *answered)
             return false;
         }
     }
-    r->key = svc_keys_check(&s->keys, svc_req_header(r, "Authorization"), sdapi);
+    const char *auth = svc_req_header(r, "Authorization");
+    r->key = svc_keys_check(&s->keys, auth, sdapi);
+    if (!r->key && !auth && ui && comfy) {
+        r->key = svc_comfy_session_key(r);
+        r->by_cookie = r->key != NULL;
+        if (r->by_cookie && !svc_browser_cookie_ok(r)) {
+            *answered = true;
+            return false;
+        }
+    }
     return r->key != NULL;
 }
 
@@ -431,7 +445,8 @@ void svc_http_on_request(struct evhttp_request *req, void *arg)
     }
     /* ComfyUI answers its routes under /api/ too (its frontend and newer
      * clients use those): /api/prompt is /prompt from here on */
-    svc_comfy_ui_rewrite(r); /* --comfy-ui: /comfy/api/x is /api/x, /comfy/ws is /ws */
+    /* --comfy-ui: /comfy/api/x is /api/x, /comfy/ws is /ws */
+    const bool ui = svc_comfy_ui_rewrite(r);
     if (strncmp(r->path, "/api/", 5) == 0 &&
         (svc_comfy_is_path(r->path + 4) || svc_comfy_ui_is_path(r->path + 4)))
         memmove(r->path, r->path + 4, strlen(r->path + 4) + 1);
@@ -442,7 +457,7 @@ void svc_http_on_request(struct evhttp_request *req, void *arg)
         return;
     }
     bool answered = false;
-    if (!authorized(r, &answered)) {
+    if (!authorized(r, ui, &answered)) {
         if (!answered)
             unauthorized(r);
         return;

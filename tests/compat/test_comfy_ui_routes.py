@@ -20,6 +20,14 @@ with no browser: `serve --comfy-ui DIR` on a folder this test makes.
   a raw '/' in {file}) never leave the user's folder and get 403/404.
 - keys: each key has its own settings and user data (key_<name>), and the
   UI's routes take the key.
+- login (keys on): /comfy/ redirects to /comfy/login; POST /comfy/login with
+  a good key sets the session cookie (HttpOnly, SameSite=Strict,
+  Path=/comfy/, Secure behind an https proxy); the cookie signs in
+  /comfy/api/... and /comfy/ws as the key would, and nothing else (/v1/,
+  /sdapi/, /prompt, /settings); two keys' sessions see only their own
+  prompts and user data; another site's request with the cookie is 403;
+  logout and expiry end a session; a bad key is 401, and the 11th failure
+  in a minute from one address is 429 (a good key too).
 - jobs: /jobs and /jobs/{id} list a prompt as ComfyUI's jobs API does
   (pending -> completed, outputs, preview_output, pagination, status filter),
   and /jobs/{id}/cancel, /jobs/cancel cancel prompts.
@@ -295,8 +303,11 @@ def test_keys():
               "/v2/userdata"]:
         r = get(s, p)
         assert r.status == 401, (p, r)
-    # the UI's own files need no key (a browser cannot send one for them)
-    assert get(s, "/comfy/").status == 200
+    # the UI's own files need no key (a browser cannot send one for them);
+    # its page sends a browser without a session to the sign-in page
+    r = get(s, "/comfy/")
+    assert r.status == 302 and r.headers["location"] == "/comfy/login", r
+    assert get(s, "/comfy/assets/index-B2rHQ9Sn.js").status == 200
     assert post(s, "/settings/X", b'"alice\'s"', headers=A).status == 200
     assert post(s, "/userdata/w.json", b'{"a": 1}', headers=dict(A, **CU)).status == 200
     assert get(s, "/settings/X", headers=A).json == "alice's"
@@ -305,6 +316,141 @@ def test_keys():
     assert get(s, "/userdata/w.json", headers=A).status == 200
     assert os.path.isfile(os.path.join(s.data_dir, "comfy", "user", "key_alice", "w.json"))
     s.stop()
+
+
+def login(s, key, headers=None):
+    """POST /comfy/login: (the answer, the cookie's token or None)."""
+    r = post(s, "/comfy/login", {"key": key}, headers=headers, validate_spec=True)
+    c = r.headers.get("set-cookie", "")
+    tok = c.split(";")[0].split("=", 1)[1] if c.startswith("tessera_comfy=") else None
+    return r, tok
+
+
+def ws_status(s, headers):
+    """The status of a websocket handshake on /comfy/ws."""
+    c = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+    extra = "".join("%s: %s\r\n" % kv for kv in headers.items())
+    c.sendall(("GET /comfy/ws?clientId=t HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+               "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+               "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+               "%s\r\n" % (s.port, extra)).encode())
+    buf = b""
+    while b"\r\n" not in buf:
+        b = c.recv(4096)
+        if not b:
+            break
+        buf += b
+    c.close()
+    return int(buf.split(b" ")[1])
+
+
+def test_login():
+    d = svc.tmpdir("tsr-comfy-ui-login-")
+    path = os.path.join(d, "keys")
+    ka, kb = keys_new(path, "alice"), keys_new(path, "bob")
+    s = svc.Server(["--keys", path, "--comfy-ui", ui_dir(), "--max-batch", "1"]).start()
+    origin = {"Origin": "http://127.0.0.1:%d" % s.port}
+    for p in ("/comfy/", "/comfy/index.html"):
+        r = get(s, p)
+        assert r.status == 302 and r.headers["location"] == "/comfy/login", (p, r)
+    r = get(s, "/comfy/login", validate_spec=True)
+    assert r.status == 200 and r.headers["content-type"].startswith("text/html"), r
+    assert b"<form" in r.body and b'type="password"' in r.body, r
+    assert "frame-ancestors 'none'" in r.headers["content-security-policy"], r.headers
+    # a good key: the cookie, with its attributes
+    r, ta = login(s, ka)
+    assert r.status == 200 and r.json["name"] == "alice", r
+    attrs = [a.strip() for a in r.headers["set-cookie"].split(";")]
+    assert len(ta) == 64 and int(ta, 16) >= 0 and ka not in r.headers["set-cookie"], attrs
+    assert {"HttpOnly", "SameSite=Strict", "Path=/comfy/", "Max-Age=43200"} <= set(attrs), attrs
+    assert "Secure" not in attrs, attrs
+    r, tb = login(s, kb, headers={"X-Forwarded-Proto": "https"})
+    assert r.status == 200 and r.json["name"] == "bob" and "Secure" in r.headers["set-cookie"], r
+    assert ta != tb
+    A = dict(origin, Cookie="theme=dark; tessera_comfy=" + ta)
+    B = dict(origin, Cookie="tessera_comfy=" + tb)
+    assert get(s, "/comfy/", headers=A).status == 200
+    # the cookie signs in the UI's API as the key would
+    assert post(s, "/comfy/api/settings/X", b'"alice\'s"', headers=A).status == 200
+    assert get(s, "/settings/X", headers={"Authorization": "Bearer " + ka}).json == "alice's"
+    assert get(s, "/comfy/api/settings/X", headers=B).json is None
+    assert post(s, "/comfy/api/userdata/w.json", b'{"a": 1}', headers=dict(A, **CU)).status == 200
+    assert get(s, "/comfy/api/userdata/w.json", headers=A).status == 200
+    assert get(s, "/comfy/api/userdata/w.json", headers=B).status == 404
+    ck = get(s, "/comfy/api/models/checkpoints", headers=A).json[0]
+    r = post(s, "/comfy/api/prompt", {"prompt": workflow(ck, steps=2), "client_id": "a"},
+             headers=A)
+    assert r.status == 200, r
+    pid = r.json["prompt_id"]
+    assert [j["id"] for j in get(s, "/comfy/api/jobs", headers=A).json["jobs"]] == [pid]
+    assert get(s, "/comfy/api/jobs", headers=B).json["jobs"] == []
+    assert get(s, "/comfy/api/jobs/" + pid, headers=B).status == 404
+    svc.wait_until(lambda: get(s, "/comfy/api/jobs/" + pid, headers=A).json["status"] ==
+                   "completed", 120, "alice's prompt completed")
+    assert ws_status(s, A) == 101 and ws_status(s, {}) == 401
+    # ... and nothing else: not the same routes without /comfy, nor /v1/, /sdapi/
+    for method, p in [("GET", "/v1/jobs/j_0000000000000001"), ("POST", "/v1/jobs"),
+                      ("POST", "/sdapi/v1/txt2img"), ("GET", "/sdapi/v1/options"),
+                      ("POST", "/prompt"), ("POST", "/api/prompt"), ("GET", "/settings"),
+                      ("GET", "/api/jobs"), ("GET", "/history")]:
+        body = {"prompt": "x"} if method == "POST" else None
+        r = s.request(method, p, body, headers=A, validate_spec=False)
+        assert r.status == 401, (method, p, r)
+    # another site cannot drive it (CSRF): its Origin, Sec-Fetch-Site, or neither on a change
+    bad = [dict(A, Origin="http://evil.example"),
+           {"Cookie": A["Cookie"], "Sec-Fetch-Site": "cross-site"},
+           {"Cookie": A["Cookie"], "Sec-Fetch-Site": "same-site"},
+           {"Cookie": A["Cookie"]}]
+    for h in bad:
+        r = post(s, "/comfy/api/settings/Y", b"1", headers=h)
+        assert r.status == 403, (h, r)
+    assert get(s, "/comfy/api/settings/Y", headers=A).json is None
+    assert post(s, "/comfy/api/settings/Y", b"2", headers={
+        "Cookie": A["Cookie"], "Sec-Fetch-Site": "same-origin"}).status == 200
+    assert get(s, "/comfy/api/settings", headers={"Cookie": A["Cookie"],
+                                                  "Sec-Fetch-Site": "cross-site"}).status == 403
+    assert ws_status(s, dict(A, Origin="http://evil.example")) == 403
+    # forged, malformed or foreign tokens are nothing
+    for c in ["tessera_comfy=" + "0" * 64, "tessera_comfy=" + ta.upper(), "tessera_comfy=" + ta
+              + "0", "tessera_comfy=" + ka, "x_tessera_comfy=" + ta]:
+        r = get(s, "/comfy/api/settings", headers=dict(origin, Cookie=c))
+        assert r.status == 401, (c, r)
+    # a bad key: 401, no cookie
+    r, t = login(s, "not-a-key-" + "x" * 30)
+    assert r.status == 401 and t is None and r.json["error"]["code"] == "unauthorized", r
+    for body in [b"", b"{}", b'{"key": 5}', b"[", b'{"key": ""}']:
+        assert post(s, "/comfy/login", body).status == 400, body
+    assert post(s, "/comfy/login", b"key=x", headers={
+        "Content-Type": "application/x-www-form-urlencoded"}).status == 415
+    # logout ends the session (only its own: bob's still works)
+    r = post(s, "/comfy/logout", None, headers=A, validate_spec=True)
+    assert r.status == 204 and "Max-Age=0" in r.headers["set-cookie"], r
+    assert get(s, "/comfy/api/settings", headers=A).status == 401
+    assert get(s, "/comfy/", headers=A).status == 302
+    assert get(s, "/comfy/api/settings", headers=B).status == 200
+    assert post(s, "/comfy/logout", None, headers=dict(B, Origin="http://evil.example")
+                ).status == 403
+    assert get(s, "/comfy/api/settings", headers=B).status == 200
+    s.stop()
+    # expiry, and the limit on failed sign-ins
+    s = svc.Server(["--keys", path, "--comfy-ui", ui_dir(), "--comfy-session-ttl", "2"]).start()
+    origin = {"Origin": "http://127.0.0.1:%d" % s.port}
+    r, t = login(s, ka)
+    assert "Max-Age=2" in r.headers["set-cookie"], r.headers
+    C = dict(origin, Cookie="tessera_comfy=" + t)
+    assert get(s, "/comfy/api/settings", headers=C).status == 200
+    time.sleep(2.5)
+    assert get(s, "/comfy/api/settings", headers=C).status == 401
+    assert get(s, "/comfy/", headers=C).status == 302
+    for i in range(10):
+        assert login(s, "wrong-key-%02d-xxxxxxxxxxxxxxxx" % i)[0].status == 401, i
+    r, t = login(s, ka)
+    assert r.status == 429 and t is None and int(r.headers["retry-after"]) > 0, r
+    assert login(s, "wrong")[0].status == 429
+    assert s.stop() == 0
+    p = subprocess.run([svc.TSR_BIN, "serve", "--comfy-session-ttl", "0"], capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 2 and "comfy-session-ttl" in p.stderr, (p.returncode, p.stderr)
 
 
 def ckpt(s):
@@ -446,5 +592,5 @@ def test_features():
 
 
 if __name__ == "__main__":
-    sys.exit(svc.run_tests([test_static, test_settings, test_userdata, test_keys, test_jobs,
-                            test_preview_metadata, test_features]))
+    sys.exit(svc.run_tests([test_static, test_settings, test_userdata, test_keys, test_login,
+                            test_jobs, test_preview_metadata, test_features]))

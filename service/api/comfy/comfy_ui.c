@@ -245,7 +245,11 @@ void svc_comfy_ui_static(svc_req *r, const char *rest)
         svc_reply_buffer(r, 301, NULL, NULL);
         return;
     }
-    serve_file(r, rest[1] ? rest + 1 : "index.html");
+    /* with keys on, the UI's page waits for a sign-in (its files need none) */
+    const char *rel = rest[1] ? rest + 1 : "index.html";
+    if (strcmp(rel, "index.html") == 0 && svc_comfy_ui_signed_out(r))
+        return;
+    serve_file(r, rel);
 }
 
 /* GET /assets/...: the few URLs the frontend writes absolute (its web

@@ -14,6 +14,7 @@
 #define SVC_COMFY_UI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include <cjson/cJSON.h>
 
@@ -48,6 +49,28 @@ bool svc_comfy_ui_any_body(struct svc_req *r);
  * >= 0x20 but DEL, none of \ : * ? " < > |, not starting with '.'. */
 bool comfy_ui_path_ok(const char *rel);
 bool comfy_userdata_path_ok(const char *rel);
+
+/* Signing in with a key (comfy_login.c, docs/security.md "The web UI's
+ * sessions"): the session cookie's name and its token's length (hex of
+ * 256 random bits). */
+#define COMFY_COOKIE "tessera_comfy"
+#define COMFY_TOKEN_HEX 64
+struct svc_key;
+struct svc_comfy_login;
+/* The token of a Cookie header's tessera_comfy (exactly COMFY_TOKEN_HEX
+ * of [0-9a-f]; the first such one) into out (size > COMFY_TOKEN_HEX);
+ * false when there is none (fuzz/fuzz_comfy_ui_paths.c). */
+bool comfy_login_cookie_token(const char *header, char *out, size_t size);
+/* The key of the request's live session cookie, or NULL (keys off, no
+ * cookie, unknown or expired). */
+const struct svc_key *svc_comfy_session_key(struct svc_req *r);
+/* With keys on and no live session: answered 302 to /comfy/login (true). */
+bool svc_comfy_ui_signed_out(struct svc_req *r);
+/* GET /comfy/login: the sign-in page; POST: {"key"} -> the cookie. */
+void svc_comfy_login(struct svc_req *r, const char *rest);
+/* POST /comfy/logout: the session ends, the cookie is cleared. */
+void svc_comfy_logout(struct svc_req *r, const char *rest);
+void svc_comfy_login_free(struct svc_comfy_login *l);
 
 /* GET /comfy/<file>: the frontend's static files (comfy_ui.c). */
 void svc_comfy_ui_static(struct svc_req *r, const char *rest);
