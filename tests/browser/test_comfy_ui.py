@@ -28,7 +28,11 @@ on the demo model, one browser:
 5. the UI's workflow files live in the server's user data: saved as
    workflows/<name>.json with the Save command and its name dialog (the file
    on disk holds the graph), listed again after a reload, renamed and
-   deleted through the UI's workflow store.
+   deleted through the UI's workflow store;
+6. with keys on (a second server, `--keys`): /comfy/ redirects to the
+   sign-in page /comfy/login, the key typed there and Enter sign in (the
+   session cookie, which the page's scripts cannot read), the UI loads,
+   and the template queued from it (at 128x128) shows its image.
 
 Screenshots go to $TSR_ARTIFACTS.  Exit 77 (skipped) without Chromium,
 chromedriver, selenium or the unpacked frontend.
@@ -36,6 +40,7 @@ chromedriver, selenium or the unpacked frontend.
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 import urllib.parse
@@ -298,6 +303,61 @@ def test_workflow_files(ctx):
     assert os.listdir(user) == [], os.listdir(user)
 
 
+def test_keys_login(ctx):
+    """6. With --keys: the sign-in page, then the UI and a prompt on the cookie."""
+    drv = ctx["drv"]
+    d = svc.tmpdir("tsr-comfy-ui-keys-")
+    path = os.path.join(d, "keys")
+    p = subprocess.run([svc.TSR_BIN, "keys", "new", "ui", "--keys", path], capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    key = p.stdout.strip()
+    s = svc.Server(["--comfy-ui", FRONTEND, "--keys", path], name="comfy-ui-keys").start()
+    try:
+        base = "http://127.0.0.1:%d" % s.port
+        drv.get(base + "/comfy/")
+        svc.wait_until(lambda: drv.current_url == base + "/comfy/login", 20,
+                       "the redirect to the sign-in page")
+        box = svc.wait_until(lambda: drv.find_elements(By.ID, "key"), 20, "the key field")[0]
+        box.send_keys(key, Keys.ENTER)
+        svc.wait_until(lambda: drv.execute_script(
+            "return !!(window.app && window.app.graph && window.app.api && window.app.api.socket"
+            " && window.app.api.socket.readyState === 1)"), 90,
+            "the UI after signing in, its websocket open")
+        assert drv.current_url == base + "/comfy/", drv.current_url
+        assert "tessera_comfy" not in drv.execute_script("return document.cookie")
+        shot(drv, "comfy_ui_keys_signed_in.png")
+        req = urllib.request.Request(base + "/api/models/checkpoints",
+                                     headers={"Authorization": "Bearer " + key})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            ckpts = json.loads(r.read())
+        with open(TEMPLATE) as f:
+            wf = json.load(f)
+        for n in wf["nodes"]:
+            if n["type"] == "CheckpointLoaderSimple":
+                n["widgets_values"][0] = ckpts[0]
+            if n["type"] == "EmptyLatentImage":
+                n["widgets_values"][0:2] = [128, 128]
+        awaited(drv, "window.app.loadGraphData(args[0])", wf)
+        assert awaited(drv, "window.app.queuePrompt(0, 1)") is not False
+        img = svc.wait_until(lambda: drv.execute_script(
+            "const n = window.app.graph._nodes.find((n) => n.type === 'SaveImage');"
+            "const i = n && n.imgs && n.imgs[0];"
+            "return i && i.complete && i.naturalWidth ? [i.src, i.naturalWidth] : null;"), 180,
+            "the image in SaveImage, loaded on the session cookie")
+        assert "/comfy/api/view?" in img[0] and img[1] == 128, img
+        # every call the UI made on the cookie was answered (no 401 among them)
+        bad = [(st, m, u) for st, m, u in responses(drv)
+               if u.startswith(base + "/") and st >= 400 and
+               not any(u[len(base):].startswith(p) for p in FRESH_404)]
+        assert not bad, "the signed-in UI's requests the server failed: %s" % bad
+        ActionChains(drv).send_keys(Keys.ESCAPE).perform()  # the template browser
+        time.sleep(0.5)
+        shot(drv, "comfy_ui_keys_done.png")
+    finally:
+        s.stop()
+
+
 def main():
     if webdriver is None or not (shutil.which("chromedriver") or
                                  os.path.exists("/usr/bin/chromedriver")):
@@ -312,7 +372,8 @@ def main():
     try:
         drv = browser()
         ctx = {"server": s, "drv": drv}
-        return svc.run_tests([test_load, test_template_run, test_workflow_files],
+        return svc.run_tests([test_load, test_template_run, test_workflow_files,
+                              test_keys_login],
                              setup=lambda: ctx)
     finally:
         if drv:
