@@ -431,7 +431,7 @@ def test_login():
     assert post(s, "/comfy/logout", None, headers=dict(B, Origin="http://evil.example")
                 ).status == 403
     assert get(s, "/comfy/api/settings", headers=B).status == 200
-    s.stop()
+    assert s.stop() == 0
     # expiry, and the limit on failed sign-ins
     s = svc.Server(["--keys", path, "--comfy-ui", ui_dir(), "--comfy-session-ttl", "2"]).start()
     origin = {"Origin": "http://127.0.0.1:%d" % s.port}
