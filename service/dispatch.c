@@ -5,8 +5,11 @@
  * drain.  Worker roles get a second mailbox whose image messages go on to
  * Redis instead (svc_server_on_work_msg).
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+
+#include <event2/event.h>
 
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -40,13 +43,34 @@ void svc_server_on_work_msg(void *user, svc_msg *m)
  * thread's arena (the workers' activations, the encoders' buffers), so
  * without this an idle server holds its busiest moment's high-water mark:
  * service_soak measured idle RSS steps of 7-9 MiB with the 64 px demo model.
- * malloc_trim walks every arena; it runs once per busy period, on the loop,
- * and costs about a millisecond. */
+ * malloc_trim walks every arena and costs about a millisecond; it runs once
+ * when the busy period ends, on the loop, and once more a quarter second
+ * later if the server is still idle, for what the workers free after their
+ * last message (their batch's scratch: on a loaded machine that can come
+ * after the loop's first trim, and the idle RSS then kept 8-16 MiB). */
+#ifdef __GLIBC__
+static bool idle(const svc_server *s)
+{
+    return s->running_images == 0 && s->queue->ops->length(s->queue) == 0;
+}
+
+static void trim_if_still_idle(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    if (idle(arg))
+        malloc_trim(0);
+}
+#endif
+
 static void release_idle_memory(svc_server *s)
 {
 #ifdef __GLIBC__
-    if (s->running_images == 0 && s->queue->ops->length(s->queue) == 0)
-        malloc_trim(0);
+    if (!idle(s))
+        return;
+    malloc_trim(0);
+    const struct timeval later = {0, 250000};
+    event_base_once(s->base, -1, EV_TIMEOUT, trim_if_still_idle, s, &later);
 #else
     (void)s;
 #endif

@@ -234,6 +234,19 @@ class Server:
                     return int(line.split()[1])
         return 0
 
+    def settled_rss_kib(self, seconds=1.5):
+        """The lowest resident size over the next `seconds` (a sample every
+        0.1 s): an idle server trims its heap once when the last image ends
+        and once a quarter second later (service/dispatch.c), so one sample
+        right after a wave can catch what a busy machine has not handed back
+        yet; a leak stays in every sample."""
+        low = self.rss_kib()
+        end = time.time() + seconds
+        while time.time() < end:
+            time.sleep(0.1)
+            low = min(low, self.rss_kib())
+        return low
+
     def fds(self):
         return len(os.listdir("/proc/%d/fd" % self.pid))
 

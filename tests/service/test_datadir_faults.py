@@ -317,14 +317,12 @@ def test_tiles_leave_ram():
     early_url = early[0]["url"]
     assert s.get(early_url).status == 200      # a preview version, still in RAM
     manifest = s.get("/v1/jobs/%s/images/0/tiles" % first["id"]).json
-    time.sleep(0.5)
-    rss0, bytes0 = s.rss_kib(), s.metrics().value("tessera_tile_bytes_total")
+    rss0, bytes0 = s.settled_rss_kib(), s.metrics().value("tessera_tile_bytes_total")
     jobs = [s.submit(prompt=PROMPT, width=64, height=64, steps=10, seed=81 + i)
             for i in range(50)]
     for x in jobs:
         assert s.wait_job(x["id"], timeout=300)["state"] == "done"
-    time.sleep(0.5)
-    rss1, bytes1 = s.rss_kib(), s.metrics().value("tessera_tile_bytes_total")
+    rss1, bytes1 = s.settled_rss_kib(), s.metrics().value("tessera_tile_bytes_total")
     grew, tiles_kib = rss1 - rss0, (bytes1 - bytes0) / 1024.0
     svc.figure("tiles in RAM: 50 finished jobs published %.0f KiB of tiles; RSS %d -> %d KiB "
                "(%+d KiB) with --tile-cache-mb 1" % (tiles_kib, rss0, rss1, grew))

@@ -104,8 +104,7 @@ def test_soak(s):
         for f in flips:
             svc.figure("soak rounding flip: " + f)
         all_jobs += jobs
-        time.sleep(0.5)
-        rss, fds = s.rss_kib(), s.fds()
+        rss, fds = s.settled_rss_kib(), s.fds()
         samples.append((rss, fds))
         print("  wave %d: %d jobs in %.1f s, RSS %d KiB, %d fds" % (w + 1, len(jobs),
                                                                    time.time() - t0, rss, fds),
