@@ -33,6 +33,24 @@
 #include "pipeline/lora.h"
 #include "pipeline/hires.h"
 
+/* malloc_trim hands glibc's freed pages back to the system.  Not under ASan
+ * or TSan: they replace malloc, so glibc's heap is never set up, and two
+ * threads trimming at once race in its lazy set-up (a SEGV in mtrim, seen in
+ * the ASan run of cfg_parallel_disagree, whose two ranks end together). */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define TSR_SANITIZED_HEAP 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TSR_SANITIZED_HEAP 1
+#endif
+#if defined(__GLIBC__) && !defined(TSR_SANITIZED_HEAP)
+#define TSR_HEAP_TRIM 1
+#else
+#define TSR_HEAP_TRIM 0
+#endif
+
 #define MAX_ROWS TSR_UNET_MAX_BATCH
 
 /* Grow *buf to hold n floats. */
@@ -313,7 +331,7 @@ static void release_if_idle(tsr_batch *b)
     tsr_batch_release_buffers(b);
     tsr_unet_trim(b->e->unet);
     tsr_vae_trim(b->e->vae);
-#ifdef __GLIBC__
+#if TSR_HEAP_TRIM
     /* glibc keeps freed heap pages (and raises its mmap threshold after
      * large frees), so without this the workspaces just released would stay
      * in the process's RSS until the next allocation reuses them. */

@@ -48,7 +48,15 @@ void svc_server_on_work_msg(void *user, svc_msg *m)
  * later if the server is still idle, for what the workers free after their
  * last message (their batch's scratch: on a loaded machine that can come
  * after the loop's first trim, and the idle RSS then kept 8-16 MiB). */
-#ifdef __GLIBC__
+/* Not under ASan or TSan (gcc's macros): they replace malloc, glibc's heap
+ * is never set up, and the engine's own trims (pipeline/step.c) skip it too. */
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define SVC_HEAP_TRIM 1
+#else
+#define SVC_HEAP_TRIM 0
+#endif
+
+#if SVC_HEAP_TRIM
 static bool idle(const svc_server *s)
 {
     return s->running_images == 0 && s->queue->ops->length(s->queue) == 0;
@@ -65,7 +73,7 @@ static void trim_if_still_idle(evutil_socket_t fd, short what, void *arg)
 
 static void release_idle_memory(svc_server *s)
 {
-#ifdef __GLIBC__
+#if SVC_HEAP_TRIM
     if (!idle(s))
         return;
     malloc_trim(0);
