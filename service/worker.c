@@ -179,25 +179,13 @@ static void apply_cancels(svc_worker *w)
  * queue in its order (oldest first), to rerun from its start elsewhere.
  * The REQUEUED messages are posted before the entries are pushed, so the
  * loop hears of the requeue before any other worker's STARTED. */
-static void fail_device(svc_worker *w, int status, const char *reason)
+/* Every unfinished image of this worker's batch leaves it: cancelled and
+ * taken, its tiles forgotten, and handed back to the front of the queue to
+ * rerun from its start (REQUEUED posted before the entries are pushed), or,
+ * where the queue cannot take it back, failed with status and
+ * "<what>: <why>". */
+static void requeue_slots(svc_worker *w, int status, const char *what, const char *why)
 {
-    w->failed = true;
-    atomic_store(&w->gone, true);
-    if (w->cfg.pair) {
-        svc_pair_mark_dead(w->cfg.pair, w->cfg.pair_me);
-        if (w->leading) /* the partner's step fails at once, not after the timeout */
-            svc_pair_abort(w->cfg.pair, reason);
-    }
-    SVC_ERROR("device %s (worker %d) is taken out: %s; its %d unfinished image%s rerun on the "
-              "other devices",
-              w->cfg.name, w->cfg.index, reason, w->n_slots, w->n_slots == 1 ? "" : "s");
-    svc_msg *m = svc_msg_new(SVC_MSG_DEVICE_FAILED);
-    if (m) {
-        m->status = status;
-        m->images = w->n_slots;
-        m->text = strdup(reason);
-    }
-    post(w, m);
     svc_queue *q = w->cfg.queue;
     svc_entry *entries[MAX_SLOTS];
     int n = 0;
@@ -219,7 +207,7 @@ static void fail_device(svc_worker *w, int status, const char *reason)
             svc_msg *f = image_msg(SVC_MSG_IMAGE_FAILED, s);
             if (f) {
                 char text[512];
-                snprintf(text, sizeof text, "device %s failed: %s", w->cfg.name, reason);
+                snprintf(text, sizeof text, "%s: %s", what, why);
                 f->status = status;
                 f->text = strdup(text);
             }
@@ -231,6 +219,30 @@ static void fail_device(svc_worker *w, int status, const char *reason)
     w->n_slots = 0;
     if (n > 0)
         q->ops->requeue(q, entries, n);
+}
+
+static void fail_device(svc_worker *w, int status, const char *reason)
+{
+    w->failed = true;
+    atomic_store(&w->gone, true);
+    if (w->cfg.pair) {
+        svc_pair_mark_dead(w->cfg.pair, w->cfg.pair_me);
+        if (w->leading) /* the partner's step fails at once, not after the timeout */
+            svc_pair_abort(w->cfg.pair, reason);
+    }
+    SVC_ERROR("device %s (worker %d) is taken out: %s; its %d unfinished image%s rerun on the "
+              "other devices",
+              w->cfg.name, w->cfg.index, reason, w->n_slots, w->n_slots == 1 ? "" : "s");
+    svc_msg *m = svc_msg_new(SVC_MSG_DEVICE_FAILED);
+    if (m) {
+        m->status = status;
+        m->images = w->n_slots;
+        m->text = strdup(reason);
+    }
+    post(w, m);
+    char what[96];
+    snprintf(what, sizeof what, "device %s failed", w->cfg.name);
+    requeue_slots(w, status, what, reason);
     if (w->leading) {
         svc_pair_end(w->cfg.pair, w->batch);
         w->leading = false;
@@ -247,41 +259,9 @@ void svc_worker_take_out(svc_worker *w, int status, const char *reason)
  * the queue, to rerun from their start, and the pair ends. */
 static void pair_failed(svc_worker *w, const char *why)
 {
-    svc_queue *q = w->cfg.queue;
     SVC_ERROR("device %s (worker %d): its CFG pair failed: %s; its %d unfinished image%s rerun",
               w->cfg.name, w->cfg.index, why, w->n_slots, w->n_slots == 1 ? "" : "s");
-    svc_entry *entries[MAX_SLOTS];
-    int n = 0;
-    for (int i = 0; i < w->n_slots; i++) {
-        slot *s = &w->slots[i];
-        tsr_batch_cancel(w->batch, s->batch_image);
-        tsr_result res;
-        memset(&res, 0, sizeof res);
-        if (tsr_batch_take(w->batch, s->batch_image, &res) == TSR_OK)
-            tsr_result_free(&res);
-        if (w->cfg.tiles)
-            svc_tiles_forget(w->cfg.tiles, s->job_id, s->index);
-        svc_entry *e = q->ops->requeue ? svc_entry_new(s->job_id, s->index, s->params) : NULL;
-        if (e) {
-            snprintf(e->owner, sizeof e->owner, "%s", s->owner);
-            entries[n++] = e;
-            post(w, image_msg(SVC_MSG_IMAGE_REQUEUED, s));
-        } else {
-            svc_msg *f = image_msg(SVC_MSG_IMAGE_FAILED, s);
-            if (f) {
-                char text[512];
-                snprintf(text, sizeof text, "CFG pair failed: %s", why);
-                f->status = TSR_ERR_BACKEND;
-                f->text = strdup(text);
-            }
-            post(w, f);
-        }
-        svc_params_unref(s->params);
-        s->params = NULL;
-    }
-    w->n_slots = 0;
-    if (n > 0)
-        q->ops->requeue(q, entries, n);
+    requeue_slots(w, TSR_ERR_BACKEND, "CFG pair failed", why);
     svc_pair_end(w->cfg.pair, w->batch);
     w->leading = false;
 }
