@@ -16,7 +16,6 @@ checking the signatures at the edge.  Screenshots are saved under
 $TSR_ARTIFACTS (the build dir).  Exit 77 (skipped) without Chromium,
 chromedriver or selenium."""
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -27,15 +26,14 @@ sys.path.insert(0, os.path.join(HERE, "..", "cdn"))
 import svc  # noqa: E402
 import nginx_proxy  # noqa: E402
 
+from chromium import shot  # noqa: E402
+import chromium  # noqa: E402
+
 try:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 except ImportError:
-    webdriver = None
-
-ART = os.environ.get("TSR_ARTIFACTS") or os.path.join(svc.ROOT, "build", "browser-artifacts")
+    pass
 PROMPT = "a red circle in the top left on a blue background"
 
 # a hash of the canvas pixels (JS), so "changed" means the pixels changed
@@ -50,16 +48,7 @@ return [h, nz];
 
 
 def browser():
-    opts = webdriver.ChromeOptions()
-    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-              "--window-size=420,1400", "--disable-extensions", "--no-first-run"):
-        opts.add_argument(a)
-    opts.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    drv = webdriver.Chrome(service=Service(shutil.which("chromedriver") or
-                                           "/usr/bin/chromedriver"), options=opts)
-    drv.set_page_load_timeout(30)
-    drv.set_script_timeout(30)
-    return drv
+    return chromium.browser("420,1400", 30)
 
 
 def wait(fn, timeout, what):
@@ -70,13 +59,6 @@ def wait(fn, timeout, what):
             return v
         time.sleep(0.05)
     raise AssertionError("timed out after %ds waiting for %s" % (timeout, what))
-
-
-def shot(drv, name):
-    os.makedirs(ART, exist_ok=True)
-    path = os.path.join(ART, name)
-    drv.save_screenshot(path)
-    return path
 
 
 # Enough steps that the job outlasts several canvas polls on a fast CPU: at
@@ -233,20 +215,10 @@ def test_keys(ctx):
 
 
 def main():
-    if webdriver is None or not shutil.which("chromedriver") and \
-            not os.path.exists("/usr/bin/chromedriver"):
-        print("selenium or chromedriver missing (scripts/setup.sh): skipped")
+    if not chromium.available():
         return 77
     s = svc.Server(["--tile-size", "32", "--max-batch", "2"], name="browser-tessera").start()
-    drv = None
-    try:
-        drv = browser()
-        ctx = {"server": s, "drv": drv}
-        return svc.run_tests([test_page, test_through_nginx, test_keys], setup=lambda: ctx)
-    finally:
-        if drv:
-            drv.quit()
-        s.stop()
+    return chromium.run(s, [test_page, test_through_nginx, test_keys], browser)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,6 @@ chromedriver, selenium or the unpacked frontend.
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -50,16 +49,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "service"))
 import svc  # noqa: E402
 
+from chromium import shot  # noqa: E402
+import chromium  # noqa: E402
+
 try:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 except ImportError:
-    webdriver = None
-
-ART = os.environ.get("TSR_ARTIFACTS") or os.path.join(svc.ROOT, "build", "browser-artifacts")
+    pass
 CACHE = os.environ.get("TSR_COMFY_UI_CACHE") or os.path.join(svc.ROOT, ".cache", "comfy-ui")
 FRONTEND = os.path.join(CACHE, "frontend")
 TEMPLATE = os.path.join(FRONTEND, "templates", "default.json")
@@ -70,24 +68,7 @@ FRESH_404 = ("/comfy/user.css", "/comfy/api/userdata/user.css",
 
 
 def browser():
-    opts = webdriver.ChromeOptions()
-    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-              "--window-size=1600,1000", "--disable-extensions", "--no-first-run"):
-        opts.add_argument(a)
-    opts.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    drv = webdriver.Chrome(service=Service(shutil.which("chromedriver") or
-                                           "/usr/bin/chromedriver"), options=opts)
-    drv.set_page_load_timeout(60)
-    drv.set_script_timeout(60)
-    return drv
-
-
-def shot(drv, name):
-    os.makedirs(ART, exist_ok=True)
-    path = os.path.join(ART, name)
-    drv.save_screenshot(path)
-    return path
+    return chromium.browser("1600,1000", 60, log_requests=True)
 
 
 def js_await(drv, expr, *args):
@@ -359,26 +340,15 @@ def test_keys_login(ctx):
 
 
 def main():
-    if webdriver is None or not (shutil.which("chromedriver") or
-                                 os.path.exists("/usr/bin/chromedriver")):
-        print("selenium or chromedriver missing (scripts/setup.sh): skipped")
+    if not chromium.available():
         return 77
     if not os.path.isfile(os.path.join(FRONTEND, "index.html")) or not os.path.isfile(TEMPLATE):
         print("ComfyUI's frontend is not unpacked in %s (scripts/setup-comfy-ui.sh): skipped"
               % CACHE)
         return 77
     s = svc.Server(["--comfy-ui", FRONTEND], name="comfy-ui-tessera").start()
-    drv = None
-    try:
-        drv = browser()
-        ctx = {"server": s, "drv": drv}
-        return svc.run_tests([test_load, test_template_run, test_workflow_files,
-                              test_keys_login],
-                             setup=lambda: ctx)
-    finally:
-        if drv:
-            drv.quit()
-        s.stop()
+    return chromium.run(s, [test_load, test_template_run, test_workflow_files, test_keys_login],
+                        browser)
 
 
 if __name__ == "__main__":
