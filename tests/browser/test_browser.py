@@ -16,7 +16,6 @@ checking the signatures at the edge.  Screenshots are saved under
 $TSR_ARTIFACTS (the build dir).  Exit 77 (skipped) without Chromium,
 chromedriver or selenium."""
 import os
-import subprocess
 import sys
 import time
 
@@ -184,10 +183,7 @@ def test_keys(ctx):
     drv = ctx["drv"]
     d = svc.tmpdir("tsr-browser-keys-")
     keys = os.path.join(d, "keys")
-    p = subprocess.run([svc.TSR_BIN, "keys", "new", "web", "--keys", keys], capture_output=True,
-                       text=True, timeout=30)
-    assert p.returncode == 0, p.stderr
-    key = p.stdout.strip()
+    key = svc.new_key(keys, "web")
     s = svc.Server(["--tile-size", "32", "--max-batch", "2", "--keys", keys],
                    name="browser-keys").start()
     try:

@@ -39,7 +39,6 @@ chromedriver, selenium or the unpacked frontend.
 """
 import json
 import os
-import subprocess
 import sys
 import time
 import urllib.parse
@@ -289,10 +288,7 @@ def test_keys_login(ctx):
     drv = ctx["drv"]
     d = svc.tmpdir("tsr-comfy-ui-keys-")
     path = os.path.join(d, "keys")
-    p = subprocess.run([svc.TSR_BIN, "keys", "new", "ui", "--keys", path], capture_output=True,
-                       text=True, timeout=30)
-    assert p.returncode == 0, p.stderr
-    key = p.stdout.strip()
+    key = svc.new_key(path, "ui")
     s = svc.Server(["--comfy-ui", FRONTEND, "--keys", path], name="comfy-ui-keys").start()
     try:
         base = "http://127.0.0.1:%d" % s.port

@@ -16,7 +16,6 @@ Exit 77 (skipped) without nginx."""
 import base64
 import hashlib
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -122,10 +121,7 @@ def test_through_nginx(ctx):
 def test_signed_urls(_ctx):
     d = svc.tmpdir("tsr-cdn-keys-")
     keys = os.path.join(d, "keys")
-    p = subprocess.run([svc.TSR_BIN, "keys", "new", "alice", "--keys", keys],
-                       capture_output=True, text=True, timeout=30)
-    assert p.returncode == 0, p.stderr
-    auth = {"Authorization": "Bearer " + p.stdout.strip()}
+    auth = {"Authorization": "Bearer " + svc.new_key(keys, "alice")}
     s = svc.Server(["--tile-size", "32", "--keys", keys], name="cdn-keys").start()
     snippet = os.path.join(s.data_dir, "url-secret.nginx")
     ng = nginx_proxy.Nginx(s.port, secret_snippet=snippet).start()

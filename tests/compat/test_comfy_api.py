@@ -478,18 +478,10 @@ def test_view_escape():
     s.stop()
 
 
-def keys_new(path, name):
-    import subprocess
-    p = subprocess.run([svc.TSR_BIN, "keys", "new", name, "--keys", path], capture_output=True,
-                       text=True, timeout=30)
-    assert p.returncode == 0, p.stderr
-    return p.stdout.strip()
-
-
 def test_keys():
     d = svc.tmpdir("tsr-comfy-keys-")
     path = os.path.join(d, "keys")
-    alice, bob = keys_new(path, "alice"), keys_new(path, "bob")
+    alice, bob = svc.new_key(path, "alice"), svc.new_key(path, "bob")
     s = svc.Server(["--keys", path]).start()
     A = {"Authorization": "Bearer " + alice}
     B = {"Authorization": "Bearer " + bob}

@@ -286,18 +286,11 @@ def test_userdata():
     s.stop()
 
 
-def keys_new(path, name):
-    p = subprocess.run([svc.TSR_BIN, "keys", "new", name, "--keys", path], capture_output=True,
-                       text=True, timeout=30)
-    assert p.returncode == 0, p.stderr
-    return p.stdout.strip()
-
-
 def test_keys():
     d = svc.tmpdir("tsr-comfy-ui-keys-")
     path = os.path.join(d, "keys")
-    A = {"Authorization": "Bearer " + keys_new(path, "alice")}
-    B = {"Authorization": "Bearer " + keys_new(path, "bob")}
+    A = {"Authorization": "Bearer " + svc.new_key(path, "alice")}
+    B = {"Authorization": "Bearer " + svc.new_key(path, "bob")}
     s = svc.Server(["--keys", path, "--comfy-ui", ui_dir()]).start()
     for p in ["/settings", "/api/userdata?dir=x", "/comfy/api/users", "/jobs", "/features",
               "/v2/userdata"]:
@@ -347,7 +340,7 @@ def ws_status(s, headers):
 def test_login():
     d = svc.tmpdir("tsr-comfy-ui-login-")
     path = os.path.join(d, "keys")
-    ka, kb = keys_new(path, "alice"), keys_new(path, "bob")
+    ka, kb = svc.new_key(path, "alice"), svc.new_key(path, "bob")
     s = svc.Server(["--keys", path, "--comfy-ui", ui_dir(), "--max-batch", "1"]).start()
     origin = {"Origin": "http://127.0.0.1:%d" % s.port}
     for p in ("/comfy/", "/comfy/index.html"):

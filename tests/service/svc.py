@@ -85,6 +85,15 @@ def tmpdir(prefix="tsr-service-"):
     return d
 
 
+def new_key(path, name, admin=False):
+    """`tessera keys new NAME --keys PATH [--admin]`: appends the key's hash
+    to the keys file and returns the key."""
+    argv = [TSR_BIN, "keys", "new", name, "--keys", path] + (["--admin"] if admin else [])
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.strip()
+
+
 # --------------------------------------------------------------------------
 # Servers
 # --------------------------------------------------------------------------

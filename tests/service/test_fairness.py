@@ -33,7 +33,6 @@ runs in well under a minute on a loaded 2-core machine; the bounds (6 of
 20, 18 of 20) leave room for the client being slow between the two posts.
 """
 import os
-import subprocess
 
 import svc
 import test_gate as gate
@@ -41,13 +40,6 @@ import test_gate as gate
 PROMPT = "a red circle on a blue background"
 STEPS = 20
 FLOOD = 20
-
-
-def keys_new(path, name):
-    p = subprocess.run([svc.TSR_BIN, "keys", "new", name, "--keys", path],
-                       capture_output=True, text=True, timeout=30)
-    assert p.returncode == 0, p.stderr
-    return p.stdout.strip()
 
 
 class Ctx:
@@ -58,8 +50,8 @@ def setup():
     c = Ctx()
     d = svc.tmpdir("tsr-fair-")
     c.keys = os.path.join(d, "keys")
-    c.alice = keys_new(c.keys, "alice")
-    c.bob = keys_new(c.keys, "bob")
+    c.alice = svc.new_key(c.keys, "alice")
+    c.bob = svc.new_key(c.keys, "bob")
     c.s = svc.Server(["--threads", "1", "--max-batch", "2", "--keys", c.keys],
                      name="fair").start()
     return c

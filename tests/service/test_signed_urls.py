@@ -20,7 +20,6 @@ import base64
 import hashlib
 import os
 import stat
-import subprocess
 import sys
 import time
 import urllib.parse
@@ -30,13 +29,6 @@ import svc  # noqa: E402
 
 SECRET = "test-url-secret-0123456789abcdef"
 PROMPT = "a red circle in the top left on a blue background"
-
-
-def keys_new(path, name, admin=False):
-    argv = [svc.TSR_BIN, "keys", "new", name, "--keys", path] + (["--admin"] if admin else [])
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    assert p.returncode == 0, p.stderr
-    return p.stdout.strip()
 
 
 def sign(path, expires, secret=SECRET):
@@ -74,9 +66,9 @@ def setup():
     d = svc.tmpdir("tsr-signed-")
     c.dir = d
     c.keys = os.path.join(d, "keys")
-    c.alice = keys_new(c.keys, "alice")
-    c.bob = keys_new(c.keys, "bob")
-    c.root = keys_new(c.keys, "root", admin=True)
+    c.alice = svc.new_key(c.keys, "alice")
+    c.bob = svc.new_key(c.keys, "bob")
+    c.root = svc.new_key(c.keys, "root", admin=True)
     c.secret_file = write_secret(d, SECRET)
     c.s = svc.Server(["--threads", "1", "--keys", c.keys, "--url-secret-file", c.secret_file,
                       "--tile-size", "32"], name="signed").start()
@@ -260,7 +252,7 @@ def test_short_ttl_expires():
     made 0600 and written for nginx."""
     d = svc.tmpdir("tsr-signed-ttl-")
     keys = os.path.join(d, "keys")
-    k = keys_new(keys, "alice")
+    k = svc.new_key(keys, "alice")
     s = svc.Server(["--threads", "1", "--keys", keys, "--url-ttl", "2"], name="ttl").start()
     try:
         own = os.path.join(s.data_dir, "url-secret")
